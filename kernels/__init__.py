@@ -1,0 +1,18 @@
+"""Attention shapes, block schedules, numeric executors and references."""
+
+from kernels.execute import execute
+from kernels.reference import attention_backward, attention_forward
+from kernels.schedule import SCHEDULES, Schedule, default_block, schedule
+from kernels.shape import DTYPES, AttentionShape
+
+__all__ = [
+    "DTYPES",
+    "SCHEDULES",
+    "AttentionShape",
+    "Schedule",
+    "attention_backward",
+    "attention_forward",
+    "default_block",
+    "execute",
+    "schedule",
+]

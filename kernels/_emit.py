@@ -1,0 +1,54 @@
+"""Shared machinery of the fast tracers: one jitted event writer and the schedule registry glue.
+
+Every tracer is a private ``@njit`` function ``_emit(ev, write, kernel, cta_start, cta_stop, p)``
+that walks the schedule's loops for a range of CTAs and calls ``put`` once per event. It runs
+twice: with ``write=False`` to count events (nothing is stored), then with ``write=True`` into an
+array of exactly that size, so memory is bounded by the CTA range asked for.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from simulator.trace import EVENT_DTYPE, Op
+
+# Op codes as plain ints, which numba folds as constants inside the tracers.
+LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in Op)
+
+JIT = {"cache": True, "nogil": True}  # JIT options live here, once
+
+# Layout of the int64 parameter vector every tracer receives.
+P_BATCH, P_HEADS, P_KV_HEADS, P_SEQ, P_DIM, P_EB, P_ACC, P_BQ, P_BKV, P_WARPS, P_CAUSAL = range(11)
+P_EXTRA = 11  # schedule-specific options start here
+N_PARAMS = 16
+
+
+@njit(inline="always")
+def put(ev, n, write, kernel, cta, step, op, tensor, brow, bcol, off, rows, row_bytes, stride,
+        nbytes, flops):  # fmt: skip
+    if write:
+        e = ev[n]
+        e.kernel = kernel
+        e.cta = cta
+        e.step = step
+        e.op = op
+        e.tensor = tensor
+        e.block_row = brow
+        e.block_col = bcol
+        e.offset_bytes = off
+        e.rows = rows
+        e.row_bytes = row_bytes
+        e.row_stride_bytes = stride
+        e.bytes = nbytes
+        e.flops = flops
+    return n + 1
+
+
+def run_emitter(emit, kernel: int, start: int, stop: int, params: np.ndarray) -> np.ndarray:
+    """Count, allocate exactly, then write the events of CTAs ``start..stop-1`` of one kernel."""
+    n = emit(np.empty(0, EVENT_DTYPE), False, kernel, start, stop, params)
+    ev = np.empty(n, EVENT_DTYPE)
+    written = emit(ev, True, kernel, start, stop, params)
+    assert written == n, "tracer wrote a different number of events than it counted"
+    return ev

@@ -1,0 +1,185 @@
+"""FlashAttention-2 forward (Dao 2023, Algorithm 1).
+
+One CTA per (batch, head, Q block i): Q_i is read once; the CTA streams every K_j, V_j block
+(all Tc of them, or those at or below the diagonal when causal), keeps O_i, m_i, l_i on chip, and
+writes O_i and the logsumexp L_i = m_i + log(l_i) once. Its warps split the Q rows (split-Q), so
+they never exchange partial results. K and V are re-read once per Q block: Tr times in all.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from kernels._emit import (
+    ALLOC, EW, EXP, FREE, JIT, LOAD, MMA, P_ACC, P_BATCH, P_BKV, P_BQ, P_CAUSAL, P_DIM, P_EB, P_HEADS, P_KV_HEADS, P_SEQ, STORE, put,
+)  # fmt: skip
+from kernels._numerics import acc_dtype, to_dtype
+from kernels._record import offset4
+from kernels._resources import regs_per_thread
+from simulator.trace import KernelInfo, Op, Space, TensorInfo
+
+OPTIONS = ()
+
+# tensor indices, in the order of tensors()
+Q, K, V, O, LSE, Q_S, K_S, V_S, O_ACC, S_ACC, M_L = range(11)
+
+# FP32 operations per score and per row that are not matmuls (documented in docs/model.md):
+# scale-and-subtract, row max, row sum per score; rescale of O per output element; m, l updates.
+EW_PER_SCORE, EW_PER_ROW = 3, 3
+
+
+def validate(s) -> None:
+    return None
+
+
+def tensors(s) -> tuple[TensorInfo, ...]:
+    sh, br, bc = s.shape, s.block_q, s.block_kv
+    b, h, kh, n, d, eb, acc = (
+        sh.batch, sh.heads, sh.n_kv_heads, sh.seq_len, sh.head_dim, sh.elem_bytes, sh.acc_bytes,
+    )  # fmt: skip
+    g, sm, rg = Space.GLOBAL, Space.SHARED, Space.REGISTERS
+    return (
+        TensorInfo("Q", g, (b, h, n, d), eb),
+        TensorInfo("K", g, (b, kh, n, d), eb),
+        TensorInfo("V", g, (b, kh, n, d), eb),
+        TensorInfo("O", g, (b, h, n, d), eb),
+        TensorInfo("L", g, (b, h, n), acc),
+        TensorInfo("Q_i", sm, (br, d), eb),
+        TensorInfo("K_j", sm, (bc, d), eb),
+        TensorInfo("V_j", sm, (bc, d), eb),
+        TensorInfo("O_i", rg, (br, d), acc),
+        TensorInfo("S_ij", rg, (br, bc), acc),
+        TensorInfo("m_l", rg, (2, br), acc),
+    )
+
+
+def kernels(s) -> tuple[KernelInfo, ...]:
+    sh, br, bc, d = s.shape, s.block_q, s.block_kv, s.shape.head_dim
+    smem = (br + 2 * bc) * d * sh.elem_bytes
+    reg_tiles = (br * d + br * bc + 2 * br) * sh.acc_bytes
+    ctas = sh.batch * sh.heads * s.t_q
+    return (KernelInfo("flash2_fwd", ctas, s.warps, smem, regs_per_thread(reg_tiles, s.warps)),)
+
+
+@njit(**JIT)
+def _emit(ev, write, kernel, cta_start, cta_stop, p):
+    nb, nh, nkh, n, d = p[P_BATCH], p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_DIM]
+    eb, acc, br, bc, causal = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV], p[P_CAUSAL]
+    t_q, t_kv, grp = (n + br - 1) // br, (n + bc - 1) // bc, nh // nkh
+    row = d * eb
+    k = 0
+    for cta in range(cta_start, cta_stop):
+        bh, i = cta // t_q, cta % t_q
+        b, h = bh // nh, bh % nh
+        kvh = h // grp
+        q0 = i * br
+        r = min(br, n - q0)
+        # on-chip buffers, live for the whole CTA
+        k = put(ev, k, write, kernel, cta, -1, ALLOC, Q_S, -1, -1, 0, 0, 0, 0, br * row, 0)
+        k = put(ev, k, write, kernel, cta, -1, ALLOC, K_S, -1, -1, 0, 0, 0, 0, bc * row, 0)
+        k = put(ev, k, write, kernel, cta, -1, ALLOC, V_S, -1, -1, 0, 0, 0, 0, bc * row, 0)
+        k = put(ev, k, write, kernel, cta, -1, ALLOC, O_ACC, -1, -1, 0, 0, 0, 0, br * d * acc, 0)
+        k = put(ev, k, write, kernel, cta, -1, ALLOC, S_ACC, -1, -1, 0, 0, 0, 0, br * bc * acc, 0)
+        k = put(ev, k, write, kernel, cta, -1, ALLOC, M_L, -1, -1, 0, 0, 0, 0, 2 * br * acc, 0)
+        # Q_i: HBM -> SRAM, once per CTA
+        qoff = ((b * nh + h) * n + q0) * row
+        k = put(ev, k, write, kernel, cta, -1, LOAD, Q, i, -1, qoff, r, row, row, r * row, 0)
+        last = t_kv if causal == 0 else min(t_kv, (q0 + r - 1) // bc + 1)
+        for j in range(last):
+            k0 = j * bc
+            c = min(bc, n - k0)
+            kvoff = ((b * nkh + kvh) * n + k0) * row
+            # K_j, V_j: HBM -> SRAM, once per (i, j)
+            k = put(ev, k, write, kernel, cta, j, LOAD, K, j, -1, kvoff, c, row, row, c * row, 0)
+            k = put(ev, k, write, kernel, cta, j, LOAD, V, j, -1, kvoff, c, row, row, c * row, 0)
+            k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, 2 * r * c * d)
+            ew = EW_PER_SCORE * r * c + r * d + EW_PER_ROW * r
+            if causal != 0 and k0 + c - 1 > q0:
+                ew += r * c  # diagonal block: apply the mask
+            k = put(ev, k, write, kernel, cta, j, EW, -1, i, j, 0, 0, 0, 0, 0, ew)
+            k = put(ev, k, write, kernel, cta, j, EXP, -1, i, j, 0, 0, 0, 0, 0, r * c + r)
+            k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, 2 * r * c * d)
+        # O_i /= l_i, L_i = m_i + log(l_i)
+        k = put(ev, k, write, kernel, cta, -1, EW, -1, i, -1, 0, 0, 0, 0, 0, r * d + r)
+        k = put(ev, k, write, kernel, cta, -1, EXP, -1, i, -1, 0, 0, 0, 0, 0, r)
+        # O_i, L_i: SRAM -> HBM, once per CTA
+        k = put(ev, k, write, kernel, cta, -1, STORE, O, i, -1, qoff, r, row, row, r * row, 0)
+        loff = ((b * nh + h) * n + q0) * acc
+        k = put(ev, k, write, kernel, cta, -1, STORE, LSE, i, -1, loff, 1, r * acc, r * acc, r * acc, 0)
+        k = put(ev, k, write, kernel, cta, -1, FREE, M_L, -1, -1, 0, 0, 0, 0, 2 * br * acc, 0)
+        k = put(ev, k, write, kernel, cta, -1, FREE, S_ACC, -1, -1, 0, 0, 0, 0, br * bc * acc, 0)
+        k = put(ev, k, write, kernel, cta, -1, FREE, O_ACC, -1, -1, 0, 0, 0, 0, br * d * acc, 0)
+        k = put(ev, k, write, kernel, cta, -1, FREE, V_S, -1, -1, 0, 0, 0, 0, bc * row, 0)
+        k = put(ev, k, write, kernel, cta, -1, FREE, K_S, -1, -1, 0, 0, 0, 0, bc * row, 0)
+        k = put(ev, k, write, kernel, cta, -1, FREE, Q_S, -1, -1, 0, 0, 0, 0, br * row, 0)
+    return k
+
+
+def execute(s, q, k, v, grad_out, rec):
+    """Run the schedule tile by tile; returns (O, L) and logs every event into ``rec``."""
+    sh = s.shape
+    nb, nh, n, d, dt = sh.batch, sh.heads, sh.seq_len, sh.head_dim, sh.dtype
+    br, bc, eb, acc = s.block_q, s.block_kv, sh.elem_bytes, sh.acc_bytes
+    at = acc_dtype(dt)
+    qd, kd = (nb, nh, n, d), (nb, sh.n_kv_heads, n, d)
+    out = np.zeros(qd, q.dtype)
+    lse = np.zeros((nb, nh, n), at)
+    put = rec.put
+    buffers = [
+        (Q_S, br * d * eb), (K_S, bc * d * eb), (V_S, bc * d * eb),
+        (O_ACC, br * d * acc), (S_ACC, br * bc * acc), (M_L, 2 * br * acc),
+    ]  # fmt: skip
+    for cta in range(s.kernels[0].ctas):
+        bh, i = divmod(cta, s.t_q)
+        b, h = divmod(bh, nh)
+        kvh = h // sh.group
+        q0 = i * br
+        r = min(br, n - q0)
+        for t, size in buffers:
+            put(0, cta, -1, Op.ALLOC, t, -1, -1, 0, 0, 0, 0, size, 0)
+        q_i = q[b, h, q0 : q0 + r].astype(at)
+        put(0, cta, -1, Op.LOAD, Q, i, -1, offset4(qd, b, h, q0, 0, eb), r, d * eb, d * eb,
+            q_i.size * eb, 0)  # fmt: skip
+        o_i = np.zeros((r, d), at)
+        m_i = np.full(r, -np.inf, at)
+        l_i = np.zeros(r, at)
+        rows = np.arange(q0, q0 + r)[:, None]
+        for j in range(s.t_kv):
+            k0 = j * bc
+            if sh.causal and k0 > q0 + r - 1:
+                break  # every later block is above the diagonal
+            c = min(bc, n - k0)
+            k_j = k[b, kvh, k0 : k0 + c].astype(at)
+            v_j = v[b, kvh, k0 : k0 + c].astype(at)
+            off = offset4(kd, b, kvh, k0, 0, eb)
+            put(0, cta, j, Op.LOAD, K, j, -1, off, c, d * eb, d * eb, k_j.size * eb, 0)
+            put(0, cta, j, Op.LOAD, V, j, -1, off, c, d * eb, d * eb, v_j.size * eb, 0)
+            s_ij = (q_i @ k_j.T) * at.type(sh.scale)
+            put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, 2 * r * c * d)
+            ew = EW_PER_SCORE * r * c + r * d + EW_PER_ROW * r
+            if sh.causal and k0 + c - 1 > q0:
+                s_ij = np.where(np.arange(k0, k0 + c)[None, :] > rows, -np.inf, s_ij)
+                ew += r * c
+            m_new = np.maximum(m_i, s_ij.max(axis=1))
+            alpha = np.exp(m_i - m_new)
+            p_ij = np.exp(s_ij - m_new[:, None])
+            l_i = alpha * l_i + p_ij.sum(axis=1)
+            put(0, cta, j, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0, ew)
+            put(0, cta, j, Op.EXP, -1, i, j, 0, 0, 0, 0, 0, p_ij.size + r)
+            # P enters the tensor cores in the input precision; O accumulates in fp32/fp64
+            o_i = alpha[:, None] * o_i + to_dtype(p_ij, dt).astype(at) @ v_j
+            put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, 2 * r * c * d)
+            m_i = m_new
+        o_i = o_i / l_i[:, None]
+        put(0, cta, -1, Op.ELEMENTWISE, -1, i, -1, 0, 0, 0, 0, 0, r * d + r)
+        lse[b, h, q0 : q0 + r] = m_i + np.log(l_i)
+        put(0, cta, -1, Op.EXP, -1, i, -1, 0, 0, 0, 0, 0, r)
+        out[b, h, q0 : q0 + r] = to_dtype(o_i, dt)
+        put(0, cta, -1, Op.STORE, O, i, -1, offset4(qd, b, h, q0, 0, eb), r, d * eb, d * eb,
+            r * d * eb, 0)  # fmt: skip
+        loff = ((b * nh + h) * n + q0) * acc
+        put(0, cta, -1, Op.STORE, LSE, i, -1, loff, 1, r * acc, r * acc, r * acc, 0)
+        for t, size in reversed(buffers):
+            put(0, cta, -1, Op.FREE, t, -1, -1, 0, 0, 0, 0, size, 0)
+    return out, lse

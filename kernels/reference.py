@@ -1,0 +1,76 @@
+"""Dense float64 (or same-precision) references for attention forward and backward.
+
+These are the seeds' formulas written densely: S = QK^T/sqrt(d), m_i = max_j S_ij,
+l_i = sum_j exp(S_ij - m_i), P = exp(S - m)/l, O = PV; backward D_i = rowsum(dO_i * O_i),
+dV = P^T dO, dP = dO V^T, dS = P * (dP - D), dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels._numerics import to_dtype
+
+__all__ = ["attention_backward", "attention_forward"]
+
+
+def _expand_kv(x: np.ndarray, heads: int) -> np.ndarray:
+    return np.repeat(x, heads // x.shape[1], axis=1)
+
+
+def _mask(n: int) -> np.ndarray:
+    return np.triu(np.ones((n, n), bool), k=1)  # True above the diagonal: masked out
+
+
+def attention_forward(q, k, v, causal=False, dtype=None):
+    """O, plus the softmax statistics (m, l) and P.
+
+    ``dtype=None`` computes everything in float64. ``dtype="fp16"`` etc. mimics standard
+    attention in that precision: S and P are rounded to the dtype when written (as a framework's
+    standard attention stores them), products accumulate in fp32, O is rounded at the end.
+    """
+    acc = np.float64 if dtype in (None, "fp64") else np.float32
+    q, k, v = (np.asarray(x, acc) for x in (q, k, v))
+    k, v = _expand_kv(k, q.shape[1]), _expand_kv(v, q.shape[1])
+    s = (q @ np.swapaxes(k, -1, -2)) * acc(1.0 / np.sqrt(q.shape[-1]))
+    if dtype is not None:
+        s = to_dtype(s, dtype).astype(acc)
+    if causal:
+        s = np.where(_mask(q.shape[2]), -np.inf, s)
+    m = s.max(axis=-1)
+    e = np.exp(s - m[..., None])
+    l = e.sum(axis=-1)  # noqa: E741 (the papers' name)
+    p = e / l[..., None]
+    if dtype is not None:
+        p = to_dtype(p, dtype).astype(acc)
+    o = p @ v
+    if dtype is not None:
+        o = to_dtype(o, dtype)
+    return o, m, l, p
+
+
+def attention_backward(q, k, v, grad_out, causal=False, dtype=None):
+    """(dQ, dK, dV) of attention, densely. K/V gradients are summed over the query heads that
+    share a key/value head (grouped-query attention)."""
+    acc = np.float64 if dtype in (None, "fp64") else np.float32
+    o, _, _, p = attention_forward(q, k, v, causal, dtype)
+    q, k, v, do = (np.asarray(x, acc) for x in (q, k, v, grad_out))
+    o = np.asarray(o, acc)
+    heads, kv_heads = q.shape[1], k.shape[1]
+    ke, ve = _expand_kv(k, heads), _expand_kv(v, heads)
+    scale = acc(1.0 / np.sqrt(q.shape[-1]))
+    d_row = (do * o).sum(axis=-1)
+    dv = np.swapaxes(p, -1, -2) @ do
+    dp = do @ np.swapaxes(ve, -1, -2)
+    ds = p * (dp - d_row[..., None])
+    if dtype is not None:
+        ds = to_dtype(ds, dtype).astype(acc)
+    dq = ds @ ke * scale
+    dk = np.swapaxes(ds, -1, -2) @ q * scale
+    g = heads // kv_heads
+    b, _, n, d = q.shape
+    dk = dk.reshape(b, kv_heads, g, n, d).sum(axis=2)
+    dv = dv.reshape(b, kv_heads, g, n, d).sum(axis=2)
+    if dtype is not None:
+        dq, dk, dv = (to_dtype(x, dtype) for x in (dq, dk, dv))
+    return dq, dk, dv

@@ -1,0 +1,206 @@
+"""Block schedules: one description of an attention algorithm's blocking, shared by the numeric
+executor, the fast tracer, the simulator and the CUDA runner."""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass, field
+from types import ModuleType
+
+import numpy as np
+
+from kernels._emit import N_PARAMS, P_EXTRA, run_emitter
+from kernels.shape import AttentionShape
+from simulator.trace import EVENT_DTYPE, KernelInfo, TensorInfo, Trace, TraceMeta
+
+__all__ = ["SCHEDULES", "Schedule", "default_block", "schedule"]
+
+SCHEDULES = ("standard", "standard_bwd", "flash1", "flash1_bwd", "flash2", "flash2_bwd")
+
+# Shared memory assumed by default block sizes when no GPU is named: the A100's 192 KB of L1/SRAM
+# per SM, the M the FlashAttention paper uses (Sec. 3.1, Fig. 2). analysis.tiling_rule owns the
+# GPU-aware rule; this only keeps schedule() usable without one.
+DEFAULT_SRAM_BYTES = 192 * 1024
+DEFAULT_WARPS = 4
+
+
+def _module(name: str) -> ModuleType:
+    """The module implementing schedule ``name`` (one algorithm per file)."""
+    return importlib.import_module(f"kernels.{name}")
+
+
+def default_block(shape: AttentionShape, sram_bytes: int = DEFAULT_SRAM_BYTES) -> int:
+    """The seed's rule B = floor(M / (4d)) with M in elements of the dtype, rounded down to a
+    power of two (hardware-friendly) and clipped to [16, 128] and to the sequence length."""
+    m_elems = sram_bytes // shape.elem_bytes
+    b = max(1, m_elems // (4 * shape.head_dim))
+    b = 1 << (b.bit_length() - 1)
+    return max(1, min(128, max(16, b), shape.seq_len))
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A named attention algorithm with its block sizes: the unit every consumer shares.
+
+    Attributes
+    ----------
+    name : str
+        One of ``SCHEDULES``.
+    shape : AttentionShape
+    block_q, block_kv : int
+        Rows of Q (Br) and of K/V (Bc) per block. The last block of a ragged sequence holds
+        ``seq_len % block`` real rows and moves only those.
+    warps : int
+        Warps per CTA.
+    options : tuple of (str, int)
+        Schedule-specific options (``softmax_passes`` for standard attention).
+    """
+
+    name: str
+    shape: AttentionShape
+    block_q: int
+    block_kv: int
+    warps: int = DEFAULT_WARPS
+    options: tuple[tuple[str, int], ...] = field(default=())
+
+    def __post_init__(self):
+        if self.name not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.name!r}; choose one of {', '.join(SCHEDULES)}")
+        for f in ("block_q", "block_kv", "warps"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+                raise ValueError(f"{f} must be a positive integer, got {v!r}")
+            object.__setattr__(self, f, int(v))
+        n = self.shape.seq_len
+        for f in ("block_q", "block_kv"):
+            if getattr(self, f) > n:
+                raise ValueError(
+                    f"{f}={getattr(self, f)} exceeds seq_len={n}; use a block of at most {n} rows"
+                )
+        if self.warps > 32:
+            raise ValueError(f"warps={self.warps} exceeds 32 (1024 threads per CTA)")
+        _module(self.name).validate(self)
+
+    # -- sizes --------------------------------------------------------------------------------
+    @property
+    def t_q(self) -> int:
+        """Tr: number of Q blocks."""
+        return math.ceil(self.shape.seq_len / self.block_q)
+
+    @property
+    def t_kv(self) -> int:
+        """Tc: number of K/V blocks."""
+        return math.ceil(self.shape.seq_len / self.block_kv)
+
+    def option(self, key: str) -> int:
+        return dict(self.options)[key]
+
+    def params(self) -> np.ndarray:
+        """The int64 parameter vector the jitted tracers take."""
+        s = self.shape
+        p = np.zeros(N_PARAMS, np.int64)
+        p[:P_EXTRA] = (
+            s.batch, s.heads, s.n_kv_heads, s.seq_len, s.head_dim, s.elem_bytes, s.acc_bytes,
+            self.block_q, self.block_kv, self.warps, int(s.causal),
+        )  # fmt: skip
+        for i, (_, value) in enumerate(self.options):
+            p[P_EXTRA + i] = value
+        return p
+
+    # -- what the consumers use ---------------------------------------------------------------
+    @property
+    def meta(self) -> TraceMeta:
+        mod = _module(self.name)
+        params = {
+            **self.shape.to_dict(),
+            "block_q": self.block_q,
+            "block_kv": self.block_kv,
+            "warps": self.warps,
+            **dict(self.options),
+        }
+        return TraceMeta(self.name, params, mod.kernels(self), mod.tensors(self))
+
+    @property
+    def kernels(self) -> tuple[KernelInfo, ...]:
+        return _module(self.name).kernels(self)
+
+    @property
+    def tensors(self) -> tuple[TensorInfo, ...]:
+        return _module(self.name).tensors(self)
+
+    def cta_events(self, kernel: int, start: int, stop: int) -> np.ndarray:
+        """Events of CTAs ``start <= cta < stop`` of one kernel (a TraceSource chunk)."""
+        ctas = self.kernels[kernel].ctas
+        if not 0 <= start <= stop <= ctas:
+            raise ValueError(f"CTA range [{start}, {stop}) outside kernel {kernel}'s 0..{ctas}")
+        if start == stop:
+            return np.empty(0, EVENT_DTYPE)
+        return run_emitter(_module(self.name)._emit, kernel, start, stop, self.params())
+
+    def n_events(self) -> int:
+        """Number of events in the whole trace, counted without storing them."""
+        emit, p = _module(self.name)._emit, self.params()
+        empty = np.empty(0, EVENT_DTYPE)
+        return sum(emit(empty, False, k, 0, ki.ctas, p) for k, ki in enumerate(self.kernels))
+
+    def trace(self) -> Trace:
+        """The whole trace, built by the fast tracer (no arithmetic), in one allocation."""
+        emit, p, kernels = _module(self.name)._emit, self.params(), self.kernels
+        empty = np.empty(0, EVENT_DTYPE)
+        counts = [emit(empty, False, k, 0, ki.ctas, p) for k, ki in enumerate(kernels)]
+        events = np.empty(sum(counts), EVENT_DTYPE)
+        start = 0
+        for k, (ki, n) in enumerate(zip(kernels, counts, strict=True)):
+            emit(events[start : start + n], True, k, 0, ki.ctas, p)
+            start += n
+        return Trace(events, self.meta)
+
+    def execute(self, q, k, v, grad_out=None):
+        from kernels.execute import execute
+
+        return execute(self, q, k, v, grad_out)
+
+
+def schedule(
+    name: str,
+    shape: AttentionShape,
+    block_q: int | None = None,
+    block_kv: int | None = None,
+    warps: int | None = None,
+    **options: int,
+) -> Schedule:
+    """Build a named schedule; block sizes and warps default when not given.
+
+    Parameters
+    ----------
+    name : str
+        ``standard``, ``standard_bwd``, ``flash1``, ``flash1_bwd``, ``flash2`` or ``flash2_bwd``.
+    shape : AttentionShape
+    block_q, block_kv : int, optional
+        Br and Bc. Default: ``default_block(shape)`` (the seed's floor(M/(4d)) with the FA
+        paper's M = 192 KB; see ``analysis.tiling_rule`` for the GPU-aware rule).
+    warps : int, optional
+        Warps per CTA, default 4.
+    **options
+        Schedule-specific integer options, e.g. ``softmax_passes=1|2`` for ``standard``.
+    """
+    if name not in SCHEDULES:
+        raise ValueError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
+    if not isinstance(shape, AttentionShape):
+        raise TypeError(f"shape must be an AttentionShape, got {type(shape).__name__}")
+    b = default_block(shape)
+    mod = _module(name)
+    opts = mod.default_options(shape, options) if hasattr(mod, "default_options") else options
+    if set(opts) - set(getattr(mod, "OPTIONS", ())):
+        bad = sorted(set(opts) - set(getattr(mod, "OPTIONS", ())))
+        allowed = ", ".join(getattr(mod, "OPTIONS", ())) or "none"
+        raise ValueError(f"schedule {name!r} has no option {bad[0]!r}; allowed: {allowed}")
+    return Schedule(
+        name,
+        shape,
+        block_q if block_q is not None else b,
+        block_kv if block_kv is not None else b,
+        warps if warps is not None else DEFAULT_WARPS,
+        tuple(sorted(opts.items())),
+    )

@@ -1,0 +1,396 @@
+"""GPU specifications: every hardware constant the models read, with its unit in its name.
+
+A spec is a frozen :class:`GPUSpec`. Built-in specs live in ``simulator/specs/*.toml`` (one file
+per GPU, every value with its source); users write their own TOML file, optionally inheriting from
+another one with ``base = "h200"``. ``docs/gpus.md`` documents every key.
+"""
+
+import dataclasses
+import difflib
+import functools
+import math
+import numbers
+import os
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+__all__ = ["GPUSpec", "GPUSpecError", "builtin_gpus", "load_gpu"]
+
+
+class GPUSpecError(ValueError):
+    """A GPU spec (a value, or a spec file) is invalid; the message says where and why.
+
+    ``key`` is the offending field when there is one, else ``None``.
+    """
+
+    def __init__(self, message: str, *, key: str | None = None):
+        super().__init__(message)
+        self.key = key
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GPUSpec:
+    """One GPU, real or hypothetical. Counts and sizes are ints, rates are floats.
+
+    Every field is positive except ``l2_bytes``, which may be 0 ("no L2", the FlashAttention
+    paper's model where every global access reaches HBM) and ``description`` (may be empty).
+    ``docs/gpus.md`` gives each field's meaning and what the simulator uses it for.
+    """
+
+    name: str
+    description: str
+    # SM array
+    sm_count: int
+    clock_hz: float  # SM boost clock
+    warp_size: int
+    # shared memory (the FA papers' SRAM), per SM and per CTA (opt-in maximum)
+    smem_per_sm_bytes: int
+    smem_per_cta_bytes: int
+    smem_bandwidth_bytes_per_cycle_per_sm: int
+    # occupancy limits
+    regs_per_sm: int
+    regs_per_thread_max: int
+    max_warps_per_sm: int
+    max_ctas_per_sm: int
+    max_threads_per_cta: int
+    # L2
+    l2_bytes: int
+    l2_line_bytes: int
+    l2_sector_bytes: int
+    l2_bandwidth_bytes_per_s: float
+    # HBM
+    hbm_bytes: int
+    hbm_bandwidth_bytes_per_s: float  # datasheet
+    hbm_efficiency: float  # achievable fraction of the datasheet bandwidth, in (0, 1]
+    # latencies and overheads
+    hbm_latency_cycles: int
+    l2_latency_cycles: int
+    smem_latency_cycles: int
+    kernel_launch_s: float
+    # arithmetic throughput (dense)
+    tensor_fp16_flops_per_s: float
+    tensor_bf16_flops_per_s: float
+    tensor_tf32_flops_per_s: float
+    tensor_fp64_flops_per_s: float
+    fp32_flops_per_s: float
+    fp64_flops_per_s: float
+    sfu_ops_per_s: float  # special-function unit (exp) results per second
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _checked(f.name, f.type, getattr(self, f.name)))
+        _check_relations(self)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """Names of all fields, in declaration order (the keys of a spec file, less ``base``)."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def replace(self, **changes: Any) -> "GPUSpec":
+        """Return a new spec with ``changes`` applied, validated like a loaded file.
+
+        Parameters
+        ----------
+        **changes
+            Field names and new values, e.g. ``smem_per_sm_bytes=2 * gpu.smem_per_sm_bytes``.
+
+        Raises
+        ------
+        GPUSpecError
+            For an unknown field name or an invalid resulting spec. ``self`` is never modified.
+        """
+        for key in changes:
+            if key not in _FIELD_NAMES:
+                raise GPUSpecError(f"GPUSpec.replace: {_unknown_key(key)}", key=key)
+        return dataclasses.replace(self, **changes)
+
+    def mma_flops_per_s(self, dtype: str) -> float:
+        """Matrix-multiply throughput for inputs of ``dtype``, in FLOP/s (dense).
+
+        ``fp16`` and ``bf16`` use the tensor cores; ``fp32`` is plain FP32 FMA (attention kernels
+        in fp32 are written without TF32); ``fp64`` uses the FP64 tensor cores.
+        """
+        field = _MMA_FIELDS.get(dtype) if isinstance(dtype, str) else None
+        if field is None:
+            raise ValueError(f"dtype must be one of {', '.join(_MMA_FIELDS)}, got {dtype!r}")
+        return getattr(self, field)
+
+    @property
+    def effective_hbm_bandwidth_bytes_per_s(self) -> float:
+        """Achievable HBM bandwidth: datasheet bandwidth times ``hbm_efficiency``."""
+        return self.hbm_bandwidth_bytes_per_s * self.hbm_efficiency
+
+    def cycles_to_s(self, cycles: float) -> float:
+        """Convert SM clock cycles to seconds at ``clock_hz``."""
+        return cycles / self.clock_hz
+
+    def s_to_cycles(self, seconds: float) -> float:
+        """Convert seconds to SM clock cycles at ``clock_hz``."""
+        return seconds * self.clock_hz
+
+    def to_dict(self) -> dict[str, Any]:
+        """All fields as a plain dict, in declaration order (``GPUSpec(**d)`` rebuilds it)."""
+        return {name: getattr(self, name) for name in _FIELD_NAMES}
+
+
+_FIELD_NAMES: tuple[str, ...] = GPUSpec.field_names()
+_MMA_FIELDS = {
+    "fp16": "tensor_fp16_flops_per_s",
+    "bf16": "tensor_bf16_flops_per_s",
+    "fp32": "fp32_flops_per_s",
+    "fp64": "tensor_fp64_flops_per_s",
+}
+_UNITS = (  # name suffix -> unit, longest suffix first
+    ("_bytes_per_cycle_per_sm", "bytes per cycle per SM"),
+    ("_bytes_per_s", "bytes/s"),
+    ("_flops_per_s", "FLOP/s"),
+    ("_ops_per_s", "operations/s"),
+    ("_bytes", "bytes"),
+    ("_cycles", "SM clock cycles"),
+    ("_hz", "Hz"),
+    ("_s", "seconds"),
+)
+
+
+def _unit(name: str) -> str:
+    return next((f" ({unit})" for suffix, unit in _UNITS if name.endswith(suffix)), "")
+
+
+def _checked(name: str, kind: type, value: Any) -> Any:
+    """Return ``value`` converted to ``kind`` (int, float or str), or raise GPUSpecError."""
+    got = f"{name} = {value!r} ({type(value).__name__})"
+    if kind is str:
+        if not isinstance(value, str):
+            raise GPUSpecError(f"{got} must be a string", key=name)
+        if name == "name" and not value.strip():
+            raise GPUSpecError(f"name must be a non-empty string, got {value!r}", key=name)
+        return value
+    lowest = "an integer >= 0" if name == "l2_bytes" else "a positive integer"
+    if kind is int:
+        if isinstance(value, float) and value.is_integer():
+            raise GPUSpecError(
+                f"{got} must be {lowest}{_unit(name)}, not a float: write the integer"
+                f" {int(value)} (or {int(value):_})",
+                key=name,
+            )
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise GPUSpecError(f"{got} must be {lowest}{_unit(name)}", key=name)
+        value = int(value)
+        if value < 0 or (value == 0 and name != "l2_bytes"):
+            hint = " (only l2_bytes may be 0)" if value == 0 else ""
+            raise GPUSpecError(f"{got} must be {lowest}{_unit(name)}{hint}", key=name)
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise GPUSpecError(f"{got} must be a positive number{_unit(name)}", key=name)
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise GPUSpecError(f"{got} must be a positive, finite number{_unit(name)}", key=name)
+    if name == "hbm_efficiency" and value > 1:
+        raise GPUSpecError(
+            f"{got} must be in (0, 1]: the achievable fraction of hbm_bandwidth_bytes_per_s,"
+            " e.g. 0.9",
+            key=name,
+        )
+    return value
+
+
+def _check_relations(s: GPUSpec) -> None:
+    """Constraints between fields; the error names the field that is most likely wrong."""
+    if s.smem_per_cta_bytes > s.smem_per_sm_bytes:
+        raise GPUSpecError(
+            f"smem_per_cta_bytes = {s.smem_per_cta_bytes} exceeds smem_per_sm_bytes = "
+            f"{s.smem_per_sm_bytes}: a CTA cannot use more shared memory than its SM has; "
+            f"set smem_per_cta_bytes <= {s.smem_per_sm_bytes}",
+            key="smem_per_cta_bytes",
+        )
+    if s.l2_line_bytes % s.l2_sector_bytes:
+        raise GPUSpecError(
+            f"l2_line_bytes = {s.l2_line_bytes} must be a multiple of l2_sector_bytes = "
+            f"{s.l2_sector_bytes} (a line is made of whole sectors, e.g. 128 and 32)",
+            key="l2_line_bytes",
+        )
+    if s.l2_bytes % s.l2_line_bytes:
+        raise GPUSpecError(
+            f"l2_bytes = {s.l2_bytes} must be a multiple of l2_line_bytes = "
+            f"{s.l2_line_bytes} (the L2 model holds whole lines; 0 means no L2)",
+            key="l2_bytes",
+        )
+    if s.max_threads_per_cta % s.warp_size:
+        raise GPUSpecError(
+            f"max_threads_per_cta = {s.max_threads_per_cta} must be a multiple of "
+            f"warp_size = {s.warp_size} (a CTA is made of whole warps)",
+            key="max_threads_per_cta",
+        )
+    if s.max_threads_per_cta > s.max_warps_per_sm * s.warp_size:
+        raise GPUSpecError(
+            f"max_threads_per_cta = {s.max_threads_per_cta} exceeds max_warps_per_sm * "
+            f"warp_size = {s.max_warps_per_sm * s.warp_size}: the largest CTA must fit on an SM",
+            key="max_threads_per_cta",
+        )
+    if s.regs_per_thread_max * s.warp_size > s.regs_per_sm:
+        raise GPUSpecError(
+            f"regs_per_thread_max = {s.regs_per_thread_max} times warp_size = "
+            f"{s.warp_size} exceeds regs_per_sm = {s.regs_per_sm}: one warp at the maximum "
+            "must fit in the register file",
+            key="regs_per_thread_max",
+        )
+
+
+def _unknown_key(key: str) -> str:
+    valid = ("base", *_FIELD_NAMES)
+    close = difflib.get_close_matches(key, valid, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else "."
+    return f"unknown key '{key}'{hint} Valid keys: {', '.join(valid)}"
+
+
+# ---------------------------------------------------------------------------- spec files
+
+
+def builtin_gpus() -> tuple[str, ...]:
+    """Names of the built-in GPU specs (file stems in ``simulator/specs``), sorted."""
+    specs = resources.files(__package__) / "specs"
+    return tuple(sorted(p.name[:-5] for p in specs.iterdir() if p.name.endswith(".toml")))
+
+
+def load_gpu(name_or_path: "str | os.PathLike[str]") -> GPUSpec:
+    """Load a built-in GPU spec by name, or a user's TOML spec file by path.
+
+    Parameters
+    ----------
+    name_or_path : str or os.PathLike
+        A built-in name (see :func:`builtin_gpus`, e.g. ``"h200"``), or the path of a TOML file:
+        any ``os.PathLike``, or a string that ends in ``.toml`` or names an existing file. A
+        built-in name wins over a file of the same name that does not end in ``.toml``.
+
+    Returns
+    -------
+    GPUSpec
+
+    Raises
+    ------
+    GPUSpecError
+        Unknown built-in, missing file, TOML syntax error, unknown or missing key, wrong type or
+        value, or a ``base`` that is missing or loops; the message names the file and the key.
+    """
+    if isinstance(name_or_path, str) and name_or_path in builtin_gpus():
+        return _load_builtin(name_or_path)
+    if not isinstance(name_or_path, str | os.PathLike):
+        raise GPUSpecError(
+            f"load_gpu expects a built-in name or a path to a .toml file, got {name_or_path!r}"
+        )
+    text = os.fspath(name_or_path)
+    if isinstance(name_or_path, os.PathLike) or text.endswith(".toml") or Path(text).is_file():
+        if not Path(text).is_file():
+            raise GPUSpecError(f"{text}: no such GPU spec file")
+        return _load(_file_source(Path(text)))
+    close = difflib.get_close_matches(text, builtin_gpus(), n=1)
+    hint = f" Did you mean '{close[0]}'?" if close else ""
+    raise GPUSpecError(
+        f"unknown GPU {text!r}: built-ins are {', '.join(builtin_gpus())}.{hint} "
+        "For your own GPU, pass the path of a .toml spec file (see docs/gpus.md)."
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Source:
+    label: str  # how messages name this file
+    ident: str  # identity for loop detection
+    path: Path | None  # None for a built-in
+    builtin: str | None = None
+
+
+def _file_source(path: Path) -> _Source:
+    return _Source(label=os.path.normpath(path), ident=str(path.resolve()), path=path)
+
+
+def _builtin_source(name: str) -> _Source:
+    return _Source(label=f"built-in '{name}'", ident=f"builtin:{name}", path=None, builtin=name)
+
+
+@functools.cache
+def _load_builtin(name: str) -> GPUSpec:
+    return _load(_builtin_source(name))
+
+
+def _load(top: _Source) -> GPUSpec:
+    values, origin = _merged(top, ())
+    missing = [k for k in _FIELD_NAMES if k not in values]
+    if missing:
+        raise GPUSpecError(
+            f"{top.label}: missing keys {', '.join(missing)}. A file without base sets every key;"
+            ' or set base = "h200" (a built-in or another file) and override only what differs.'
+        )
+    try:
+        return GPUSpec(**values)
+    except GPUSpecError as err:
+        where = origin.get(err.key, top.label)
+        via = f" (loading {top.label})" if where != top.label else ""
+        raise GPUSpecError(f"{where}: {err}{via}", key=err.key) from None
+
+
+def _merged(src: _Source, chain: tuple[_Source, ...]) -> tuple[dict, dict]:
+    """Values of ``src`` over those of its bases, and for each key the file that set it."""
+    if any(s.ident == src.ident for s in chain):
+        loop = " -> ".join(s.label for s in (*chain, src))
+        raise GPUSpecError(f"base loop: {loop}. A spec may not be its own base, even indirectly.")
+    data = _read(src)
+    for key in data:
+        if key not in _FIELD_NAMES and key != "base":
+            raise GPUSpecError(f"{src.label}: {_unknown_key(key)}", key=key)
+    if "name" not in data:
+        raise GPUSpecError(
+            f"{src.label}: missing key 'name'; every spec file names its GPU, even with a base",
+            key="name",
+        )
+    base = data.pop("base", None)
+    values: dict[str, Any] = {"description": ""}
+    origin: dict[str, str] = {}
+    if base is not None:
+        values, origin = _merged(_base_source(base, src), (*chain, src))
+        values["description"] = f"derived from {base}"  # a base's description is not inherited
+    values.update(data)
+    origin.update(dict.fromkeys(data, src.label))
+    return values, origin
+
+
+def _read(src: _Source) -> dict[str, Any]:
+    try:
+        if src.builtin is not None:
+            text = (resources.files(__package__) / "specs" / f"{src.builtin}.toml").read_text()
+        else:
+            text = src.path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise GPUSpecError(f"{src.label}: cannot read the file: {err}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise GPUSpecError(f"{src.label}: not valid TOML: {err}") from None
+
+
+def _base_source(base: Any, referrer: _Source) -> _Source:
+    where = f"{referrer.label}: base = {base!r}"
+    if not isinstance(base, str):
+        raise GPUSpecError(f"{where} must be a string: a built-in name or a path", key="base")
+    if base.endswith(".toml") or "/" in base or os.sep in base:
+        if referrer.path is None:
+            raise GPUSpecError(f"{where}: a built-in spec may only name another built-in")
+        path = Path(base).expanduser()
+        path = path if path.is_absolute() else referrer.path.parent / path
+        if not path.is_file():
+            raise GPUSpecError(
+                f"{where}: no such file ({os.path.normpath(path)}); a path in base is relative "
+                "to the file that names it",
+                key="base",
+            )
+        return _file_source(path)
+    if base not in builtin_gpus():
+        close = difflib.get_close_matches(base, builtin_gpus(), n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise GPUSpecError(
+            f"{where} is not a built-in GPU (built-ins: {', '.join(builtin_gpus())}).{hint} "
+            "To inherit from a file, give its path ending in .toml.",
+            key="base",
+        )
+    return _builtin_source(base)
