@@ -1,0 +1,307 @@
+"""FlashAttention-2 backward (Dao 2023, Algorithm 2), as flash-attention's kernels run it.
+
+Three kernels:
+1. ``flash2_bwd_pre``: one CTA per (batch, head, Q block): D_i = rowsum(dO_i * O_i) written to HBM
+   (Algorithm 2, line 4) and the fp32 dQ accumulator zeroed (line 3).
+2. ``flash2_bwd``: one CTA per (batch, key/value head, K/V block j), outer loop over K/V blocks:
+   K_j, V_j read once and dK_j, dV_j accumulated on chip; for every query head of the group and every
+   Q block i it reads Q_i, dO_i, L_i, D_i, recomputes P_ij = exp(S_ij - L_i) from the forward's
+   logsumexp, and adds dS_ij K_j into dQ_i with an atomic add at L2 (line 15 reads and writes dQ_i;
+   the implementation lets L2 do the read-modify-write). O_i is not re-read: D replaces it.
+3. ``flash2_bwd_post``: one CTA per (batch, head, Q block): dQ_i converted from the fp32 accumulator to
+   the input dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from kernels import flash2
+from kernels._emit import (
+    ALLOC, EW, EXP, FREE, JIT, LOAD, MMA, P_ACC, P_BATCH, P_BKV, P_BQ, P_CAUSAL, P_DIM, P_EB,
+    P_HEADS, P_KV_HEADS, P_SEQ, REDUCE, STORE, put,
+)  # fmt: skip
+from kernels._numerics import acc_dtype, to_dtype
+from kernels._record import Recorder, offset4
+from kernels._resources import regs_per_thread
+from simulator.trace import KernelInfo, Op, Space, TensorInfo
+
+OPTIONS = ()
+
+(Q, K, V, O, DO, LSE, D, DQ_ACC, DQ, DK, DV,  # global
+ Q_S, DO_S, K_S, V_S, LD_S,  # shared memory
+ DK_R, DV_R, S_R, DP_R, DQ_R, ROW_R) = range(22)  # registers  # fmt: skip
+
+# FP32 operations that are not matmuls (docs/model.md): per score, P = exp(scale*S - L) costs one
+# fused multiply-add, dS = P * (dP - D) two; per element of a Q row block, D_i = rowsum(dO * O) two
+# and the dQ scaling one; per element of dK, its final scaling one.
+EW_P_PER_SCORE, EW_DS_PER_SCORE, EW_D_PER_ELEM, EW_DQ_PER_ELEM = 1, 2, 2, 1
+
+
+def validate(s) -> None:
+    return None
+
+
+def tensors(s) -> tuple[TensorInfo, ...]:
+    sh, br, bc = s.shape, s.block_q, s.block_kv
+    b, h, kh, n, d, eb, acc = (
+        sh.batch, sh.heads, sh.n_kv_heads, sh.seq_len, sh.head_dim, sh.elem_bytes, sh.acc_bytes,
+    )  # fmt: skip
+    g, sm, rg = Space.GLOBAL, Space.SHARED, Space.REGISTERS
+    return (
+        TensorInfo("Q", g, (b, h, n, d), eb),
+        TensorInfo("K", g, (b, kh, n, d), eb),
+        TensorInfo("V", g, (b, kh, n, d), eb),
+        TensorInfo("O", g, (b, h, n, d), eb),
+        TensorInfo("dO", g, (b, h, n, d), eb),
+        TensorInfo("L", g, (b, h, n), acc),
+        TensorInfo("D", g, (b, h, n), acc),
+        TensorInfo("dQ_acc", g, (b, h, n, d), acc),
+        TensorInfo("dQ", g, (b, h, n, d), eb),
+        TensorInfo("dK", g, (b, kh, n, d), eb),
+        TensorInfo("dV", g, (b, kh, n, d), eb),
+        TensorInfo("Q_i", sm, (br, d), eb),
+        TensorInfo("dO_i", sm, (br, d), eb),
+        TensorInfo("K_j", sm, (bc, d), eb),
+        TensorInfo("V_j", sm, (bc, d), eb),
+        TensorInfo("L_D_i", sm, (2, br), acc),
+        TensorInfo("dK_j", rg, (bc, d), acc),
+        TensorInfo("dV_j", rg, (bc, d), acc),
+        TensorInfo("S_ij", rg, (br, bc), acc),
+        TensorInfo("dP_ij", rg, (br, bc), acc),
+        TensorInfo("dQ_i", rg, (br, d), acc),
+        TensorInfo("rows_i", rg, (2, br, d), acc),
+    )
+
+
+def _sizes(sh, br, bc):
+    """Bytes of every on-chip buffer, by tensor index."""
+    d, eb, acc = sh.head_dim, sh.elem_bytes, sh.acc_bytes
+    return {
+        Q_S: br * d * eb, DO_S: br * d * eb, K_S: bc * d * eb, V_S: bc * d * eb,
+        LD_S: 2 * br * acc, DK_R: bc * d * acc, DV_R: bc * d * acc, S_R: br * bc * acc,
+        DP_R: br * bc * acc, DQ_R: br * d * acc, ROW_R: 2 * br * d * acc,
+    }  # fmt: skip
+
+
+MAIN_BUFFERS = (K_S, V_S, Q_S, DO_S, LD_S, DK_R, DV_R, S_R, DP_R, DQ_R)
+
+
+def kernels(s) -> tuple[KernelInfo, ...]:
+    sh, w = s.shape, s.warps
+    z = _sizes(sh, s.block_q, s.block_kv)
+    rows = sh.batch * sh.heads * s.t_q
+    main_smem = sum(z[t] for t in MAIN_BUFFERS[:5])
+    main_regs = sum(z[t] for t in MAIN_BUFFERS[5:])
+    return (
+        KernelInfo("flash2_bwd_pre", rows, w, 0, regs_per_thread(z[ROW_R], w)),
+        KernelInfo("flash2_bwd", sh.batch * sh.n_kv_heads * s.t_kv, w, main_smem,
+                   regs_per_thread(main_regs, w)),  # fmt: skip
+        KernelInfo("flash2_bwd_post", rows, w, 0, regs_per_thread(z[DQ_R], w)),
+    )
+
+
+@njit(**JIT)
+def _emit(ev, write, kernel, cta_start, cta_stop, p):
+    nb, nh, nkh, n, d = p[P_BATCH], p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_DIM]
+    eb, acc, br, bc, causal = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV], p[P_CAUSAL]
+    t_q, t_kv, grp = (n + br - 1) // br, (n + bc - 1) // bc, nh // nkh
+    row, arow = d * eb, d * acc
+    k = 0
+    for cta in range(cta_start, cta_stop):
+        if kernel == 0 or kernel == 2:  # per (b, h, i): preprocess or postprocess
+            bh, i = cta // t_q, cta % t_q
+            q0 = i * br
+            r = min(br, n - q0)
+            off, aoff, voff = (bh * n + q0) * row, (bh * n + q0) * arow, (bh * n + q0) * acc
+            if kernel == 0:
+                k = put(ev, k, write, kernel, cta, -1, ALLOC, ROW_R, -1, -1, 0, 0, 0, 0,
+                        2 * br * arow, 0)  # fmt: skip
+                k = put(ev, k, write, kernel, cta, -1, LOAD, O, i, -1, off, r, row, row, r * row, 0)
+                k = put(ev, k, write, kernel, cta, -1, LOAD, DO, i, -1, off, r, row, row, r * row, 0)
+                k = put(ev, k, write, kernel, cta, -1, EW, -1, i, -1, 0, 0, 0, 0, 0,
+                        EW_D_PER_ELEM * r * d)  # fmt: skip
+                k = put(ev, k, write, kernel, cta, -1, STORE, D, i, -1, voff, 1, r * acc, r * acc,
+                        r * acc, 0)  # fmt: skip
+                k = put(ev, k, write, kernel, cta, -1, STORE, DQ_ACC, i, -1, aoff, r, arow, arow,
+                        r * arow, 0)  # fmt: skip
+                k = put(ev, k, write, kernel, cta, -1, FREE, ROW_R, -1, -1, 0, 0, 0, 0,
+                        2 * br * arow, 0)  # fmt: skip
+            else:
+                k = put(ev, k, write, kernel, cta, -1, ALLOC, DQ_R, -1, -1, 0, 0, 0, 0, br * arow, 0)
+                k = put(ev, k, write, kernel, cta, -1, LOAD, DQ_ACC, i, -1, aoff, r, arow, arow,
+                        r * arow, 0)  # fmt: skip
+                k = put(ev, k, write, kernel, cta, -1, STORE, DQ, i, -1, off, r, row, row, r * row, 0)
+                k = put(ev, k, write, kernel, cta, -1, FREE, DQ_R, -1, -1, 0, 0, 0, 0, br * arow, 0)
+            continue
+        # main kernel: one CTA per (b, kv head, j)
+        bkh, j = cta // t_kv, cta % t_kv
+        b, kvh = bkh // nkh, bkh % nkh
+        k0 = j * bc
+        c = min(bc, n - k0)
+        bufs = (K_S, V_S, Q_S, DO_S, LD_S, DK_R, DV_R, S_R, DP_R, DQ_R)  # = MAIN_BUFFERS
+        sizes = (bc * row, bc * row, br * row, br * row, 2 * br * acc, bc * arow, bc * arow,
+                 br * bc * acc, br * bc * acc, br * arow)  # fmt: skip
+        for t in range(10):
+            k = put(ev, k, write, kernel, cta, -1, ALLOC, bufs[t], -1, -1, 0, 0, 0, 0, sizes[t], 0)
+        kvoff = (bkh * n + k0) * row
+        # K_j, V_j: HBM -> SRAM once per CTA
+        k = put(ev, k, write, kernel, cta, -1, LOAD, K, j, -1, kvoff, c, row, row, c * row, 0)
+        k = put(ev, k, write, kernel, cta, -1, LOAD, V, j, -1, kvoff, c, row, row, c * row, 0)
+        i_start = k0 // br if causal != 0 else 0
+        for g in range(grp):
+            h = kvh * grp + g
+            bh = b * nh + h
+            for i in range(i_start, t_q):
+                step = g * t_q + i
+                q0 = i * br
+                r = min(br, n - q0)
+                off, voff = (bh * n + q0) * row, (bh * n + q0) * acc
+                # Q_i, dO_i, L_i, D_i: HBM -> SRAM once per (i, j)
+                k = put(ev, k, write, kernel, cta, step, LOAD, Q, i, -1, off, r, row, row, r * row, 0)
+                k = put(ev, k, write, kernel, cta, step, LOAD, DO, i, -1, off, r, row, row, r * row,
+                        0)  # fmt: skip
+                k = put(ev, k, write, kernel, cta, step, LOAD, LSE, i, -1, voff, 1, r * acc, r * acc,
+                        r * acc, 0)  # fmt: skip
+                k = put(ev, k, write, kernel, cta, step, LOAD, D, i, -1, voff, 1, r * acc, r * acc,
+                        r * acc, 0)  # fmt: skip
+                mm = 2 * r * c * d
+                ew_p = EW_P_PER_SCORE * r * c
+                if causal != 0 and k0 + c - 1 > q0:
+                    ew_p += r * c  # diagonal block: apply the mask
+                k = put(ev, k, write, kernel, cta, step, MMA, -1, i, j, 0, 0, 0, 0, 0, mm)  # S
+                k = put(ev, k, write, kernel, cta, step, EW, -1, i, j, 0, 0, 0, 0, 0, ew_p)
+                k = put(ev, k, write, kernel, cta, step, EXP, -1, i, j, 0, 0, 0, 0, 0, r * c)
+                k = put(ev, k, write, kernel, cta, step, MMA, -1, i, j, 0, 0, 0, 0, 0, mm)  # dV
+                k = put(ev, k, write, kernel, cta, step, MMA, -1, i, j, 0, 0, 0, 0, 0, mm)  # dP
+                k = put(ev, k, write, kernel, cta, step, EW, -1, i, j, 0, 0, 0, 0, 0,
+                        EW_DS_PER_SCORE * r * c + EW_DQ_PER_ELEM * r * d)  # fmt: skip
+                k = put(ev, k, write, kernel, cta, step, MMA, -1, i, j, 0, 0, 0, 0, 0, mm)  # dQ_i
+                # dQ_i += dS_ij K_j: atomic add into the fp32 accumulator, at L2
+                aoff = (bh * n + q0) * arow
+                k = put(ev, k, write, kernel, cta, step, REDUCE, DQ_ACC, i, j, aoff, r, arow, arow,
+                        r * arow, 0)  # fmt: skip
+                k = put(ev, k, write, kernel, cta, step, MMA, -1, i, j, 0, 0, 0, 0, 0, mm)  # dK
+        k = put(ev, k, write, kernel, cta, -1, EW, -1, -1, j, 0, 0, 0, 0, 0, c * d)  # dK *= scale
+        # dK_j, dV_j: registers -> HBM once per CTA
+        k = put(ev, k, write, kernel, cta, -1, STORE, DK, j, -1, kvoff, c, row, row, c * row, 0)
+        k = put(ev, k, write, kernel, cta, -1, STORE, DV, j, -1, kvoff, c, row, row, c * row, 0)
+        for t in range(9, -1, -1):
+            k = put(ev, k, write, kernel, cta, -1, FREE, bufs[t], -1, -1, 0, 0, 0, 0, sizes[t], 0)
+    return k
+
+
+def execute(s, q, k, v, grad_out, rec):
+    """Run the three kernels tile by tile; returns (dQ, dK, dV) and logs every event."""
+    sh = s.shape
+    nb, nh, n, d, dt, grp = sh.batch, sh.heads, sh.seq_len, sh.head_dim, sh.dtype, sh.group
+    br, bc, eb, acc = s.block_q, s.block_kv, sh.elem_bytes, sh.acc_bytes
+    at = acc_dtype(dt)
+    scale = at.type(sh.scale)
+    qd, kd = (nb, nh, n, d), (nb, sh.n_kv_heads, n, d)
+    fwd = flash2.execute(s.__class__("flash2", sh, br, bc, s.warps), q, k, v, None, Recorder())
+    o, lse = fwd  # what the forward left in HBM: O in the input dtype, L in fp32/fp64
+    z = _sizes(sh, br, bc)
+    put = rec.put
+    d_vec = np.zeros((nb, nh, n), at)
+    dq_acc = np.zeros(qd, at)
+    dq, dk, dv = np.zeros(qd, q.dtype), np.zeros(kd, q.dtype), np.zeros(kd, q.dtype)
+
+    def mem(kern, cta, step, op, t, bi, bj, dims, b, h, r0, nrows, elem):
+        off = offset4(dims, b, h, r0, 0, elem)
+        put(kern, cta, step, op, t, bi, bj, off, nrows, dims[3] * elem, dims[3] * elem,
+            nrows * dims[3] * elem, 0)  # fmt: skip
+
+    for cta in range(s.t_q * nb * nh):  # kernel 0: D = rowsum(dO * O), dQ_acc = 0
+        bh, i = divmod(cta, s.t_q)
+        b, h = divmod(bh, nh)
+        q0 = i * br
+        r = min(br, n - q0)
+        put(0, cta, -1, Op.ALLOC, ROW_R, -1, -1, 0, 0, 0, 0, z[ROW_R], 0)
+        o_i = o[b, h, q0 : q0 + r].astype(at)
+        mem(0, cta, -1, Op.LOAD, O, i, -1, qd, b, h, q0, r, eb)
+        do_i = grad_out[b, h, q0 : q0 + r].astype(at)
+        mem(0, cta, -1, Op.LOAD, DO, i, -1, qd, b, h, q0, r, eb)
+        d_vec[b, h, q0 : q0 + r] = (do_i * o_i).sum(axis=1)
+        put(0, cta, -1, Op.ELEMENTWISE, -1, i, -1, 0, 0, 0, 0, 0, EW_D_PER_ELEM * r * d)
+        voff = (bh * n + q0) * acc
+        put(0, cta, -1, Op.STORE, D, i, -1, voff, 1, r * acc, r * acc, r * acc, 0)
+        dq_acc[b, h, q0 : q0 + r] = 0
+        mem(0, cta, -1, Op.STORE, DQ_ACC, i, -1, qd, b, h, q0, r, acc)
+        put(0, cta, -1, Op.FREE, ROW_R, -1, -1, 0, 0, 0, 0, z[ROW_R], 0)
+
+    for cta in range(nb * sh.n_kv_heads * s.t_kv):  # kernel 1: outer loop over K/V blocks
+        bkh, j = divmod(cta, s.t_kv)
+        b, kvh = divmod(bkh, sh.n_kv_heads)
+        k0 = j * bc
+        c = min(bc, n - k0)
+        for t in MAIN_BUFFERS:
+            put(1, cta, -1, Op.ALLOC, t, -1, -1, 0, 0, 0, 0, z[t], 0)
+        k_j = k[b, kvh, k0 : k0 + c].astype(at)
+        mem(1, cta, -1, Op.LOAD, K, j, -1, kd, b, kvh, k0, c, eb)
+        v_j = v[b, kvh, k0 : k0 + c].astype(at)
+        mem(1, cta, -1, Op.LOAD, V, j, -1, kd, b, kvh, k0, c, eb)
+        dk_j, dv_j = np.zeros((c, d), at), np.zeros((c, d), at)
+        keys = np.arange(k0, k0 + c)[None, :]
+        for g in range(grp):
+            h = kvh * grp + g
+            for i in range(s.t_q):
+                q0 = i * br
+                r = min(br, n - q0)
+                if sh.causal and q0 + r - 1 < k0:
+                    continue  # the whole Q block lies above the diagonal for these keys
+                step = g * s.t_q + i
+                q_i = q[b, h, q0 : q0 + r].astype(at)
+                mem(1, cta, step, Op.LOAD, Q, i, -1, qd, b, h, q0, r, eb)
+                do_i = grad_out[b, h, q0 : q0 + r].astype(at)
+                mem(1, cta, step, Op.LOAD, DO, i, -1, qd, b, h, q0, r, eb)
+                voff = ((b * nh + h) * n + q0) * acc
+                l_i = lse[b, h, q0 : q0 + r]
+                put(1, cta, step, Op.LOAD, LSE, i, -1, voff, 1, r * acc, r * acc, r * acc, 0)
+                dd_i = d_vec[b, h, q0 : q0 + r]
+                put(1, cta, step, Op.LOAD, D, i, -1, voff, 1, r * acc, r * acc, r * acc, 0)
+                mm = 2 * r * c * d
+                s_ij = (q_i @ k_j.T) * scale
+                put(1, cta, step, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mm)
+                ew = EW_P_PER_SCORE * r * c
+                if sh.causal and k0 + c - 1 > q0:
+                    s_ij = np.where(keys > np.arange(q0, q0 + r)[:, None], -np.inf, s_ij)
+                    ew += r * c
+                put(1, cta, step, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0, ew)
+                p_ij = np.exp(s_ij - l_i[:, None])  # P rebuilt from the forward's logsumexp
+                put(1, cta, step, Op.EXP, -1, i, j, 0, 0, 0, 0, 0, r * c)
+                dv_j += to_dtype(p_ij, dt).astype(at).T @ do_i
+                put(1, cta, step, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mm)
+                dp_ij = do_i @ v_j.T
+                put(1, cta, step, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mm)
+                ds_ij = to_dtype(p_ij * (dp_ij - dd_i[:, None]), dt).astype(at)
+                put(1, cta, step, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0,
+                    EW_DS_PER_SCORE * r * c + EW_DQ_PER_ELEM * r * d)  # fmt: skip
+                dq_part = (ds_ij @ k_j) * scale
+                put(1, cta, step, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mm)
+                dq_acc[b, h, q0 : q0 + r] += dq_part
+                off = offset4(qd, b, h, q0, 0, acc)
+                put(1, cta, step, Op.REDUCE, DQ_ACC, i, j, off, r, d * acc, d * acc, r * d * acc, 0)
+                dk_j += ds_ij.T @ q_i
+                put(1, cta, step, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mm)
+        dk_j *= scale
+        put(1, cta, -1, Op.ELEMENTWISE, -1, -1, j, 0, 0, 0, 0, 0, c * d)
+        dk[b, kvh, k0 : k0 + c] = to_dtype(dk_j, dt)
+        mem(1, cta, -1, Op.STORE, DK, j, -1, kd, b, kvh, k0, c, eb)
+        dv[b, kvh, k0 : k0 + c] = to_dtype(dv_j, dt)
+        mem(1, cta, -1, Op.STORE, DV, j, -1, kd, b, kvh, k0, c, eb)
+        for t in reversed(MAIN_BUFFERS):
+            put(1, cta, -1, Op.FREE, t, -1, -1, 0, 0, 0, 0, z[t], 0)
+
+    for cta in range(s.t_q * nb * nh):  # kernel 2: dQ = dQ_acc in the input dtype
+        bh, i = divmod(cta, s.t_q)
+        b, h = divmod(bh, nh)
+        q0 = i * br
+        r = min(br, n - q0)
+        put(2, cta, -1, Op.ALLOC, DQ_R, -1, -1, 0, 0, 0, 0, z[DQ_R], 0)
+        mem(2, cta, -1, Op.LOAD, DQ_ACC, i, -1, qd, b, h, q0, r, acc)
+        dq[b, h, q0 : q0 + r] = to_dtype(dq_acc[b, h, q0 : q0 + r], dt)
+        mem(2, cta, -1, Op.STORE, DQ, i, -1, qd, b, h, q0, r, eb)
+        put(2, cta, -1, Op.FREE, DQ_R, -1, -1, 0, 0, 0, 0, z[DQ_R], 0)
+    return dq, dk, dv
