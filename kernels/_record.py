@@ -20,8 +20,21 @@ class Recorder:
     def put(self, kernel, cta, step, op, tensor, brow, bcol, off, rows, row_bytes, stride,
             nbytes, flops):  # fmt: skip
         self.rows.append(
-            (kernel, cta, step, int(op), tensor, brow, bcol, off, rows, row_bytes, stride,
-             nbytes, flops)  # fmt: skip
+            (
+                kernel,
+                cta,
+                step,
+                int(op),
+                tensor,
+                brow,
+                bcol,
+                off,
+                rows,
+                row_bytes,
+                stride,
+                nbytes,
+                flops,
+            )  # fmt: skip
         )
 
     def events(self) -> np.ndarray:

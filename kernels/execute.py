@@ -27,7 +27,9 @@ def _check(name: str, x, expected_shape: tuple[int, ...], dtype: str) -> np.ndar
         raise ValueError(f"{name} has dtype {x.dtype}, expected {want} for {dtype}{hint}")
     if not np.all(np.isfinite(x)):
         bad = np.argwhere(~np.isfinite(x))[0]
-        raise ValueError(f"{name} contains NaN or Inf (first at index {tuple(int(i) for i in bad)})")
+        raise ValueError(
+            f"{name} contains NaN or Inf (first at index {tuple(int(i) for i in bad)})"
+        )
     return to_dtype(x, dtype) if dtype == "bf16" else x
 
 

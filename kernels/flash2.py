@@ -12,7 +12,25 @@ import numpy as np
 from numba import njit
 
 from kernels._emit import (
-    ALLOC, EW, EXP, FREE, JIT, LOAD, MMA, P_ACC, P_BATCH, P_BKV, P_BQ, P_CAUSAL, P_DIM, P_EB, P_HEADS, P_KV_HEADS, P_SEQ, STORE, put,
+    ALLOC,
+    EW,
+    EXP,
+    FREE,
+    JIT,
+    LOAD,
+    MMA,
+    P_ACC,
+    P_BATCH,
+    P_BKV,
+    P_BQ,
+    P_CAUSAL,
+    P_DIM,
+    P_EB,
+    P_HEADS,
+    P_KV_HEADS,
+    P_SEQ,
+    STORE,
+    put,
 )  # fmt: skip
 from kernels._numerics import acc_dtype, to_dtype
 from kernels._record import offset4
@@ -106,7 +124,9 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
         # O_i, L_i: SRAM -> HBM, once per CTA
         k = put(ev, k, write, kernel, cta, -1, STORE, O, i, -1, qoff, r, row, row, r * row, 0)
         loff = ((b * nh + h) * n + q0) * acc
-        k = put(ev, k, write, kernel, cta, -1, STORE, LSE, i, -1, loff, 1, r * acc, r * acc, r * acc, 0)
+        k = put(
+            ev, k, write, kernel, cta, -1, STORE, LSE, i, -1, loff, 1, r * acc, r * acc, r * acc, 0
+        )
         k = put(ev, k, write, kernel, cta, -1, FREE, M_L, -1, -1, 0, 0, 0, 0, 2 * br * acc, 0)
         k = put(ev, k, write, kernel, cta, -1, FREE, S_ACC, -1, -1, 0, 0, 0, 0, br * bc * acc, 0)
         k = put(ev, k, write, kernel, cta, -1, FREE, O_ACC, -1, -1, 0, 0, 0, 0, br * d * acc, 0)

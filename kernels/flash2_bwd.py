@@ -19,8 +19,26 @@ from numba import njit
 
 from kernels import flash2
 from kernels._emit import (
-    ALLOC, EW, EXP, FREE, JIT, LOAD, MMA, P_ACC, P_BATCH, P_BKV, P_BQ, P_CAUSAL, P_DIM, P_EB,
-    P_HEADS, P_KV_HEADS, P_SEQ, REDUCE, STORE, put,
+    ALLOC,
+    EW,
+    EXP,
+    FREE,
+    JIT,
+    LOAD,
+    MMA,
+    P_ACC,
+    P_BATCH,
+    P_BKV,
+    P_BQ,
+    P_CAUSAL,
+    P_DIM,
+    P_EB,
+    P_HEADS,
+    P_KV_HEADS,
+    P_SEQ,
+    REDUCE,
+    STORE,
+    put,
 )  # fmt: skip
 from kernels._numerics import acc_dtype, to_dtype
 from kernels._record import Recorder, offset4
@@ -96,8 +114,13 @@ def kernels(s) -> tuple[KernelInfo, ...]:
     main_regs = sum(z[t] for t in MAIN_BUFFERS[5:])
     return (
         KernelInfo("flash2_bwd_pre", rows, w, 0, regs_per_thread(z[ROW_R], w)),
-        KernelInfo("flash2_bwd", sh.batch * sh.n_kv_heads * s.t_kv, w, main_smem,
-                   regs_per_thread(main_regs, w)),  # fmt: skip
+        KernelInfo(
+            "flash2_bwd",
+            sh.batch * sh.n_kv_heads * s.t_kv,
+            w,
+            main_smem,
+            regs_per_thread(main_regs, w),
+        ),  # fmt: skip
         KernelInfo("flash2_bwd_post", rows, w, 0, regs_per_thread(z[DQ_R], w)),
     )
 
@@ -118,8 +141,12 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
             if kernel == 0:
                 k = put(ev, k, write, kernel, cta, -1, ALLOC, ROW_R, -1, -1, 0, 0, 0, 0,
                         2 * br * arow, 0)  # fmt: skip
-                k = put(ev, k, write, kernel, cta, -1, LOAD, O, i, -1, off, r, row, row, r * row, 0)
-                k = put(ev, k, write, kernel, cta, -1, LOAD, DO, i, -1, off, r, row, row, r * row, 0)
+                k = put(
+                    ev, k, write, kernel, cta, -1, LOAD, O, i, -1, off, r, row, row, r * row, 0
+                )
+                k = put(
+                    ev, k, write, kernel, cta, -1, LOAD, DO, i, -1, off, r, row, row, r * row, 0
+                )
                 k = put(ev, k, write, kernel, cta, -1, EW, -1, i, -1, 0, 0, 0, 0, 0,
                         EW_D_PER_ELEM * r * d)  # fmt: skip
                 k = put(ev, k, write, kernel, cta, -1, STORE, D, i, -1, voff, 1, r * acc, r * acc,
@@ -129,11 +156,17 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
                 k = put(ev, k, write, kernel, cta, -1, FREE, ROW_R, -1, -1, 0, 0, 0, 0,
                         2 * br * arow, 0)  # fmt: skip
             else:
-                k = put(ev, k, write, kernel, cta, -1, ALLOC, DQ_R, -1, -1, 0, 0, 0, 0, br * arow, 0)
+                k = put(
+                    ev, k, write, kernel, cta, -1, ALLOC, DQ_R, -1, -1, 0, 0, 0, 0, br * arow, 0
+                )
                 k = put(ev, k, write, kernel, cta, -1, LOAD, DQ_ACC, i, -1, aoff, r, arow, arow,
                         r * arow, 0)  # fmt: skip
-                k = put(ev, k, write, kernel, cta, -1, STORE, DQ, i, -1, off, r, row, row, r * row, 0)
-                k = put(ev, k, write, kernel, cta, -1, FREE, DQ_R, -1, -1, 0, 0, 0, 0, br * arow, 0)
+                k = put(
+                    ev, k, write, kernel, cta, -1, STORE, DQ, i, -1, off, r, row, row, r * row, 0
+                )
+                k = put(
+                    ev, k, write, kernel, cta, -1, FREE, DQ_R, -1, -1, 0, 0, 0, 0, br * arow, 0
+                )
             continue
         # main kernel: one CTA per (b, kv head, j)
         bkh, j = cta // t_kv, cta % t_kv
@@ -159,7 +192,9 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
                 r = min(br, n - q0)
                 off, voff = (bh * n + q0) * row, (bh * n + q0) * acc
                 # Q_i, dO_i, L_i, D_i: HBM -> SRAM once per (i, j)
-                k = put(ev, k, write, kernel, cta, step, LOAD, Q, i, -1, off, r, row, row, r * row, 0)
+                k = put(
+                    ev, k, write, kernel, cta, step, LOAD, Q, i, -1, off, r, row, row, r * row, 0
+                )
                 k = put(ev, k, write, kernel, cta, step, LOAD, DO, i, -1, off, r, row, row, r * row,
                         0)  # fmt: skip
                 k = put(ev, k, write, kernel, cta, step, LOAD, LSE, i, -1, voff, 1, r * acc, r * acc,
@@ -282,7 +317,9 @@ def execute(s, q, k, v, grad_out, rec):
                 put(1, cta, step, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mm)
                 dq_acc[b, h, q0 : q0 + r] += dq_part
                 off = offset4(qd, b, h, q0, 0, acc)
-                put(1, cta, step, Op.REDUCE, DQ_ACC, i, j, off, r, d * acc, d * acc, r * d * acc, 0)
+                put(
+                    1, cta, step, Op.REDUCE, DQ_ACC, i, j, off, r, d * acc, d * acc, r * d * acc, 0
+                )
                 dk_j += ds_ij.T @ q_i
                 put(1, cta, step, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mm)
         dk_j *= scale

@@ -66,7 +66,9 @@ class Schedule:
 
     def __post_init__(self):
         if self.name not in SCHEDULES:
-            raise ValueError(f"unknown schedule {self.name!r}; choose one of {', '.join(SCHEDULES)}")
+            raise ValueError(
+                f"unknown schedule {self.name!r}; choose one of {', '.join(SCHEDULES)}"
+            )
         for f in ("block_q", "block_kv", "warps"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:

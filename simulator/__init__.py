@@ -1,18 +1,28 @@
 """GPU specs, the trace format, and the replay engine. Knows nothing about attention."""
 
 from simulator.gpu import GPUSpec, GPUSpecError, builtin_gpus, load_gpu
+from simulator.occupancy import CapacityError, Occupancy, occupancy
+from simulator.result import KernelResult, SimResult, TensorTraffic
+from simulator.simulate import simulate
 from simulator.trace import EVENT_DTYPE, KernelInfo, Op, Space, TensorInfo, Trace, TraceMeta
 
 __all__ = [
     "EVENT_DTYPE",
+    "CapacityError",
     "GPUSpec",
     "GPUSpecError",
     "KernelInfo",
+    "KernelResult",
+    "Occupancy",
     "Op",
+    "SimResult",
     "Space",
     "TensorInfo",
+    "TensorTraffic",
     "Trace",
     "TraceMeta",
     "builtin_gpus",
     "load_gpu",
+    "occupancy",
+    "simulate",
 ]

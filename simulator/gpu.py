@@ -45,13 +45,16 @@ class GPUSpec:
     sm_count: int
     clock_hz: float  # SM boost clock
     warp_size: int
+    sm_sub_partitions: int  # warp schedulers per SM; one warp issues to one of them
     # shared memory (the FA papers' SRAM), per SM and per CTA (opt-in maximum)
     smem_per_sm_bytes: int
     smem_per_cta_bytes: int
     smem_bandwidth_bytes_per_cycle_per_sm: int
+    smem_reserved_per_cta_bytes: int  # shared memory the system reserves for each resident CTA
     # occupancy limits
     regs_per_sm: int
     regs_per_thread_max: int
+    regs_alloc_unit_per_warp: int  # registers are allocated to warps in units of this many
     max_warps_per_sm: int
     max_ctas_per_sm: int
     max_threads_per_cta: int
@@ -254,7 +257,7 @@ def builtin_gpus() -> tuple[str, ...]:
     return tuple(sorted(p.name[:-5] for p in specs.iterdir() if p.name.endswith(".toml")))
 
 
-def load_gpu(name_or_path: "str | os.PathLike[str]") -> GPUSpec:
+def load_gpu(name_or_path: str | os.PathLike[str]) -> GPUSpec:
     """Load a built-in GPU spec by name, or a user's TOML spec file by path.
 
     Parameters
@@ -358,7 +361,9 @@ def _merged(src: _Source, chain: tuple[_Source, ...]) -> tuple[dict, dict]:
 def _read(src: _Source) -> dict[str, Any]:
     try:
         if src.builtin is not None:
-            text = (resources.files(__package__) / "specs" / f"{src.builtin}.toml").read_text()
+            text = (resources.files(__package__) / "specs" / f"{src.builtin}.toml").read_text(
+                "utf-8"
+            )
         else:
             text = src.path.read_text(encoding="utf-8")
     except OSError as err:

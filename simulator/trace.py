@@ -190,7 +190,9 @@ class Trace:
         return self.meta == other.meta and np.array_equal(self.events, other.events)
 
     def __repr__(self) -> str:
-        return f"Trace({self.meta.schedule!r}, {len(self)} events, {len(self.meta.kernels)} kernels)"
+        return (
+            f"Trace({self.meta.schedule!r}, {len(self)} events, {len(self.meta.kernels)} kernels)"
+        )
 
     def cta_events(self, kernel: int, start: int, stop: int) -> np.ndarray:
         if self._keys is None:  # (kernel, cta) as one sortable key, built on first use

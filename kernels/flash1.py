@@ -1,0 +1,298 @@
+"""FlashAttention(-1) forward (Dao et al. 2022, Algorithm 1).
+
+One CTA per (batch, head): FA1 parallelises over batch and heads only. The CTA follows the
+paper's loop order: the outer loop streams the K/V blocks j (each read from HBM once), the inner
+loop visits every Q block i (causal: those with a row at or below the block's first key). The
+running output and statistics live in HBM between outer steps, as in FA1's CUDA code (an fp32
+``o_tmp`` buffer and fp32 softmax statistics): per (i, j) the CTA reads Q_i, O_acc_i, l_i, m_i
+and writes O_acc_i, l_i, m_i back. Line 2 initialises O_acc = 0, l = 0, m = -inf in HBM; at the
+last K block that touches Q block i the CTA writes the final O_i (input dtype) instead of
+O_acc_i. Q, O_acc, l and m therefore travel Tc times, K and V once.
+
+FA1 splits K and V across the CTA's warps (split-K, FA2 paper Sec. 3.3): every warp holds a
+slice of the keys, so after each (i, j) step the warps exchange their partial P~V_j, row maxima
+and row sums through shared memory, synchronise and add them up. With ``warps > 1`` that is one
+SHARED event of ``2 * warps * r * (d + 2) * acc`` bytes (each warp writes, then reads, its
+partials), a SYNC, and ``(warps - 1) * r * (d + 2)`` FP32 additions; FA2's split-Q pays none.
+
+FP32 operations that are not matmuls (module constants, counted per (i, j) step; an FMA is one
+operation, as in ``kernels.flash2``):
+
+- ``EW_PER_SCORE = 3`` per score: scale-and-subtract the block max m~, row max, row sum.
+- ``EW_PER_ROW = 9`` per row: m_new = max(m, m~); m - m_new and m~ - m_new; l_new =
+  e^(m-m_new) l + e^(m~-m_new) l~ (2); 1/l_new; the two coefficients l e^(m-m_new)/l_new (2)
+  and e^(m~-m_new)/l_new (1) of line 12.
+- ``EW_PER_OUT = 2`` per output element: O_new = a * O + b * (P~V_j) (a multiply and an FMA).
+- ``r * c`` more on blocks that cross the causal diagonal (the mask).
+
+EXP per (i, j): ``r * c`` (P~ = exp(S - m~)) plus ``2 * r`` (the two rescale factors).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from kernels._emit import (
+    ALLOC,
+    EW,
+    EXP,
+    FREE,
+    JIT,
+    LOAD,
+    MMA,
+    P_ACC,
+    P_BKV,
+    P_BQ,
+    P_CAUSAL,
+    P_DIM,
+    P_EB,
+    P_HEADS,
+    P_KV_HEADS,
+    P_SEQ,
+    P_WARPS,
+    SHARED,
+    STORE,
+    SYNC,
+    put,
+)  # fmt: skip
+from kernels._numerics import acc_dtype, to_dtype
+from kernels._resources import regs_per_thread
+from simulator.trace import KernelInfo, Op, Space, TensorInfo
+
+OPTIONS = ()
+
+# tensor indices, in the order of tensors(); the split-K exchange buffer X_S comes last and
+# exists only when warps > 1
+Q, K, V, O, O_ACC, L, M, Q_S, K_S, V_S, O_T, S_T, ML_T, X_S = range(14)
+
+EW_PER_SCORE, EW_PER_ROW, EW_PER_OUT = 3, 9, 2
+
+
+def validate(s) -> None:
+    return None
+
+
+def tensors(s) -> tuple[TensorInfo, ...]:
+    """Global tensors (Q, K, V, O, the fp32 O_acc, l, m), then the CTA's on-chip buffers."""
+    sh, br, bc = s.shape, s.block_q, s.block_kv
+    b, h, kh, n, d, eb, acc = (
+        sh.batch, sh.heads, sh.n_kv_heads, sh.seq_len, sh.head_dim, sh.elem_bytes, sh.acc_bytes,
+    )  # fmt: skip
+    g, sm, rg = Space.GLOBAL, Space.SHARED, Space.REGISTERS
+    out = (
+        TensorInfo("Q", g, (b, h, n, d), eb),
+        TensorInfo("K", g, (b, kh, n, d), eb),
+        TensorInfo("V", g, (b, kh, n, d), eb),
+        TensorInfo("O", g, (b, h, n, d), eb),
+        TensorInfo("O_acc", g, (b, h, n, d), acc),
+        TensorInfo("l", g, (b, h, n), acc),
+        TensorInfo("m", g, (b, h, n), acc),
+        TensorInfo("Q_i", sm, (br, d), eb),
+        TensorInfo("K_j", sm, (bc, d), eb),
+        TensorInfo("V_j", sm, (bc, d), eb),
+        TensorInfo("O_i", rg, (br, d), acc),
+        TensorInfo("S_ij", rg, (br, bc), acc),
+        TensorInfo("m_l", rg, (2, br), acc),
+    )
+    if s.warps > 1:
+        out += (TensorInfo("split_k", sm, (s.warps, br, d + 2), acc),)
+    return out
+
+
+def exchange_bytes(s) -> int:
+    """Shared-memory bytes of the split-K exchange buffer: warps * Br * (d + 2) * acc, or 0."""
+    return s.warps * s.block_q * (s.shape.head_dim + 2) * s.shape.acc_bytes if s.warps > 1 else 0
+
+
+def kernels(s) -> tuple[KernelInfo, ...]:
+    sh, br, bc, d = s.shape, s.block_q, s.block_kv, s.shape.head_dim
+    smem = (br + 2 * bc) * d * sh.elem_bytes + exchange_bytes(s)
+    reg_tiles = (br * d + br * bc + 2 * br) * sh.acc_bytes
+    ctas = sh.batch * sh.heads
+    return (KernelInfo("flash1_fwd", ctas, s.warps, smem, regs_per_thread(reg_tiles, s.warps)),)
+
+
+@njit(**JIT)
+def _buffers(ev, k, write, kernel, cta, op, br, bc, d, eb, acc, warps):
+    """ALLOC (in order) or FREE (in reverse) the CTA's on-chip buffers."""
+    tens = (Q_S, K_S, V_S, X_S, O_T, S_T, ML_T)
+    xb = warps * br * (d + 2) * acc if warps > 1 else 0
+    size = (br * d * eb, bc * d * eb, bc * d * eb, xb, br * d * acc, br * bc * acc, 2 * br * acc)
+    for t in range(7):
+        u = t if op == ALLOC else 6 - t
+        if size[u] > 0:
+            k = put(ev, k, write, kernel, cta, -1, op, tens[u], -1, -1, 0, 0, 0, 0, size[u], 0)
+    return k
+
+
+@njit(**JIT)
+def _emit(ev, write, kernel, cta_start, cta_stop, p):
+    nh, nkh, n, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_DIM]
+    eb, acc, br, bc, warps, causal = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV], p[P_WARPS], p[P_CAUSAL]
+    t_q, t_kv, grp = (n + br - 1) // br, (n + bc - 1) // bc, nh // nkh
+    row, arow = d * eb, d * acc
+    k = 0
+    for cta in range(cta_start, cta_stop):
+        b, h = cta // nh, cta % nh
+        base = (b * nh + h) * n  # first row of (b, h) in Q, O, O_acc, l, m
+        kvbase = (b * nkh + h // grp) * n
+        k = _buffers(ev, k, write, kernel, cta, ALLOC, br, bc, d, eb, acc, warps)
+        # line 2: O_acc = 0, l = 0, m = -inf, written to HBM for the CTA's (b, h)
+        k = put(ev, k, write, kernel, cta, -1, STORE, O_ACC, -1, -1, base * arow, n, arow, arow,
+                n * arow, 0)  # fmt: skip
+        k = put(ev, k, write, kernel, cta, -1, STORE, L, -1, -1, base * acc, 1, n * acc, n * acc,
+                n * acc, 0)  # fmt: skip
+        k = put(ev, k, write, kernel, cta, -1, STORE, M, -1, -1, base * acc, 1, n * acc, n * acc,
+                n * acc, 0)  # fmt: skip
+        for j in range(t_kv):
+            k0 = j * bc
+            c = min(bc, n - k0)
+            # K_j, V_j: HBM -> SRAM, once per CTA
+            off = (kvbase + k0) * row
+            k = put(ev, k, write, kernel, cta, j, LOAD, K, j, -1, off, c, row, row, c * row, 0)
+            k = put(ev, k, write, kernel, cta, j, LOAD, V, j, -1, off, c, row, row, c * row, 0)
+            for i in range(k0 // br if causal != 0 else 0, t_q):
+                q0 = i * br
+                r = min(br, n - q0)
+                # Q_i, O_acc_i, l_i, m_i: HBM -> SRAM/registers, once per (i, j)
+                qo, ao, so = (base + q0) * row, (base + q0) * arow, (base + q0) * acc
+                k = put(ev, k, write, kernel, cta, j, LOAD, Q, i, -1, qo, r, row, row, r * row, 0)
+                k = put(ev, k, write, kernel, cta, j, LOAD, O_ACC, i, -1, ao, r, arow, arow,
+                        r * arow, 0)  # fmt: skip
+                k = put(ev, k, write, kernel, cta, j, LOAD, L, i, -1, so, 1, r * acc, r * acc,
+                        r * acc, 0)  # fmt: skip
+                k = put(ev, k, write, kernel, cta, j, LOAD, M, i, -1, so, 1, r * acc, r * acc,
+                        r * acc, 0)  # fmt: skip
+                k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, 2 * r * c * d)
+                ew = EW_PER_SCORE * r * c + EW_PER_ROW * r
+                if causal != 0 and k0 + c - 1 > q0:
+                    ew += r * c  # diagonal block: apply the mask
+                k = put(ev, k, write, kernel, cta, j, EW, -1, i, j, 0, 0, 0, 0, 0, ew)
+                k = put(ev, k, write, kernel, cta, j, EXP, -1, i, j, 0, 0, 0, 0, 0, r * c + 2 * r)
+                k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, 2 * r * c * d)
+                if warps > 1:
+                    # split-K: partial O, row max, row sum of every warp through shared memory
+                    xb = 2 * warps * r * (d + 2) * acc
+                    k = put(ev, k, write, kernel, cta, j, SHARED, X_S, i, j, 0, 0, 0, 0, xb, 0)
+                    k = put(ev, k, write, kernel, cta, j, SYNC, -1, i, j, 0, 0, 0, 0, 0, 0)
+                ew = EW_PER_OUT * r * d + (warps - 1) * r * (d + 2)
+                k = put(ev, k, write, kernel, cta, j, EW, -1, i, j, 0, 0, 0, 0, 0, ew)
+                last = t_kv - 1 if causal == 0 else min(t_kv - 1, (q0 + r - 1) // bc)
+                # O_i (input dtype, final) or O_acc_i, then l_i, m_i: registers -> HBM
+                if j == last:
+                    k = put(ev, k, write, kernel, cta, j, STORE, O, i, -1, qo, r, row, row,
+                            r * row, 0)  # fmt: skip
+                else:
+                    k = put(ev, k, write, kernel, cta, j, STORE, O_ACC, i, -1, ao, r, arow, arow,
+                            r * arow, 0)  # fmt: skip
+                k = put(ev, k, write, kernel, cta, j, STORE, L, i, -1, so, 1, r * acc, r * acc,
+                        r * acc, 0)  # fmt: skip
+                k = put(ev, k, write, kernel, cta, j, STORE, M, i, -1, so, 1, r * acc, r * acc,
+                        r * acc, 0)  # fmt: skip
+        k = _buffers(ev, k, write, kernel, cta, FREE, br, bc, d, eb, acc, warps)
+    return k
+
+
+def execute(s, q, k, v, grad_out, rec):
+    """Run Algorithm 1 tile by tile, logging every event into ``rec``.
+
+    Returns
+    -------
+    O : ndarray (batch, heads, seq_len, head_dim), q's storage dtype
+    l, m : ndarray (batch, heads, seq_len), accumulator dtype
+        The final row sums and row maxima of the scaled scores, as left in HBM.
+
+    Notes
+    -----
+    Line 12: O_new = diag(l_new)^-1 (diag(l) e^(m - m_new) O + e^(m~ - m_new) P~ V_j). A row whose
+    keys in block j are all masked (causal, diagonal block) has m~ = -inf and P~ = 0.
+    """
+    sh = s.shape
+    nb, nh, n, d, dt = sh.batch, sh.heads, sh.seq_len, sh.head_dim, sh.dtype
+    br, bc, eb, acc, warps = s.block_q, s.block_kv, sh.elem_bytes, sh.acc_bytes, s.warps
+    at = acc_dtype(dt)
+    row, arow = d * eb, d * acc
+    # HBM: NaN until written, so a read before line 2's initialisation would show
+    out = np.zeros((nb, nh, n, d), q.dtype)
+    o_acc = np.full((nb, nh, n, d), np.nan, at)
+    l_hbm = np.full((nb, nh, n), np.nan, at)
+    m_hbm = np.full((nb, nh, n), np.nan, at)
+    xb = exchange_bytes(s)
+    buffers = [
+        (Q_S, br * row), (K_S, bc * row), (V_S, bc * row), (X_S, xb),
+        (O_T, br * arow), (S_T, br * bc * acc), (ML_T, 2 * br * acc),
+    ]  # fmt: skip
+    buffers = [(t, size) for t, size in buffers if size > 0]
+    scale = at.type(sh.scale)
+    put = rec.put
+    for cta in range(nb * nh):
+        b, h = divmod(cta, nh)
+        base, kvbase = (b * nh + h) * n, (b * sh.n_kv_heads + h // sh.group) * n
+        for t, size in buffers:
+            put(0, cta, -1, Op.ALLOC, t, -1, -1, 0, 0, 0, 0, size, 0)
+        o_acc[b, h], l_hbm[b, h], m_hbm[b, h] = 0, 0, -np.inf  # line 2
+        put(0, cta, -1, Op.STORE, O_ACC, -1, -1, base * arow, n, arow, arow, n * arow, 0)
+        put(0, cta, -1, Op.STORE, L, -1, -1, base * acc, 1, n * acc, n * acc, n * acc, 0)
+        put(0, cta, -1, Op.STORE, M, -1, -1, base * acc, 1, n * acc, n * acc, n * acc, 0)
+        for j in range(s.t_kv):
+            k0 = j * bc
+            c = min(bc, n - k0)
+            k_j = k[b, h // sh.group, k0 : k0 + c].astype(at)
+            v_j = v[b, h // sh.group, k0 : k0 + c].astype(at)
+            off = (kvbase + k0) * row
+            put(0, cta, j, Op.LOAD, K, j, -1, off, c, row, row, c * row, 0)
+            put(0, cta, j, Op.LOAD, V, j, -1, off, c, row, row, c * row, 0)
+            for i in range(k0 // br if sh.causal else 0, s.t_q):
+                q0 = i * br
+                r = min(br, n - q0)
+                blk = slice(q0, q0 + r)
+                qo, ao, so = (base + q0) * row, (base + q0) * arow, (base + q0) * acc
+                q_i = q[b, h, blk].astype(at)
+                put(0, cta, j, Op.LOAD, Q, i, -1, qo, r, row, row, r * row, 0)
+                o_i = o_acc[b, h, blk].copy()
+                put(0, cta, j, Op.LOAD, O_ACC, i, -1, ao, r, arow, arow, r * arow, 0)
+                l_i = l_hbm[b, h, blk].copy()
+                put(0, cta, j, Op.LOAD, L, i, -1, so, 1, r * acc, r * acc, r * acc, 0)
+                m_i = m_hbm[b, h, blk].copy()
+                put(0, cta, j, Op.LOAD, M, i, -1, so, 1, r * acc, r * acc, r * acc, 0)
+                s_ij = (q_i @ k_j.T) * scale
+                put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, 2 * r * c * d)
+                ew = EW_PER_SCORE * r * c + EW_PER_ROW * r
+                if sh.causal and k0 + c - 1 > q0:
+                    keys, rows = np.arange(k0, k0 + c)[None, :], np.arange(q0, q0 + r)[:, None]
+                    s_ij = np.where(keys > rows, -np.inf, s_ij)
+                    ew += r * c
+                put(0, cta, j, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0, ew)
+                m_t = s_ij.max(axis=1)  # m~: this block's row max
+                p_t = np.exp(s_ij - np.where(np.isneginf(m_t), 0, m_t)[:, None])
+                l_t = p_t.sum(axis=1)
+                m_new = np.maximum(m_i, m_t)
+                alpha, beta = np.exp(m_i - m_new), np.exp(m_t - m_new)
+                l_new = alpha * l_i + beta * l_t
+                put(0, cta, j, Op.EXP, -1, i, j, 0, 0, 0, 0, 0, r * c + 2 * r)
+                # P~ enters the tensor cores in the input precision, accumulates in fp32/fp64
+                pv = to_dtype(p_t, dt).astype(at) @ v_j
+                put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, 2 * r * c * d)
+                if warps > 1:
+                    nbytes = 2 * warps * r * (d + 2) * acc
+                    put(0, cta, j, Op.SHARED, X_S, i, j, 0, 0, 0, 0, nbytes, 0)
+                    put(0, cta, j, Op.SYNC, -1, i, j, 0, 0, 0, 0, 0, 0)
+                inv = 1 / l_new
+                o_new = (l_i * alpha * inv)[:, None] * o_i + (beta * inv)[:, None] * pv
+                ew = EW_PER_OUT * r * d + (warps - 1) * r * (d + 2)
+                put(0, cta, j, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0, ew)
+                last = s.t_kv - 1 if not sh.causal else min(s.t_kv - 1, (q0 + r - 1) // bc)
+                if j == last:
+                    out[b, h, blk] = to_dtype(o_new, dt)
+                    put(0, cta, j, Op.STORE, O, i, -1, qo, r, row, row, r * row, 0)
+                else:
+                    o_acc[b, h, blk] = o_new
+                    put(0, cta, j, Op.STORE, O_ACC, i, -1, ao, r, arow, arow, r * arow, 0)
+                l_hbm[b, h, blk] = l_new
+                put(0, cta, j, Op.STORE, L, i, -1, so, 1, r * acc, r * acc, r * acc, 0)
+                m_hbm[b, h, blk] = m_new
+                put(0, cta, j, Op.STORE, M, i, -1, so, 1, r * acc, r * acc, r * acc, 0)
+        for t, size in reversed(buffers):
+            put(0, cta, -1, Op.FREE, t, -1, -1, 0, 0, 0, 0, size, 0)
+    return out, l_hbm, m_hbm

@@ -1,0 +1,307 @@
+"""FlashAttention(-1) backward (Dao et al. 2022, Algorithm 4).
+
+One CTA per (batch, key/value head). The outer loop streams the K/V blocks j: K_j and V_j are
+read once and dK_j, dV_j accumulate in registers. Inside it the CTA loops over the query heads
+that share the kv head (grouped-query attention), and for each over the Q blocks i (causal:
+those with a row at or below the block's first key). Per (i, j) it reads Q_i, O_i, dO_i, the
+fp32 dQ_i accumulator, l_i and m_i (line 10), recomputes P from the forward's m/l ledger
+(lines 11-13), and writes dQ_i back to HBM (line 20). After the group's i loops it writes dK_j
+and dV_j (line 23). So Q, O, dO, l and m travel Tc times; dQ_acc is read Tc times and written
+Tc + 1 times (line 5 initialises it to zero).
+
+Algorithm 4 writes dQ directly. A kernel in reduced precision cannot accumulate dQ in an fp16
+tensor without losing the small contributions, so, like FA1's CUDA code (an fp32 ``dq``
+buffer), dQ_acc is a global tensor in the accumulator type; a last pass after the j loop reads
+each dQ_acc_i and writes dQ_i in the input dtype.
+
+The forward's O, l and m come from ``kernels.flash1.execute`` with the same block sizes: the
+backward recomputes P = diag(l)^-1 exp(S - m) from exactly the ledger the forward left in HBM.
+
+FP32 operations that are not matmuls (per (i, j) step; an FMA is one operation):
+
+- ``EW_P_PER_SCORE = 2`` per score: scale-and-subtract m, multiply by 1/l (P, lines 11-13);
+  ``EW_P_PER_ROW = 1`` per row: 1/l. Plus ``r * c`` on blocks crossing the causal diagonal.
+- ``EW_D_PER_ELEM = 2`` per element of dO_i: D_i = rowsum(dO_i * O_i), recomputed per (i, j)
+  as Algorithm 4 line 18 does.
+- ``EW_DS_PER_SCORE = 3`` per score: dP - D_i, times P, times the softmax scale (folded into
+  dS once, so both the dQ and the dK matmuls take scale * dS).
+
+EXP per (i, j): ``r * c``. MMA per (i, j): five products of ``2 * r * c * d`` (S, dV, dP, dQ,
+dK), so the backward does 2.5x the forward's matmul FLOPs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from numba import njit
+
+from kernels import flash1
+from kernels._emit import (
+    ALLOC,
+    EW,
+    EXP,
+    FREE,
+    JIT,
+    LOAD,
+    MMA,
+    P_ACC,
+    P_BKV,
+    P_BQ,
+    P_CAUSAL,
+    P_DIM,
+    P_EB,
+    P_HEADS,
+    P_KV_HEADS,
+    P_SEQ,
+    STORE,
+    put,
+)  # fmt: skip
+from kernels._numerics import acc_dtype, to_dtype
+from kernels._record import Recorder
+from kernels._resources import regs_per_thread
+from simulator.trace import KernelInfo, Op, Space, TensorInfo
+
+OPTIONS = ()
+
+# tensor indices, in the order of tensors()
+(Q, K, V, O, DO, L, M, DQ_ACC, DQ, DK, DV,
+ Q_S, O_S, DO_S, K_S, V_S, DK_T, DV_T, DQ_T, S_T, DP_T, ST_T) = range(22)  # fmt: skip
+
+EW_P_PER_SCORE, EW_P_PER_ROW, EW_D_PER_ELEM, EW_DS_PER_SCORE = 2, 1, 2, 3
+
+
+def validate(s) -> None:
+    return None
+
+
+def tensors(s) -> tuple[TensorInfo, ...]:
+    """Global tensors (inputs, forward outputs, the fp32 dQ_acc, gradients), then the CTA's
+    on-chip buffers."""
+    sh, br, bc = s.shape, s.block_q, s.block_kv
+    b, h, kh, n, d, eb, acc = (
+        sh.batch, sh.heads, sh.n_kv_heads, sh.seq_len, sh.head_dim, sh.elem_bytes, sh.acc_bytes,
+    )  # fmt: skip
+    g, sm, rg = Space.GLOBAL, Space.SHARED, Space.REGISTERS
+    return (
+        TensorInfo("Q", g, (b, h, n, d), eb),
+        TensorInfo("K", g, (b, kh, n, d), eb),
+        TensorInfo("V", g, (b, kh, n, d), eb),
+        TensorInfo("O", g, (b, h, n, d), eb),
+        TensorInfo("dO", g, (b, h, n, d), eb),
+        TensorInfo("l", g, (b, h, n), acc),
+        TensorInfo("m", g, (b, h, n), acc),
+        TensorInfo("dQ_acc", g, (b, h, n, d), acc),
+        TensorInfo("dQ", g, (b, h, n, d), eb),
+        TensorInfo("dK", g, (b, kh, n, d), eb),
+        TensorInfo("dV", g, (b, kh, n, d), eb),
+        TensorInfo("Q_i", sm, (br, d), eb),
+        TensorInfo("O_i", sm, (br, d), eb),
+        TensorInfo("dO_i", sm, (br, d), eb),
+        TensorInfo("K_j", sm, (bc, d), eb),
+        TensorInfo("V_j", sm, (bc, d), eb),
+        TensorInfo("dK_j", rg, (bc, d), acc),
+        TensorInfo("dV_j", rg, (bc, d), acc),
+        TensorInfo("dQ_i", rg, (br, d), acc),
+        TensorInfo("S_ij", rg, (br, bc), acc),  # S, then P
+        TensorInfo("dP_ij", rg, (br, bc), acc),  # dP, then dS
+        TensorInfo("l_m_D", rg, (3, br), acc),
+    )
+
+
+def _buffer_sizes(br, bc, d, eb, acc):
+    """Bytes of the on-chip buffers Q_S .. ST_T, in tensor order."""
+    return (br * d * eb, br * d * eb, br * d * eb, bc * d * eb, bc * d * eb,
+            bc * d * acc, bc * d * acc, br * d * acc, br * bc * acc, br * bc * acc, 3 * br * acc)  # fmt: skip
+
+
+def kernels(s) -> tuple[KernelInfo, ...]:
+    sh, br, bc, d = s.shape, s.block_q, s.block_kv, s.shape.head_dim
+    sizes = _buffer_sizes(br, bc, d, sh.elem_bytes, sh.acc_bytes)
+    smem, reg_tiles = sum(sizes[:5]), sum(sizes[5:])
+    ctas = sh.batch * sh.n_kv_heads
+    return (KernelInfo("flash1_bwd", ctas, s.warps, smem, regs_per_thread(reg_tiles, s.warps)),)
+
+
+_jit_sizes = njit(inline="always")(_buffer_sizes)
+
+
+@njit(**JIT)
+def _emit(ev, write, kernel, cta_start, cta_stop, p):
+    nh, nkh, n, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_DIM]
+    eb, acc, br, bc, causal = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV], p[P_CAUSAL]
+    t_q, t_kv, grp = (n + br - 1) // br, (n + bc - 1) // bc, nh // nkh
+    row, arow = d * eb, d * acc
+    sizes = _jit_sizes(br, bc, d, eb, acc)
+    k = 0
+    for cta in range(cta_start, cta_stop):
+        b, kvh = cta // nkh, cta % nkh
+        kvbase = (b * nkh + kvh) * n
+        for t in range(11):
+            k = put(ev, k, write, kernel, cta, -1, ALLOC, Q_S + t, -1, -1, 0, 0, 0, 0, sizes[t], 0)
+        # line 5: dQ_acc = 0 in HBM, for every query head of the group
+        for g in range(grp):
+            base = (b * nh + kvh * grp + g) * n
+            k = put(ev, k, write, kernel, cta, -1, STORE, DQ_ACC, -1, -1, base * arow, n, arow,
+                    arow, n * arow, 0)  # fmt: skip
+        for j in range(t_kv):
+            k0 = j * bc
+            c = min(bc, n - k0)
+            # K_j, V_j: HBM -> SRAM, once per CTA
+            off = (kvbase + k0) * row
+            k = put(ev, k, write, kernel, cta, j, LOAD, K, j, -1, off, c, row, row, c * row, 0)
+            k = put(ev, k, write, kernel, cta, j, LOAD, V, j, -1, off, c, row, row, c * row, 0)
+            for g in range(grp):
+                base = (b * nh + kvh * grp + g) * n
+                for i in range(k0 // br if causal != 0 else 0, t_q):
+                    q0 = i * br
+                    r = min(br, n - q0)
+                    qo, ao, so = (base + q0) * row, (base + q0) * arow, (base + q0) * acc
+                    # line 10: Q_i, O_i, dO_i, dQ_acc_i, l_i, m_i: HBM -> SRAM/registers
+                    for t in (Q, O, DO):
+                        k = put(ev, k, write, kernel, cta, j, LOAD, t, i, -1, qo, r, row, row,
+                                r * row, 0)  # fmt: skip
+                    k = put(ev, k, write, kernel, cta, j, LOAD, DQ_ACC, i, -1, ao, r, arow, arow,
+                            r * arow, 0)  # fmt: skip
+                    for t in (L, M):
+                        k = put(ev, k, write, kernel, cta, j, LOAD, t, i, -1, so, 1, r * acc,
+                                r * acc, r * acc, 0)  # fmt: skip
+                    mma = 2 * r * c * d
+                    k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, mma)  # S
+                    ew = EW_P_PER_SCORE * r * c + EW_P_PER_ROW * r
+                    if causal != 0 and k0 + c - 1 > q0:
+                        ew += r * c  # diagonal block: apply the mask
+                    k = put(ev, k, write, kernel, cta, j, EW, -1, i, j, 0, 0, 0, 0, 0, ew)
+                    k = put(ev, k, write, kernel, cta, j, EXP, -1, i, j, 0, 0, 0, 0, 0, r * c)
+                    k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, mma)  # dV
+                    k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, mma)  # dP
+                    ew = EW_D_PER_ELEM * r * d
+                    k = put(ev, k, write, kernel, cta, j, EW, -1, i, j, 0, 0, 0, 0, 0, ew)  # D_i
+                    ew = EW_DS_PER_SCORE * r * c
+                    k = put(ev, k, write, kernel, cta, j, EW, -1, i, j, 0, 0, 0, 0, 0, ew)  # dS
+                    k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, mma)  # dQ
+                    # line 20: dQ_acc_i: registers -> HBM, once per (i, j)
+                    k = put(ev, k, write, kernel, cta, j, STORE, DQ_ACC, i, -1, ao, r, arow, arow,
+                            r * arow, 0)  # fmt: skip
+                    k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, mma)  # dK
+            # line 23: dK_j, dV_j: registers -> HBM, once per CTA
+            k = put(ev, k, write, kernel, cta, j, STORE, DK, j, -1, off, c, row, row, c * row, 0)
+            k = put(ev, k, write, kernel, cta, j, STORE, DV, j, -1, off, c, row, row, c * row, 0)
+        # dQ_acc (fp32) -> dQ (input dtype), block by block
+        for g in range(grp):
+            base = (b * nh + kvh * grp + g) * n
+            for i in range(t_q):
+                q0 = i * br
+                r = min(br, n - q0)
+                qo, ao = (base + q0) * row, (base + q0) * arow
+                k = put(ev, k, write, kernel, cta, -1, LOAD, DQ_ACC, i, -1, ao, r, arow, arow,
+                        r * arow, 0)  # fmt: skip
+                k = put(ev, k, write, kernel, cta, -1, STORE, DQ, i, -1, qo, r, row, row,
+                        r * row, 0)  # fmt: skip
+        for t in range(10, -1, -1):
+            k = put(ev, k, write, kernel, cta, -1, FREE, Q_S + t, -1, -1, 0, 0, 0, 0, sizes[t], 0)
+    return k
+
+
+def execute(s, q, k, v, grad_out, rec):
+    """Run Algorithm 4 tile by tile, logging every event into ``rec``.
+
+    Returns
+    -------
+    dQ : ndarray, shaped like q; dK, dV : ndarray, shaped like k and v
+        In q's storage dtype; dK and dV summed over the query heads sharing a kv head.
+    """
+    sh = s.shape
+    nb, nh, nkh, n, d, dt = sh.batch, sh.heads, sh.n_kv_heads, sh.seq_len, sh.head_dim, sh.dtype
+    br, bc, eb, acc, grp = s.block_q, s.block_kv, sh.elem_bytes, sh.acc_bytes, sh.group
+    at = acc_dtype(dt)
+    row, arow = d * eb, d * acc
+    # the forward pass, same blocking: O and the m/l ledger it leaves in HBM
+    fwd = dataclasses.replace(s, name="flash1")
+    o_f, l_f, m_f = flash1.execute(fwd, q, k, v, None, Recorder())
+    dq = np.zeros(q.shape, q.dtype)
+    dk, dv = np.zeros(k.shape, q.dtype), np.zeros(v.shape, q.dtype)
+    dq_acc = np.full(q.shape, np.nan, at)  # HBM, NaN until line 5 writes it
+    sizes = _buffer_sizes(br, bc, d, eb, acc)
+    scale = at.type(sh.scale)
+    put = rec.put
+    for cta in range(nb * nkh):
+        b, kvh = divmod(cta, nkh)
+        kvbase = (b * nkh + kvh) * n
+        heads = range(kvh * grp, (kvh + 1) * grp)
+        for t in range(11):
+            put(0, cta, -1, Op.ALLOC, Q_S + t, -1, -1, 0, 0, 0, 0, sizes[t], 0)
+        for h in heads:
+            dq_acc[b, h] = 0
+            base = (b * nh + h) * n
+            put(0, cta, -1, Op.STORE, DQ_ACC, -1, -1, base * arow, n, arow, arow, n * arow, 0)
+        for j in range(s.t_kv):
+            k0 = j * bc
+            c = min(bc, n - k0)
+            kb = slice(k0, k0 + c)
+            k_j, v_j = k[b, kvh, kb].astype(at), v[b, kvh, kb].astype(at)
+            off = (kvbase + k0) * row
+            put(0, cta, j, Op.LOAD, K, j, -1, off, c, row, row, c * row, 0)
+            put(0, cta, j, Op.LOAD, V, j, -1, off, c, row, row, c * row, 0)
+            dk_j, dv_j = np.zeros((c, d), at), np.zeros((c, d), at)
+            for h in heads:
+                base = (b * nh + h) * n
+                for i in range(k0 // br if sh.causal else 0, s.t_q):
+                    q0 = i * br
+                    r = min(br, n - q0)
+                    blk = slice(q0, q0 + r)
+                    qo, ao, so = (base + q0) * row, (base + q0) * arow, (base + q0) * acc
+                    q_i, o_i = q[b, h, blk].astype(at), o_f[b, h, blk].astype(at)
+                    do_i = grad_out[b, h, blk].astype(at)
+                    for t in (Q, O, DO):
+                        put(0, cta, j, Op.LOAD, t, i, -1, qo, r, row, row, r * row, 0)
+                    dq_i = dq_acc[b, h, blk].copy()
+                    put(0, cta, j, Op.LOAD, DQ_ACC, i, -1, ao, r, arow, arow, r * arow, 0)
+                    l_i, m_i = l_f[b, h, blk], m_f[b, h, blk]
+                    for t in (L, M):
+                        put(0, cta, j, Op.LOAD, t, i, -1, so, 1, r * acc, r * acc, r * acc, 0)
+                    mma = 2 * r * c * d
+                    s_ij = (q_i @ k_j.T) * scale
+                    put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mma)
+                    ew = EW_P_PER_SCORE * r * c + EW_P_PER_ROW * r
+                    if sh.causal and k0 + c - 1 > q0:
+                        keys, rows = np.arange(k0, k0 + c)[None, :], np.arange(q0, q0 + r)[:, None]
+                        s_ij = np.where(keys > rows, -np.inf, s_ij)
+                        ew += r * c
+                    # lines 11-13: P = diag(l)^-1 exp(S - m), from the forward's ledger
+                    p_ij = np.exp(s_ij - m_i[:, None]) * (1 / l_i)[:, None]
+                    put(0, cta, j, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0, ew)
+                    put(0, cta, j, Op.EXP, -1, i, j, 0, 0, 0, 0, 0, r * c)
+                    # P and dS enter the tensor cores in the input precision
+                    dv_j += to_dtype(p_ij, dt).astype(at).T @ do_i
+                    put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mma)
+                    dp = do_i @ v_j.T
+                    put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mma)
+                    d_i = (do_i * o_i).sum(axis=1)  # line 18
+                    put(0, cta, j, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0, EW_D_PER_ELEM * r * d)
+                    ds = to_dtype(p_ij * (dp - d_i[:, None]) * scale, dt).astype(at)
+                    put(0, cta, j, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0,
+                        EW_DS_PER_SCORE * r * c)  # fmt: skip
+                    dq_acc[b, h, blk] = dq_i + ds @ k_j  # line 20
+                    put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mma)
+                    put(0, cta, j, Op.STORE, DQ_ACC, i, -1, ao, r, arow, arow, r * arow, 0)
+                    dk_j += ds.T @ q_i
+                    put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mma)
+            dk[b, kvh, kb], dv[b, kvh, kb] = to_dtype(dk_j, dt), to_dtype(dv_j, dt)  # line 23
+            put(0, cta, j, Op.STORE, DK, j, -1, off, c, row, row, c * row, 0)
+            put(0, cta, j, Op.STORE, DV, j, -1, off, c, row, row, c * row, 0)
+        for h in heads:
+            base = (b * nh + h) * n
+            for i in range(s.t_q):
+                q0 = i * br
+                r = min(br, n - q0)
+                blk = slice(q0, q0 + r)
+                dq_i = dq_acc[b, h, blk]
+                put(0, cta, -1, Op.LOAD, DQ_ACC, i, -1, (base + q0) * arow, r, arow, arow,
+                    r * arow, 0)  # fmt: skip
+                dq[b, h, blk] = to_dtype(dq_i, dt)
+                put(0, cta, -1, Op.STORE, DQ, i, -1, (base + q0) * row, r, row, row, r * row, 0)
+        for t in range(10, -1, -1):
+            put(0, cta, -1, Op.FREE, Q_S + t, -1, -1, 0, 0, 0, 0, sizes[t], 0)
+    return dq, dk, dv

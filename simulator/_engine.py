@@ -1,0 +1,228 @@
+"""The replay engine's hot loop (jitted). docs/model.md states the model this code implements.
+
+Resident CTAs sit in a heap keyed by (issue time, slot). The engine pops the earliest CTA and
+replays its events in order until its clock passes the next CTA's, so events of concurrently
+running CTAs reach the shared L2 and bandwidth servers in simulated-time order.
+
+Servers are first-come-first-served virtual clocks: a request of w units on a server of rate R
+issued at time t finishes at max(t, free) + w / R, and the server is then free from that time.
+L2 and HBM are global servers; the tensor, FP32, SFU and shared-memory pipes are per SM.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from simulator._l2 import access
+from simulator.trace import Op
+
+LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in Op)
+
+# float configuration vector
+(C_L2_BW, C_HBM_BW, C_L2_LAT, C_HBM_LAT, C_TENSOR, C_FP32, C_SFU, C_SMEM, C_CTA_FRAC,
+ C_SYNC) = range(10)  # fmt: skip
+N_CFG = 10
+# integer slot state columns
+S_CTA, S_PTR, S_END, S_LIVE_SMEM, S_LIVE_REGS = range(5)
+# float slot state columns
+F_T, F_READY, F_STORES = range(3)
+# per-SM pipes
+U_TENSOR, U_FP32, U_SFU, U_SMEM = range(4)
+# per-tensor counters
+T_GLOBAL_READ, T_GLOBAL_WRITE, T_HBM_READ, T_HBM_WRITE = range(4)
+# busy seconds of each resource (compute pipes summed over SMs)
+B_L2, B_HBM, B_TENSOR, B_FP32, B_SFU, B_SMEM = range(6)
+# scalar integer counters
+(
+    K_MMA_FLOPS,
+    K_EW_FLOPS,
+    K_EXPS,
+    K_SHARED_BYTES,
+    K_DIRTIED,
+    K_PEAK_SMEM,
+    K_PEAK_REGS,
+    K_BAD_SMEM,
+) = range(8)
+# runner registers: next CTA to dispatch, slot waiting for a CTA outside the window (or -1)
+R_NEXT, R_PENDING = range(2)
+
+
+@njit(inline="always")
+def _less(t1, s1, t2, s2):
+    return t1 < t2 or (t1 == t2 and s1 < s2)
+
+
+@njit
+def _heap_push(ht, hs, n, t, s):
+    i = n
+    ht[i], hs[i] = t, s
+    while i > 0:
+        p = (i - 1) >> 1
+        if _less(ht[i], hs[i], ht[p], hs[p]):
+            ht[i], ht[p] = ht[p], ht[i]
+            hs[i], hs[p] = hs[p], hs[i]
+            i = p
+        else:
+            break
+    return n + 1
+
+
+@njit
+def _heap_pop(ht, hs, n):
+    t, s = ht[0], hs[0]
+    n -= 1
+    ht[0], hs[0] = ht[n], hs[n]
+    i = 0
+    while True:
+        lft, rgt, m = 2 * i + 1, 2 * i + 2, i
+        if lft < n and _less(ht[lft], hs[lft], ht[m], hs[m]):
+            m = lft
+        if rgt < n and _less(ht[rgt], hs[rgt], ht[m], hs[m]):
+            m = rgt
+        if m == i:
+            break
+        ht[i], ht[m] = ht[m], ht[i]
+        hs[i], hs[m] = hs[m], hs[i]
+        i = m
+    return t, s, n
+
+
+@njit
+def _start_cta(s, c, t, si, sf, cta_off, win_c0):
+    si[s, S_CTA] = c
+    si[s, S_PTR] = cta_off[c - win_c0]
+    si[s, S_END] = cta_off[c - win_c0 + 1]
+    si[s, S_LIVE_SMEM] = 0
+    si[s, S_LIVE_REGS] = 0
+    sf[s, F_T] = t
+    sf[s, F_READY] = t
+    sf[s, F_STORES] = t
+
+
+@njit
+def _memory(e, op, t, cfg, l2_on, l2, srv, tstat, busy, cnt):
+    """Time at which a LOAD/STORE/REDUCE issued at ``t`` completes; updates all counters."""
+    nbytes = e.bytes
+    tensor = e.tensor
+    is_read = op != STORE
+    writes = op != LOAD
+    if op == LOAD:
+        tstat[tensor, T_GLOBAL_READ] += nbytes
+    else:
+        tstat[tensor, T_GLOBAL_WRITE] += nbytes
+    miss = 0
+    wb = 0
+    if l2_on:
+        wb_by_tensor = tstat[:, T_HBM_WRITE]
+        if e.rows == 1 or e.row_bytes == e.row_stride_bytes:  # one contiguous range
+            start = e.offset_bytes
+            m, w, dd = access(l2, is_read, writes, tensor, start, start + nbytes, wb_by_tensor)
+            miss += m
+            wb += w
+            cnt[K_DIRTIED] += dd
+        else:
+            for r in range(e.rows):
+                start = e.offset_bytes + r * e.row_stride_bytes
+                m, w, dd = access(l2, is_read, writes, tensor, start, start + e.row_bytes,
+                                  wb_by_tensor)  # fmt: skip
+                miss += m
+                wb += w
+                cnt[K_DIRTIED] += dd
+        tstat[tensor, T_HBM_READ] += miss
+        srv[0] = max(srv[0], t) + nbytes / cfg[C_L2_BW]
+        busy[B_L2] += nbytes / cfg[C_L2_BW]
+        done = srv[0] + cfg[C_L2_LAT]
+    else:  # no L2: every global access is an HBM access (the FlashAttention paper's model)
+        if op == LOAD:
+            miss = nbytes
+            tstat[tensor, T_HBM_READ] += nbytes
+        else:
+            wb = nbytes
+            tstat[tensor, T_HBM_WRITE] += nbytes
+        done = t
+    hbm = miss + wb
+    if hbm > 0:
+        srv[1] = max(srv[1], t) + hbm / cfg[C_HBM_BW]
+        busy[B_HBM] += hbm / cfg[C_HBM_BW]
+        done = max(done, srv[1] + cfg[C_HBM_LAT])
+    return done
+
+
+@njit(cache=True)
+def run_window(ev, cta_off, win_c0, win_c1, n_ctas, slot_sm, space, smem_limit, cfg, l2_on, l2,
+               srv, units, si, sf, ht, hs, hn, reg, tstat, busy, cnt, kernel_end):  # fmt: skip
+    """Replay until the kernel ends (returns 0) or a slot needs a CTA beyond the loaded window
+    (returns 1; ``reg[R_PENDING]`` holds the slot, its free time is ``sf[slot, F_T]``)."""
+    n = hn[0]
+    frac = cfg[C_CTA_FRAC]
+    if reg[R_PENDING] >= 0:  # resume: give the waiting slot its CTA
+        s = reg[R_PENDING]
+        reg[R_PENDING] = -1
+        _start_cta(s, reg[R_NEXT], sf[s, F_T], si, sf, cta_off, win_c0)
+        reg[R_NEXT] += 1
+        n = _heap_push(ht, hs, n, sf[s, F_T], s)
+    while n > 0:
+        t, s, n = _heap_pop(ht, hs, n)
+        sm = slot_sm[s]
+        while True:
+            ptr = si[s, S_PTR]
+            if ptr == si[s, S_END]:  # the CTA is done once its loads and stores have landed
+                fin = max(t, sf[s, F_READY], sf[s, F_STORES])
+                kernel_end[0] = max(kernel_end[0], fin)
+                c = reg[R_NEXT]
+                if c < n_ctas:
+                    sf[s, F_T] = fin
+                    if c >= win_c1:
+                        reg[R_PENDING] = s
+                        hn[0] = n
+                        return 1
+                    _start_cta(s, c, fin, si, sf, cta_off, win_c0)
+                    reg[R_NEXT] += 1
+                    n = _heap_push(ht, hs, n, fin, s)
+                break
+            e = ev[ptr]
+            op = np.int64(e.op)
+            if op == LOAD:
+                sf[s, F_READY] = max(sf[s, F_READY], _memory(e, op, t, cfg, l2_on, l2, srv, tstat,
+                                                             busy, cnt))  # fmt: skip
+            elif op == STORE or op == REDUCE:
+                sf[s, F_STORES] = max(sf[s, F_STORES], _memory(e, op, t, cfg, l2_on, l2, srv,
+                                                               tstat, busy, cnt))  # fmt: skip
+            elif op == MMA or op == EW or op == EXP or op == SHARED:
+                if op == MMA:
+                    u, rate, work = U_TENSOR, cfg[C_TENSOR], e.flops
+                    cnt[K_MMA_FLOPS] += work
+                elif op == EW:
+                    u, rate, work = U_FP32, cfg[C_FP32], e.flops
+                    cnt[K_EW_FLOPS] += work
+                elif op == EXP:
+                    u, rate, work = U_SFU, cfg[C_SFU], e.flops
+                    cnt[K_EXPS] += work
+                else:
+                    u, rate, work = U_SMEM, cfg[C_SMEM], e.bytes
+                    cnt[K_SHARED_BYTES] += work
+                start = max(t, sf[s, F_READY])  # operands must have arrived
+                units[sm, u] = max(units[sm, u], start) + work / rate
+                busy[B_TENSOR + u] += work / rate
+                # a CTA with fewer warps than sub-partitions cannot use the whole pipe
+                t = max(start + work / (rate * frac), units[sm, u])
+            elif op == SYNC:
+                t = max(t, sf[s, F_READY]) + cfg[C_SYNC]
+            elif op == ALLOC or op == FREE:
+                sign = 1 if op == ALLOC else -1
+                col = S_LIVE_SMEM if space[e.tensor] == 1 else S_LIVE_REGS
+                si[s, col] += sign * e.bytes
+                if si[s, S_LIVE_SMEM] > cnt[K_PEAK_SMEM]:
+                    cnt[K_PEAK_SMEM] = si[s, S_LIVE_SMEM]
+                if si[s, S_LIVE_REGS] > cnt[K_PEAK_REGS]:
+                    cnt[K_PEAK_REGS] = si[s, S_LIVE_REGS]
+                if si[s, S_LIVE_SMEM] > smem_limit:
+                    cnt[K_BAD_SMEM] += 1
+            si[s, S_PTR] = ptr + 1
+            sf[s, F_T] = t
+            if n > 0 and _less(ht[0], hs[0], t, s):
+                n = _heap_push(ht, hs, n, t, s)
+                break
+    hn[0] = n
+    return 0

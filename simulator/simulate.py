@@ -1,0 +1,200 @@
+"""simulate(): replay a trace (or a schedule's lazily made events) on a GPU spec."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from simulator import _engine as E
+from simulator._l2 import dirty_bytes, new_l2
+from simulator.gpu import GPUSpec, load_gpu
+from simulator.occupancy import CapacityError, occupancy
+from simulator.result import KernelResult, SimResult, TensorTraffic
+from simulator.trace import Space, TraceSource
+
+__all__ = ["simulate"]
+
+WINDOW_EVENTS = 4_000_000  # events held per window of CTAs (bounds memory for long traces)
+
+
+def _config(gpu: GPUSpec, dtype: str, warps: int) -> np.ndarray:
+    cfg = np.zeros(E.N_CFG)
+    n = gpu.sm_count
+    cfg[E.C_L2_BW] = gpu.l2_bandwidth_bytes_per_s
+    cfg[E.C_HBM_BW] = gpu.effective_hbm_bandwidth_bytes_per_s
+    cfg[E.C_L2_LAT] = gpu.cycles_to_s(gpu.l2_latency_cycles)
+    cfg[E.C_HBM_LAT] = gpu.cycles_to_s(gpu.hbm_latency_cycles)
+    cfg[E.C_TENSOR] = gpu.mma_flops_per_s(dtype) / n
+    cfg[E.C_FP32] = (gpu.fp64_flops_per_s if dtype == "fp64" else gpu.fp32_flops_per_s) / n
+    cfg[E.C_SFU] = gpu.sfu_ops_per_s / n
+    cfg[E.C_SMEM] = gpu.smem_bandwidth_bytes_per_cycle_per_sm * gpu.clock_hz
+    cfg[E.C_CTA_FRAC] = min(1.0, warps / gpu.sm_sub_partitions)
+    cfg[E.C_SYNC] = gpu.cycles_to_s(gpu.smem_latency_cycles)
+    return cfg
+
+
+def _window(source: TraceSource, kernel: int, c0: int, c1: int):
+    ev = source.cta_events(kernel, c0, c1)
+    counts = np.bincount(ev["cta"] - c0, minlength=c1 - c0)
+    return ev, np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+
+
+def simulate(
+    source: TraceSource,
+    gpu: GPUSpec | str | os.PathLike,
+    *,
+    window_events: int = WINDOW_EVENTS,
+    progress: Callable[[int, int, int], None] | None = None,
+) -> SimResult:
+    """Replay ``source`` on ``gpu``: bytes through L2 and HBM, time, occupancy.
+
+    Parameters
+    ----------
+    source : simulator.Trace or kernels.Schedule
+        Anything with ``meta`` and ``cta_events(kernel, start, stop)``. A schedule is consumed
+        in windows of CTAs, so memory stays bounded by ``window_events`` plus the events of the
+        CTAs resident at a time.
+    gpu : GPUSpec, or a built-in name / TOML path for ``simulator.load_gpu``
+    window_events : int
+        Events to load per window of CTAs.
+    progress : callable, optional
+        Called as ``progress(kernel, ctas_done, ctas_total)`` after each window.
+
+    Returns
+    -------
+    SimResult
+
+    Raises
+    ------
+    CapacityError
+        If a kernel's shared-memory tiles (or threads) exceed what one CTA may have.
+
+    Notes
+    -----
+    The model is described in docs/model.md. With ``gpu.l2_bytes == 0`` every global access is
+    an HBM access: ``hbm_*_bytes == global_*_bytes`` (the FlashAttention paper's IO model).
+    """
+    if not isinstance(gpu, GPUSpec):
+        gpu = load_gpu(gpu)
+    meta = source.meta
+    dtype = str(meta.params.get("dtype", "fp16"))
+    space = np.array([int(t.space) for t in meta.tensors] or [0], np.int64)
+    n_tensors = max(1, len(meta.tensors))
+    shared_buffers = tuple(t for t in meta.tensors if t.space != Space.GLOBAL)
+    occs = [occupancy(k, gpu, shared_buffers) for k in meta.kernels]  # raises before any work
+
+    l2_on = gpu.l2_bytes > 0
+    l2 = new_l2(gpu.l2_bytes if l2_on else 0, gpu.l2_line_bytes)
+    srv = np.zeros(2)  # L2 and HBM servers: time each is next free
+    tstat = np.zeros((n_tensors, 4), np.int64)
+    busy = np.zeros(6)
+    cnt = np.zeros(8, np.int64)
+    t_now = 0.0
+    kernel_results = []
+    for k, (kinfo, occ) in enumerate(zip(meta.kernels, occs, strict=True)):
+        before = tstat.sum(axis=0)
+        cnt[E.K_PEAK_SMEM] = cnt[E.K_PEAK_REGS] = 0
+        slots = min(kinfo.ctas, occ.ctas_per_sm * gpu.sm_count)
+        start = t_now + gpu.kernel_launch_s
+        srv[:] = np.maximum(srv, start)
+        units = np.full((gpu.sm_count, 4), start)
+        slot_sm = (np.arange(slots) % gpu.sm_count).astype(np.int64)  # CTA c -> SM c % SMs first
+        si = np.zeros((slots, 5), np.int64)
+        sf = np.zeros((slots, 3))
+        ht, hs, hn = np.zeros(slots), np.zeros(slots, np.int64), np.zeros(1, np.int64)
+        reg = np.array([0, -1], np.int64)
+        kernel_end = np.array([start])
+        per_cta = max(1, len(source.cta_events(k, 0, 1)))
+        width = max(2 * slots, window_events // per_cta)
+        c0, c1 = 0, min(kinfo.ctas, width)
+        ev, cta_off = _window(source, k, c0, c1)
+        for s in range(slots):  # the first wave, in CTA order; equal times form a valid heap
+            E._start_cta(s, s, start, si, sf, cta_off, c0)
+            ht[s], hs[s] = start, s
+        hn[0], reg[E.R_NEXT] = slots, slots
+        cfg = _config(gpu, dtype, kinfo.warps)
+        while E.run_window(ev, cta_off, c0, c1, kinfo.ctas, slot_sm, space, kinfo.smem_bytes, cfg,
+                           l2_on, l2, srv, units, si, sf, ht, hs, hn, reg, tstat, busy, cnt,
+                           kernel_end):  # fmt: skip
+            if progress:
+                progress(k, c1, kinfo.ctas)
+            # next window; resident CTAs keep their remaining events, copied to the front
+            live = hs[: hn[0]]
+            carried = [ev[si[s, E.S_PTR] : si[s, E.S_END]] for s in live]
+            c0, c1 = c1, min(kinfo.ctas, c1 + width)
+            new_ev, new_off = _window(source, k, c0, c1)
+            pos = 0
+            for s, part in zip(live, carried, strict=True):
+                si[s, E.S_PTR], si[s, E.S_END] = pos, pos + len(part)
+                pos += len(part)
+            ev = np.concatenate([*carried, new_ev]) if carried else new_ev
+            cta_off = new_off + pos
+        if progress:
+            progress(k, kinfo.ctas, kinfo.ctas)
+        if cnt[E.K_BAD_SMEM]:
+            raise CapacityError(
+                f"kernel {kinfo.name!r}: the trace's live shared memory reached "
+                f"{cnt[E.K_PEAK_SMEM]:,} B per CTA, above the {kinfo.smem_bytes:,} B it declares"
+            )
+        moved = tstat.sum(axis=0) - before
+        kernel_results.append(
+            KernelResult(
+                name=kinfo.name,
+                ctas=kinfo.ctas,
+                waves=math.ceil(kinfo.ctas / (occ.ctas_per_sm * gpu.sm_count)),
+                occupancy=occ,
+                start_s=t_now,
+                time_s=float(kernel_end[0] - t_now),
+                smem_peak_bytes=int(cnt[E.K_PEAK_SMEM]),
+                reg_tile_peak_bytes=int(cnt[E.K_PEAK_REGS]),
+                global_read_bytes=int(moved[E.T_GLOBAL_READ]),
+                global_write_bytes=int(moved[E.T_GLOBAL_WRITE]),
+                hbm_read_bytes=int(moved[E.T_HBM_READ]),
+                hbm_write_bytes=int(moved[E.T_HBM_WRITE]),
+            )
+        )
+        t_now = float(kernel_end[0])
+    return _result(meta, gpu, tstat, busy, cnt, kernel_results, t_now, l2 if l2_on else None)
+
+
+def _result(meta, gpu, tstat, busy, cnt, kernel_results, total_s, l2) -> SimResult:
+    total = tstat.sum(axis=0)
+    sms = gpu.sm_count
+    breakdown = {
+        "launch_s": gpu.kernel_launch_s * len(kernel_results),
+        "l2_busy_s": float(busy[E.B_L2]),
+        "hbm_busy_s": float(busy[E.B_HBM]),
+        "tensor_busy_s": float(busy[E.B_TENSOR]) / sms,
+        "fp32_busy_s": float(busy[E.B_FP32]) / sms,
+        "sfu_busy_s": float(busy[E.B_SFU]) / sms,
+        "smem_busy_s": float(busy[E.B_SMEM]) / sms,
+    }
+    span = max(total_s, 1e-30)
+    utilization = {k[: -len("_busy_s")]: v / span for k, v in breakdown.items() if "busy" in k}
+    return SimResult(
+        schedule=meta.schedule,
+        gpu=gpu.name,
+        global_read_bytes=int(total[E.T_GLOBAL_READ]),
+        global_write_bytes=int(total[E.T_GLOBAL_WRITE]),
+        hbm_read_bytes=int(total[E.T_HBM_READ]),
+        hbm_write_bytes=int(total[E.T_HBM_WRITE]),
+        l2_dirty_bytes_at_end=int(dirty_bytes(l2)) if l2 is not None else 0,
+        tensors=tuple(
+            TensorTraffic(t.name, *(int(x) for x in tstat[i]))
+            for i, t in enumerate(meta.tensors)
+            if t.space == Space.GLOBAL
+        ),
+        kernels=tuple(kernel_results),
+        sram_peak_bytes=max(kr.smem_peak_bytes for kr in kernel_results),
+        mma_flops=int(cnt[E.K_MMA_FLOPS]),
+        elementwise_flops=int(cnt[E.K_EW_FLOPS]),
+        exps=int(cnt[E.K_EXPS]),
+        shared_exchange_bytes=int(cnt[E.K_SHARED_BYTES]),
+        time_s=total_s,
+        cycles=gpu.s_to_cycles(total_s),
+        breakdown=breakdown,
+        utilization=utilization,
+    )
