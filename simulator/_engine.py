@@ -54,26 +54,8 @@ def _less(t1, s1, t2, s2):
 
 
 @njit
-def _heap_push(ht, hs, n, t, s):
-    i = n
-    ht[i], hs[i] = t, s
-    while i > 0:
-        p = (i - 1) >> 1
-        if _less(ht[i], hs[i], ht[p], hs[p]):
-            ht[i], ht[p] = ht[p], ht[i]
-            hs[i], hs[p] = hs[p], hs[i]
-            i = p
-        else:
-            break
-    return n + 1
-
-
-@njit
-def _heap_pop(ht, hs, n):
-    t, s = ht[0], hs[0]
-    n -= 1
-    ht[0], hs[0] = ht[n], hs[n]
-    i = 0
+def _sift_down(ht, hs, n, i):
+    """Restore the heap below position i after its key grew."""
     while True:
         lft, rgt, m = 2 * i + 1, 2 * i + 2, i
         if lft < n and _less(ht[lft], hs[lft], ht[m], hs[m]):
@@ -81,11 +63,18 @@ def _heap_pop(ht, hs, n):
         if rgt < n and _less(ht[rgt], hs[rgt], ht[m], hs[m]):
             m = rgt
         if m == i:
-            break
+            return
         ht[i], ht[m] = ht[m], ht[i]
         hs[i], hs[m] = hs[m], hs[i]
         i = m
-    return t, s, n
+
+
+@njit(inline="always")
+def _root_still_first(ht, hs, n, t, s):
+    """Whether (t, s) is still below both children of the root."""
+    if n > 1 and _less(ht[1], hs[1], t, s):
+        return False
+    return not (n > 2 and _less(ht[2], hs[2], t, s))
 
 
 @njit
@@ -153,17 +142,20 @@ def _memory(e, op, t, cfg, l2_on, l2, srv, tstat, busy, cnt):
 def run_window(ev, cta_off, win_c0, win_c1, n_ctas, slot_sm, space, smem_limit, cfg, l2_on, l2,
                srv, units, si, sf, ht, hs, hn, reg, tstat, busy, cnt, kernel_end):  # fmt: skip
     """Replay until the kernel ends (returns 0) or a slot needs a CTA beyond the loaded window
-    (returns 1; ``reg[R_PENDING]`` holds the slot, its free time is ``sf[slot, F_T]``)."""
+    (returns 1; ``reg[R_PENDING]`` holds the slot, which stays at the heap's root with its
+    free time as key)."""
     n = hn[0]
     frac = cfg[C_CTA_FRAC]
-    if reg[R_PENDING] >= 0:  # resume: give the waiting slot its CTA
+    if reg[R_PENDING] >= 0:  # resume: give the waiting slot (kept at the root) its CTA
         s = reg[R_PENDING]
         reg[R_PENDING] = -1
         _start_cta(s, reg[R_NEXT], sf[s, F_T], si, sf, cta_off, win_c0)
         reg[R_NEXT] += 1
-        n = _heap_push(ht, hs, n, sf[s, F_T], s)
+    # The heap holds every active slot; its root is the CTA being replayed. When the root's
+    # clock passes a child's, the root sinks and the earliest CTA surfaces.
     while n > 0:
-        t, s, n = _heap_pop(ht, hs, n)
+        s = hs[0]
+        t = sf[s, F_T]
         sm = slot_sm[s]
         while True:
             ptr = si[s, S_PTR]
@@ -173,13 +165,17 @@ def run_window(ev, cta_off, win_c0, win_c1, n_ctas, slot_sm, space, smem_limit, 
                 c = reg[R_NEXT]
                 if c < n_ctas:
                     sf[s, F_T] = fin
+                    ht[0] = fin
                     if c >= win_c1:
                         reg[R_PENDING] = s
                         hn[0] = n
                         return 1
                     _start_cta(s, c, fin, si, sf, cta_off, win_c0)
                     reg[R_NEXT] += 1
-                    n = _heap_push(ht, hs, n, fin, s)
+                else:  # no CTA left for this slot: drop it from the heap
+                    n -= 1
+                    ht[0], hs[0] = ht[n], hs[n]
+                _sift_down(ht, hs, n, 0)
                 break
             e = ev[ptr]
             op = np.int64(e.op)
@@ -221,8 +217,9 @@ def run_window(ev, cta_off, win_c0, win_c1, n_ctas, slot_sm, space, smem_limit, 
                     cnt[K_BAD_SMEM] += 1
             si[s, S_PTR] = ptr + 1
             sf[s, F_T] = t
-            if n > 0 and _less(ht[0], hs[0], t, s):
-                n = _heap_push(ht, hs, n, t, s)
+            if not _root_still_first(ht, hs, n, t, s):
+                ht[0] = t
+                _sift_down(ht, hs, n, 0)
                 break
     hn[0] = n
     return 0

@@ -1,0 +1,172 @@
+"""The ``flashio`` command: thin subcommands over the library."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import kernels
+import simulator
+from analysis import comparison as cmp
+from analysis import report
+
+DEFAULT_GPU = "h200"
+
+EPILOG = """examples:
+  flashio demo                                   the main job on the default GPU (h200)
+  flashio gpus                                   built-in GPU specs
+  flashio simulate flash2 --seq-len 8192 --head-dim 128 --block-q 128 --block-kv 64
+  flashio simulate standard --gpu my_gpu.toml --json
+  flashio compare --seq-len 1024 --batch 64 --backward --gpu a100-40gb
+Every command takes --json for machine-readable output; bad input exits with status 2."""
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported on stderr with exit status 2."""
+
+
+def _shape_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("attention shape")
+    g.add_argument("--batch", type=int, default=4, help="batch size (default 4)")
+    g.add_argument("--heads", type=int, default=16, help="query heads (default 16)")
+    g.add_argument("--kv-heads", type=int, default=None, help="key/value heads (GQA; default = heads)")
+    g.add_argument("--seq-len", type=int, default=4096, help="sequence length N (default 4096)")
+    g.add_argument("--head-dim", type=int, default=64, help="head dimension d (default 64)")
+    g.add_argument("--dtype", default="fp16", choices=sorted(kernels.DTYPES), help="default fp16")
+    g.add_argument("--causal", action="store_true", help="causal mask")
+    t = p.add_argument_group("tiling")
+    t.add_argument("--block-q", type=int, default=None, help="Br, rows of Q per block")
+    t.add_argument("--block-kv", type=int, default=None, help="Bc, rows of K/V per block")
+    t.add_argument("--warps", type=int, default=None, help="warps per CTA (default 4)")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpu", default=DEFAULT_GPU, metavar="NAME|PATH",
+                   help=f"built-in GPU name (see 'flashio gpus') or a TOML spec file (default {DEFAULT_GPU})")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _shape(a) -> kernels.AttentionShape:
+    return kernels.AttentionShape(a.batch, a.heads, a.seq_len, a.head_dim, a.dtype,
+                                  causal=a.causal, kv_heads=a.kv_heads)  # fmt: skip
+
+
+def _gpu(a) -> simulator.GPUSpec:
+    return simulator.load_gpu(a.gpu)
+
+
+def _progress(enabled: bool):
+    def show(kernel, done, total):
+        if enabled:
+            print(f"\r  kernel {kernel}: {done}/{total} CTAs", end="", file=sys.stderr, flush=True)
+            if done == total:
+                print(file=sys.stderr)
+
+    return show
+
+
+def cmd_gpus(a) -> int:
+    specs = [simulator.load_gpu(n) for n in simulator.builtin_gpus()]
+    if a.json:
+        print(json.dumps([s.to_dict() for s in specs], indent=2))
+    else:
+        print(report.gpu_table(specs))
+    return 0
+
+
+def cmd_simulate(a) -> int:
+    gpu = _gpu(a)
+    sched = kernels.schedule(a.schedule, _shape(a), a.block_q, a.block_kv, a.warps)
+    if a.save_trace:
+        sched.trace().save(a.save_trace)
+    res = simulator.simulate(sched, gpu, progress=_progress(not a.json and sys.stderr.isatty()))
+    if a.json:
+        print(json.dumps({"schedule": a.schedule, "shape": sched.shape.to_dict(),
+                          "block_q": sched.block_q, "block_kv": sched.block_kv,
+                          "warps": sched.warps, "result": res.to_dict()}, indent=2))  # fmt: skip
+    else:
+        print(report.result_text(sched, res, gpu))
+    return 0
+
+
+def cmd_compare(a) -> int:
+    gpu, shape = _gpu(a), _shape(a)
+    names = cmp.FORWARD + (cmp.BACKWARD if a.backward else ())
+    say = (lambda n: print(f"  simulating {n} ...", file=sys.stderr)) if not a.json else None
+    rows = cmp.compare(shape, gpu, names, a.block_q, a.block_kv, a.warps, progress=say)
+    if a.json:
+        print(json.dumps({"gpu": gpu.name, "shape": shape.to_dict(),
+                          "rows": [r.to_dict() for r in rows]}, indent=2))  # fmt: skip
+    else:
+        print(report.comparison_table(rows, shape, gpu))
+    return 0
+
+
+def cmd_demo(a) -> int:
+    from analysis.demo import run_demo
+
+    return run_demo(_gpu(a), Path(a.out), as_json=a.json)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flashio",
+        description="GPU memory-hierarchy simulator and IO-complexity analyzer for attention "
+        "kernels: how many bytes standard attention and FlashAttention move through L2 and HBM, "
+        "and how long they take, on real or hypothetical GPUs.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("demo", help="the main job: standard vs FlashAttention-1 vs -2 on a GPU",
+                       description="Simulate standard attention, FlashAttention-1 and -2 (forward "
+                       "and backward) for a GPT-style shape on the GPU, print the comparison, and "
+                       "write JSON and plots into a folder.")  # fmt: skip
+    _common(p)
+    p.add_argument("--out", default="flashio-out", help="folder for JSON and plots (default flashio-out)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("gpus", help="list the built-in GPU specs",
+                       description="Table of the built-in GPU specs; write your own TOML file "
+                       "(docs/gpus.md) and pass it as --gpu PATH.")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_gpus)
+
+    p = sub.add_parser("simulate", help="simulate one schedule on one GPU",
+                       description="Replay one schedule's trace on a GPU: global (SM-side) and "
+                       "HBM bytes per tensor, occupancy, time and what bounds it.")  # fmt: skip
+    p.add_argument("schedule", choices=kernels.SCHEDULES, metavar="SCHEDULE",
+                   help="one of: " + ", ".join(kernels.SCHEDULES))  # fmt: skip
+    _shape_args(p)
+    _common(p)
+    p.add_argument("--save-trace", metavar="FILE.npz", help="also write the trace to this file")
+    p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("compare", help="standard vs flash1 vs flash2 side by side",
+                       description="FLOPs, global GB, HBM GB and time of standard attention, "
+                       "FlashAttention-1 and -2 on one shape (the FlashAttention paper's Fig. 2, "
+                       "left).")  # fmt: skip
+    _shape_args(p)
+    _common(p)
+    p.add_argument("--backward", action="store_true", help="include the backward passes")
+    p.set_defaults(func=cmd_compare)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"flashio {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

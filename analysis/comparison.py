@@ -1,0 +1,89 @@
+"""Side-by-side simulation of several schedules on one shape and GPU (FA paper, Fig. 2 left)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import kernels
+import simulator
+
+__all__ = ["ComparisonRow", "compare"]
+
+FORWARD = ("standard", "flash1", "flash2")
+BACKWARD = ("standard_bwd", "flash1_bwd", "flash2_bwd")
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonRow:
+    """One schedule's simulated figures."""
+
+    schedule: str
+    block_q: int
+    block_kv: int
+    warps: int
+    mma_flops: int
+    global_bytes: int
+    hbm_bytes: int
+    time_s: float
+    bound: str
+    ctas_per_sm: int
+    occupancy_limiter: str
+    sram_peak_bytes: int
+    result: simulator.SimResult
+
+    @property
+    def tflops_per_s(self) -> float:
+        return self.mma_flops / self.time_s / 1e12
+
+    def to_dict(self) -> dict:
+        d = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "result"}
+        d["tflops_per_s"] = self.tflops_per_s
+        return d
+
+
+def compare(
+    shape: kernels.AttentionShape,
+    gpu: simulator.GPUSpec,
+    names: tuple[str, ...] = FORWARD,
+    block_q: int | None = None,
+    block_kv: int | None = None,
+    warps: int | None = None,
+    progress=None,
+) -> list[ComparisonRow]:
+    """Simulate each named schedule on ``shape`` and ``gpu``.
+
+    Parameters
+    ----------
+    shape : kernels.AttentionShape
+    gpu : simulator.GPUSpec
+    names : tuple of str
+        Schedules to run, in order.
+    block_q, block_kv, warps : int, optional
+        Tiles shared by all schedules; ``kernels.schedule`` defaults when omitted.
+    progress : callable, optional
+        ``progress(name)`` before each schedule is simulated.
+    """
+    rows = []
+    for name in names:
+        if progress:
+            progress(name)
+        sched = kernels.schedule(name, shape, block_q=block_q, block_kv=block_kv, warps=warps)
+        res = simulator.simulate(sched, gpu)
+        rows.append(
+            ComparisonRow(
+                schedule=name,
+                block_q=sched.block_q,
+                block_kv=sched.block_kv,
+                warps=sched.warps,
+                mma_flops=res.mma_flops,
+                global_bytes=res.global_bytes,
+                hbm_bytes=res.hbm_bytes,
+                time_s=res.time_s,
+                bound=res.bound,
+                ctas_per_sm=res.occupancy.ctas_per_sm,
+                occupancy_limiter=res.occupancy.limiter,
+                sram_peak_bytes=res.sram_peak_bytes,
+                result=res,
+            )
+        )
+    return rows

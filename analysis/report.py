@@ -1,0 +1,88 @@
+"""Plain-text tables for people (the CLI's default output)."""
+
+from __future__ import annotations
+
+GB = 1e9
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """Right-aligned columns (first column left-aligned) under a header and a rule."""
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+
+    def line(cells):
+        out = [str(cells[0]).ljust(widths[0])]
+        out += [str(c).rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
+        return "  ".join(out)
+
+    return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])
+
+
+def gpu_table(specs) -> str:
+    rows = [
+        [s.name, s.sm_count, f"{s.clock_hz / 1e9:.2f}", f"{s.smem_per_sm_bytes // 1024}",
+         f"{s.smem_per_cta_bytes // 1024}", f"{s.l2_bytes / 2**20:.0f}",
+         f"{s.hbm_bandwidth_bytes_per_s / 1e12:.2f}", f"{s.hbm_efficiency:.2f}",
+         f"{s.tensor_fp16_flops_per_s / 1e12:.0f}", f"{s.fp32_flops_per_s / 1e12:.1f}"]
+        for s in specs
+    ]  # fmt: skip
+    header = ["gpu", "SMs", "GHz", "smem/SM KiB", "smem/CTA KiB", "L2 MiB", "HBM TB/s",
+              "HBM eff", "fp16 TFLOP/s", "fp32 TFLOP/s"]  # fmt: skip
+    return table(header, rows)
+
+
+def _shape_line(shape) -> str:
+    kv = f", kv_heads={shape.kv_heads}" if shape.kv_heads else ""
+    causal = ", causal" if shape.causal else ""
+    return (f"batch={shape.batch}, heads={shape.heads}{kv}, N={shape.seq_len}, "
+            f"d={shape.head_dim}, {shape.dtype}{causal}")  # fmt: skip
+
+
+def comparison_table(rows, shape, gpu) -> str:
+    body = [
+        [r.schedule, f"{r.block_q}x{r.block_kv}", r.warps, f"{r.mma_flops / 1e9:.1f}",
+         f"{r.global_bytes / GB:.3f}", f"{r.hbm_bytes / GB:.3f}", f"{r.time_s * 1e3:.3f}",
+         f"{r.tflops_per_s:.0f}", f"{r.ctas_per_sm} ({r.occupancy_limiter})", r.bound]
+        for r in rows
+    ]  # fmt: skip
+    header = ["schedule", "Br x Bc", "warps", "GFLOP", "global GB", "HBM GB", "time ms",
+              "TFLOP/s", "CTAs/SM (limit)", "bound"]  # fmt: skip
+    return f"{gpu.name}: {_shape_line(shape)}\n\n" + table(header, body)
+
+
+def result_text(sched, res, gpu) -> str:
+    lines = [
+        f"{sched.name} on {gpu.name}: {_shape_line(sched.shape)}, "
+        f"block_q={sched.block_q}, block_kv={sched.block_kv}, warps={sched.warps}",
+        "",
+        f"time          {res.time_s * 1e3:.4f} ms ({res.cycles:,.0f} cycles), bound: {res.bound}",
+        f"global bytes  read {res.global_read_bytes:,}  write {res.global_write_bytes:,}",
+        f"HBM bytes     read {res.hbm_read_bytes:,}  write {res.hbm_write_bytes:,}"
+        f"  (dirty in L2 at end: {res.l2_dirty_bytes_at_end:,})",
+        f"FLOPs         matmul {res.mma_flops:,}  elementwise {res.elementwise_flops:,}"
+        f"  exp {res.exps:,}",
+        f"shared memory peak {res.sram_peak_bytes:,} B per CTA",
+        "",
+    ]
+    krows = [
+        [k.name, k.ctas, k.waves, f"{k.occupancy.ctas_per_sm} ({k.occupancy.limiter})",
+         k.occupancy.regs_per_thread, f"{k.smem_peak_bytes:,}", f"{k.time_s * 1e3:.4f}"]
+        for k in res.kernels
+    ]  # fmt: skip
+    lines.append(table(["kernel", "CTAs", "waves", "CTAs/SM (limit)", "regs", "smem B",
+                        "time ms"], krows))  # fmt: skip
+    lines.append("")
+    trows = [
+        [t.name, f"{t.global_read_bytes:,}", f"{t.global_write_bytes:,}",
+         f"{t.hbm_read_bytes:,}", f"{t.hbm_write_bytes:,}"]
+        for t in res.tensors
+    ]  # fmt: skip
+    lines.append(table(["tensor", "global read", "global write", "HBM read", "HBM write"], trows))
+    lines.append("")
+    util = "  ".join(f"{k} {v:.0%}" for k, v in res.utilization.items())
+    lines.append(f"busy: {util}")
+    spilled = [k for k in res.kernels if k.occupancy.spilled_regs_per_thread]
+    for k in spilled:
+        lines.append(f"warning: kernel {k.name} needs {k.occupancy.spilled_regs_per_thread} more "
+                     "registers per thread than the GPU allows; the compiler would spill them "
+                     "(spill traffic is not modelled)")  # fmt: skip
+    return "\n".join(lines)
