@@ -31,7 +31,9 @@ def _shape_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("attention shape")
     g.add_argument("--batch", type=int, default=4, help="batch size (default 4)")
     g.add_argument("--heads", type=int, default=16, help="query heads (default 16)")
-    g.add_argument("--kv-heads", type=int, default=None, help="key/value heads (GQA; default = heads)")
+    g.add_argument(
+        "--kv-heads", type=int, default=None, help="key/value heads (GQA; default = heads)"
+    )
     g.add_argument("--seq-len", type=int, default=4096, help="sequence length N (default 4096)")
     g.add_argument("--head-dim", type=int, default=64, help="head dimension d (default 64)")
     g.add_argument("--dtype", default="fp16", choices=sorted(kernels.DTYPES), help="default fp16")
@@ -43,14 +45,19 @@ def _shape_args(p: argparse.ArgumentParser) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpu", default=DEFAULT_GPU, metavar="NAME|PATH",
-                   help=f"built-in GPU name (see 'flashio gpus') or a TOML spec file (default {DEFAULT_GPU})")  # fmt: skip
+    p.add_argument(
+        "--gpu",
+        default=DEFAULT_GPU,
+        metavar="NAME|PATH",
+        help=f"built-in GPU name (see 'flashio gpus') or a TOML spec file (default {DEFAULT_GPU})",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
 def _shape(a) -> kernels.AttentionShape:
-    return kernels.AttentionShape(a.batch, a.heads, a.seq_len, a.head_dim, a.dtype,
-                                  causal=a.causal, kv_heads=a.kv_heads)  # fmt: skip
+    return kernels.AttentionShape(
+        a.batch, a.heads, a.seq_len, a.head_dim, a.dtype, causal=a.causal, kv_heads=a.kv_heads
+    )
 
 
 def _gpu(a) -> simulator.GPUSpec:
@@ -83,9 +90,19 @@ def cmd_simulate(a) -> int:
         sched.trace().save(a.save_trace)
     res = simulator.simulate(sched, gpu, progress=_progress(not a.json and sys.stderr.isatty()))
     if a.json:
-        print(json.dumps({"schedule": a.schedule, "shape": sched.shape.to_dict(),
-                          "block_q": sched.block_q, "block_kv": sched.block_kv,
-                          "warps": sched.warps, "result": res.to_dict()}, indent=2))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "schedule": a.schedule,
+                    "shape": sched.shape.to_dict(),
+                    "block_q": sched.block_q,
+                    "block_kv": sched.block_kv,
+                    "warps": sched.warps,
+                    "result": res.to_dict(),
+                },
+                indent=2,
+            )
+        )
     else:
         print(report.result_text(sched, res, gpu))
     return 0
@@ -97,8 +114,12 @@ def cmd_compare(a) -> int:
     say = (lambda n: print(f"  simulating {n} ...", file=sys.stderr)) if not a.json else None
     rows = cmp.compare(shape, gpu, names, a.block_q, a.block_kv, a.warps, progress=say)
     if a.json:
-        print(json.dumps({"gpu": gpu.name, "shape": shape.to_dict(),
-                          "rows": [r.to_dict() for r in rows]}, indent=2))  # fmt: skip
+        print(
+            json.dumps(
+                {"gpu": gpu.name, "shape": shape.to_dict(), "rows": [r.to_dict() for r in rows]},
+                indent=2,
+            )
+        )
     else:
         print(report.comparison_table(rows, shape, gpu))
     return 0
@@ -121,34 +142,52 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("demo", help="the main job: standard vs FlashAttention-1 vs -2 on a GPU",
-                       description="Simulate standard attention, FlashAttention-1 and -2 (forward "
-                       "and backward) for a GPT-style shape on the GPU, print the comparison, and "
-                       "write JSON and plots into a folder.")  # fmt: skip
+    p = sub.add_parser(
+        "demo",
+        help="the main job: standard vs FlashAttention-1 vs -2 on a GPU",
+        description="Simulate standard attention, FlashAttention-1 and -2 (forward "
+        "and backward) for a GPT-style shape on the GPU, print the comparison, and "
+        "write JSON and plots into a folder.",
+    )
     _common(p)
-    p.add_argument("--out", default="flashio-out", help="folder for JSON and plots (default flashio-out)")
+    p.add_argument(
+        "--out", default="flashio-out", help="folder for JSON and plots (default flashio-out)"
+    )
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("gpus", help="list the built-in GPU specs",
-                       description="Table of the built-in GPU specs; write your own TOML file "
-                       "(docs/gpus.md) and pass it as --gpu PATH.")  # fmt: skip
+    p = sub.add_parser(
+        "gpus",
+        help="list the built-in GPU specs",
+        description="Table of the built-in GPU specs; write your own TOML file "
+        "(docs/gpus.md) and pass it as --gpu PATH.",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_gpus)
 
-    p = sub.add_parser("simulate", help="simulate one schedule on one GPU",
-                       description="Replay one schedule's trace on a GPU: global (SM-side) and "
-                       "HBM bytes per tensor, occupancy, time and what bounds it.")  # fmt: skip
-    p.add_argument("schedule", choices=kernels.SCHEDULES, metavar="SCHEDULE",
-                   help="one of: " + ", ".join(kernels.SCHEDULES))  # fmt: skip
+    p = sub.add_parser(
+        "simulate",
+        help="simulate one schedule on one GPU",
+        description="Replay one schedule's trace on a GPU: global (SM-side) and "
+        "HBM bytes per tensor, occupancy, time and what bounds it.",
+    )
+    p.add_argument(
+        "schedule",
+        choices=kernels.SCHEDULES,
+        metavar="SCHEDULE",
+        help="one of: " + ", ".join(kernels.SCHEDULES),
+    )
     _shape_args(p)
     _common(p)
     p.add_argument("--save-trace", metavar="FILE.npz", help="also write the trace to this file")
     p.set_defaults(func=cmd_simulate)
 
-    p = sub.add_parser("compare", help="standard vs flash1 vs flash2 side by side",
-                       description="FLOPs, global GB, HBM GB and time of standard attention, "
-                       "FlashAttention-1 and -2 on one shape (the FlashAttention paper's Fig. 2, "
-                       "left).")  # fmt: skip
+    p = sub.add_parser(
+        "compare",
+        help="standard vs flash1 vs flash2 side by side",
+        description="FLOPs, global GB, HBM GB and time of standard attention, "
+        "FlashAttention-1 and -2 on one shape (the FlashAttention paper's Fig. 2, "
+        "left).",
+    )
     _shape_args(p)
     _common(p)
     p.add_argument("--backward", action="store_true", help="include the backward passes")

@@ -29,11 +29,12 @@ class ComparisonRow:
     ctas_per_sm: int
     occupancy_limiter: str
     sram_peak_bytes: int
-    result: simulator.SimResult
+    result: simulator.SimResult | None
+    error: str = ""  # why the schedule cannot run on this GPU (then the figures are 0)
 
     @property
     def tflops_per_s(self) -> float:
-        return self.mma_flops / self.time_s / 1e12
+        return self.mma_flops / self.time_s / 1e12 if self.time_s else 0.0
 
     def to_dict(self) -> dict:
         d = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "result"}
@@ -62,13 +63,40 @@ def compare(
         Tiles shared by all schedules; ``kernels.schedule`` defaults when omitted.
     progress : callable, optional
         ``progress(name)`` before each schedule is simulated.
+
+    Returns
+    -------
+    list of ComparisonRow
+        One per name; a schedule whose tiles do not fit the GPU gets a row whose ``error``
+        holds the capacity message.
     """
     rows = []
     for name in names:
         if progress:
             progress(name)
         sched = kernels.schedule(name, shape, block_q=block_q, block_kv=block_kv, warps=warps)
-        res = simulator.simulate(sched, gpu)
+        try:
+            res = simulator.simulate(sched, gpu)
+        except simulator.CapacityError as exc:  # one schedule not fitting should not hide the rest
+            rows.append(
+                ComparisonRow(
+                    name,
+                    sched.block_q,
+                    sched.block_kv,
+                    sched.warps,
+                    0,
+                    0,
+                    0,
+                    0.0,
+                    "",
+                    0,
+                    "",
+                    0,
+                    None,
+                    str(exc),
+                )
+            )
+            continue
         rows.append(
             ComparisonRow(
                 schedule=name,

@@ -28,25 +28,35 @@ def _regime(gpu: simulator.GPUSpec, shape: kernels.AttentionShape) -> str:
     m = gpu.smem_per_cta_bytes // shape.elem_bytes
     nd = shape.seq_len * shape.head_dim
     if m >= nd:
-        return (f"M = {m:,} elements of SRAM per CTA >= N*d = {nd:,}: a whole K/V fits on chip, "
-                "so flash traffic is linear in N here.")  # fmt: skip
-    return (f"M = {m:,} elements of SRAM per CTA < N*d = {nd:,}: K and V are re-streamed, so "
-            "flash traffic is Theta(N^2 d^2 / M), quadratic in N with a constant ~M/d^2 times "
-            "smaller than standard attention's Theta(N^2) (the seeds' O(N) holds only when "
-            "M >= N*d).")  # fmt: skip
+        return (
+            f"M = {m:,} elements of SRAM per CTA >= N*d = {nd:,}: a whole K/V fits on chip, "
+            "so flash traffic is linear in N here."
+        )
+    return (
+        f"M = {m:,} elements of SRAM per CTA < N*d = {nd:,}: K and V are re-streamed, so "
+        "flash traffic is Theta(N^2 d^2 / M), quadratic in N with a constant ~M/d^2 times "
+        "smaller than standard attention's Theta(N^2) (the seeds' O(N) holds only when "
+        "M >= N*d)."
+    )
 
 
-def _scaling(gpu, quiet):
+def _scaling(gpu, seq_lens, quiet):
     """Global bytes of standard and flash2 forward vs N (batch 1, 4 heads, d 64)."""
     out = {"standard": [], "flash2": []}
-    for n in SCALING_NS:
+    for n in seq_lens:
         shape = kernels.AttentionShape(1, SCALING_HEADS, n, 64, "fp16")
         for name in out:
             _say(f"  scaling: {name} N={n}", quiet)
             sched = kernels.schedule(name, shape, block_q=min(128, n), block_kv=min(128, n))
             res = simulator.simulate(sched, gpu)
-            out[name].append({"seq_len": n, "global_bytes": res.global_bytes,
-                              "hbm_bytes": res.hbm_bytes, "time_s": res.time_s})  # fmt: skip
+            out[name].append(
+                {
+                    "seq_len": n,
+                    "global_bytes": res.global_bytes,
+                    "hbm_bytes": res.hbm_bytes,
+                    "time_s": res.time_s,
+                }
+            )
     return out
 
 
@@ -71,8 +81,10 @@ def _plot(rows, scaling, gpu, shape, out: Path) -> list[Path]:
     ax2.set_xticks(x, names, rotation=30, ha="right")
     ax2.set_ylabel("simulated time, ms")
     ax2.set_title("time")
-    fig.suptitle(f"{gpu.name}: B={shape.batch}, H={shape.heads}, N={shape.seq_len}, "
-                 f"d={shape.head_dim}, {shape.dtype}")  # fmt: skip
+    fig.suptitle(
+        f"{gpu.name}: B={shape.batch}, H={shape.heads}, N={shape.seq_len}, "
+        f"d={shape.head_dim}, {shape.dtype}"
+    )
     fig.tight_layout()
     paths.append(out / "demo_traffic_time.png")
     fig.savefig(paths[-1], dpi=120)
@@ -95,19 +107,26 @@ def _plot(rows, scaling, gpu, shape, out: Path) -> list[Path]:
     return paths
 
 
-def run_demo(gpu: simulator.GPUSpec, out: Path, as_json: bool = False) -> int:
-    """Compare the six schedules on ``DEMO_SHAPE``, write demo.json and plots into ``out``."""
+def run_demo(
+    gpu: simulator.GPUSpec,
+    out: Path,
+    as_json: bool = False,
+    shape: kernels.AttentionShape = DEMO_SHAPE,
+    seq_lens: tuple[int, ...] = SCALING_NS,
+) -> int:
+    """Compare the six schedules on ``shape``, write demo.json and plots into ``out``."""
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     names = cmp.FORWARD + cmp.BACKWARD
-    rows = cmp.compare(DEMO_SHAPE, gpu, names,
-                       progress=lambda n: _say(f"  simulating {n} ...", as_json))  # fmt: skip
-    scaling = _scaling(gpu, as_json)
-    plots = _plot(rows, scaling, gpu, DEMO_SHAPE, out)
+    rows = cmp.compare(
+        shape, gpu, names, progress=lambda n: _say(f"  simulating {n} ...", as_json)
+    )
+    scaling = _scaling(gpu, seq_lens, as_json)
+    plots = _plot(rows, scaling, gpu, shape, out)
     std, fa2 = rows[0], rows[2]
     summary = {
         "gpu": gpu.name,
-        "shape": DEMO_SHAPE.to_dict(),
+        "shape": shape.to_dict(),
         "rows": [r.to_dict() for r in rows],
         "scaling": scaling,
         "flash2_vs_standard": {
@@ -115,18 +134,20 @@ def run_demo(gpu: simulator.GPUSpec, out: Path, as_json: bool = False) -> int:
             "hbm_bytes_ratio": std.hbm_bytes / fa2.hbm_bytes,
             "speedup": std.time_s / fa2.time_s,
         },
-        "regime": _regime(gpu, DEMO_SHAPE),
+        "regime": _regime(gpu, shape),
         "plots": [str(p) for p in plots],
     }
     (out / "demo.json").write_text(json.dumps(summary, indent=2))
     if as_json:
         print(json.dumps(summary, indent=2))
         return 0
-    print(report.comparison_table(rows, DEMO_SHAPE, gpu))
+    print(report.comparison_table(rows, shape, gpu))
     r = summary["flash2_vs_standard"]
-    print(f"\nflash2 forward moves {r['global_bytes_ratio']:.1f}x fewer global bytes and "
-          f"{r['hbm_bytes_ratio']:.1f}x fewer HBM bytes than standard attention, and is "
-          f"{r['speedup']:.1f}x faster (simulated).")  # fmt: skip
+    print(
+        f"\nflash2 forward moves {r['global_bytes_ratio']:.1f}x fewer global bytes and "
+        f"{r['hbm_bytes_ratio']:.1f}x fewer HBM bytes than standard attention, and is "
+        f"{r['speedup']:.1f}x faster (simulated)."
+    )
     print(summary["regime"])
     print(f"\nwrote {out / 'demo.json'}")
     for p in plots:

@@ -19,34 +19,80 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 def gpu_table(specs) -> str:
     rows = [
-        [s.name, s.sm_count, f"{s.clock_hz / 1e9:.2f}", f"{s.smem_per_sm_bytes // 1024}",
-         f"{s.smem_per_cta_bytes // 1024}", f"{s.l2_bytes / 2**20:.0f}",
-         f"{s.hbm_bandwidth_bytes_per_s / 1e12:.2f}", f"{s.hbm_efficiency:.2f}",
-         f"{s.tensor_fp16_flops_per_s / 1e12:.0f}", f"{s.fp32_flops_per_s / 1e12:.1f}"]
+        [
+            s.name,
+            s.sm_count,
+            f"{s.clock_hz / 1e9:.2f}",
+            f"{s.smem_per_sm_bytes // 1024}",
+            f"{s.smem_per_cta_bytes // 1024}",
+            f"{s.l2_bytes / 2**20:.0f}",
+            f"{s.hbm_bandwidth_bytes_per_s / 1e12:.2f}",
+            f"{s.hbm_efficiency:.2f}",
+            f"{s.tensor_fp16_flops_per_s / 1e12:.0f}",
+            f"{s.fp32_flops_per_s / 1e12:.1f}",
+        ]
         for s in specs
-    ]  # fmt: skip
-    header = ["gpu", "SMs", "GHz", "smem/SM KiB", "smem/CTA KiB", "L2 MiB", "HBM TB/s",
-              "HBM eff", "fp16 TFLOP/s", "fp32 TFLOP/s"]  # fmt: skip
+    ]
+    header = [
+        "gpu",
+        "SMs",
+        "GHz",
+        "smem/SM KiB",
+        "smem/CTA KiB",
+        "L2 MiB",
+        "HBM TB/s",
+        "HBM eff",
+        "fp16 TFLOP/s",
+        "fp32 TFLOP/s",
+    ]
     return table(header, rows)
 
 
 def _shape_line(shape) -> str:
     kv = f", kv_heads={shape.kv_heads}" if shape.kv_heads else ""
     causal = ", causal" if shape.causal else ""
-    return (f"batch={shape.batch}, heads={shape.heads}{kv}, N={shape.seq_len}, "
-            f"d={shape.head_dim}, {shape.dtype}{causal}")  # fmt: skip
+    return (
+        f"batch={shape.batch}, heads={shape.heads}{kv}, N={shape.seq_len}, "
+        f"d={shape.head_dim}, {shape.dtype}{causal}"
+    )
 
 
 def comparison_table(rows, shape, gpu) -> str:
+    fits = [r for r in rows if not r.error]
     body = [
-        [r.schedule, f"{r.block_q}x{r.block_kv}", r.warps, f"{r.mma_flops / 1e9:.1f}",
-         f"{r.global_bytes / GB:.3f}", f"{r.hbm_bytes / GB:.3f}", f"{r.time_s * 1e3:.3f}",
-         f"{r.tflops_per_s:.0f}", f"{r.ctas_per_sm} ({r.occupancy_limiter})", r.bound]
+        [
+            r.schedule,
+            f"{r.block_q}x{r.block_kv}",
+            r.warps,
+            f"{r.mma_flops / 1e9:.1f}",
+            f"{r.global_bytes / GB:.3f}",
+            f"{r.hbm_bytes / GB:.3f}",
+            f"{r.time_s * 1e3:.3f}",
+            f"{r.tflops_per_s:.0f}",
+            f"{r.ctas_per_sm} ({r.occupancy_limiter})",
+            r.bound,
+        ]
+        for r in fits
+    ]
+    body += [
+        [r.schedule, f"{r.block_q}x{r.block_kv}", r.warps, *["-"] * 6, "does not fit"]
         for r in rows
-    ]  # fmt: skip
-    header = ["schedule", "Br x Bc", "warps", "GFLOP", "global GB", "HBM GB", "time ms",
-              "TFLOP/s", "CTAs/SM (limit)", "bound"]  # fmt: skip
-    return f"{gpu.name}: {_shape_line(shape)}\n\n" + table(header, body)
+        if r.error
+    ]
+    notes = "".join(f"\n{r.schedule}: {r.error}" for r in rows if r.error)
+    header = [
+        "schedule",
+        "Br x Bc",
+        "warps",
+        "GFLOP",
+        "global GB",
+        "HBM GB",
+        "time ms",
+        "TFLOP/s",
+        "CTAs/SM (limit)",
+        "bound",
+    ]
+    return f"{gpu.name}: {_shape_line(shape)}\n\n" + table(header, body) + notes
 
 
 def result_text(sched, res, gpu) -> str:
@@ -64,25 +110,40 @@ def result_text(sched, res, gpu) -> str:
         "",
     ]
     krows = [
-        [k.name, k.ctas, k.waves, f"{k.occupancy.ctas_per_sm} ({k.occupancy.limiter})",
-         k.occupancy.regs_per_thread, f"{k.smem_peak_bytes:,}", f"{k.time_s * 1e3:.4f}"]
+        [
+            k.name,
+            k.ctas,
+            k.waves,
+            f"{k.occupancy.ctas_per_sm} ({k.occupancy.limiter})",
+            k.occupancy.regs_per_thread,
+            f"{k.smem_peak_bytes:,}",
+            f"{k.time_s * 1e3:.4f}",
+        ]
         for k in res.kernels
-    ]  # fmt: skip
-    lines.append(table(["kernel", "CTAs", "waves", "CTAs/SM (limit)", "regs", "smem B",
-                        "time ms"], krows))  # fmt: skip
+    ]
+    lines.append(
+        table(["kernel", "CTAs", "waves", "CTAs/SM (limit)", "regs", "smem B", "time ms"], krows)
+    )
     lines.append("")
     trows = [
-        [t.name, f"{t.global_read_bytes:,}", f"{t.global_write_bytes:,}",
-         f"{t.hbm_read_bytes:,}", f"{t.hbm_write_bytes:,}"]
+        [
+            t.name,
+            f"{t.global_read_bytes:,}",
+            f"{t.global_write_bytes:,}",
+            f"{t.hbm_read_bytes:,}",
+            f"{t.hbm_write_bytes:,}",
+        ]
         for t in res.tensors
-    ]  # fmt: skip
+    ]
     lines.append(table(["tensor", "global read", "global write", "HBM read", "HBM write"], trows))
     lines.append("")
     util = "  ".join(f"{k} {v:.0%}" for k, v in res.utilization.items())
     lines.append(f"busy: {util}")
     spilled = [k for k in res.kernels if k.occupancy.spilled_regs_per_thread]
     for k in spilled:
-        lines.append(f"warning: kernel {k.name} needs {k.occupancy.spilled_regs_per_thread} more "
-                     "registers per thread than the GPU allows; the compiler would spill them "
-                     "(spill traffic is not modelled)")  # fmt: skip
+        lines.append(
+            f"warning: kernel {k.name} needs {k.occupancy.spilled_regs_per_thread} more "
+            "registers per thread than the GPU allows; the compiler would spill them "
+            "(spill traffic is not modelled)"
+        )
     return "\n".join(lines)

@@ -25,23 +25,39 @@ N_PARAMS = 16
 
 
 @njit(inline="always")
-def put(ev, n, write, kernel, cta, step, op, tensor, brow, bcol, off, rows, row_bytes, stride,
-        nbytes, flops):  # fmt: skip
-    if write:
+def put(
+    ev,
+    n,
+    write,
+    kernel,
+    cta,
+    step,
+    op,
+    tensor,
+    brow,
+    bcol,
+    off,
+    rows,
+    row_bytes,
+    stride,
+    nbytes,
+    flops,
+):
+    if write:  # item syntax, so the tracers also run as Python under NUMBA_DISABLE_JIT=1
         e = ev[n]
-        e.kernel = kernel
-        e.cta = cta
-        e.step = step
-        e.op = op
-        e.tensor = tensor
-        e.block_row = brow
-        e.block_col = bcol
-        e.offset_bytes = off
-        e.rows = rows
-        e.row_bytes = row_bytes
-        e.row_stride_bytes = stride
-        e.bytes = nbytes
-        e.flops = flops
+        e["kernel"] = kernel
+        e["cta"] = cta
+        e["step"] = step
+        e["op"] = op
+        e["tensor"] = tensor
+        e["block_row"] = brow
+        e["block_col"] = bcol
+        e["offset_bytes"] = off
+        e["rows"] = rows
+        e["row_bytes"] = row_bytes
+        e["row_stride_bytes"] = stride
+        e["bytes"] = nbytes
+        e["flops"] = flops
     return n + 1
 
 

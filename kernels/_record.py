@@ -17,8 +17,22 @@ class Recorder:
     def __init__(self):
         self.rows: list[tuple] = []
 
-    def put(self, kernel, cta, step, op, tensor, brow, bcol, off, rows, row_bytes, stride,
-            nbytes, flops):  # fmt: skip
+    def put(
+        self,
+        kernel,
+        cta,
+        step,
+        op,
+        tensor,
+        brow,
+        bcol,
+        off,
+        rows,
+        row_bytes,
+        stride,
+        nbytes,
+        flops,
+    ):
         self.rows.append(
             (
                 kernel,
@@ -34,7 +48,7 @@ class Recorder:
                 stride,
                 nbytes,
                 flops,
-            )  # fmt: skip
+            )
         )
 
     def events(self) -> np.ndarray:

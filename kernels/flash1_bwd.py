@@ -57,7 +57,7 @@ from kernels._emit import (
     P_SEQ,
     STORE,
     put,
-)  # fmt: skip
+)
 from kernels._numerics import acc_dtype, to_dtype
 from kernels._record import Recorder
 from kernels._resources import regs_per_thread
@@ -66,8 +66,8 @@ from simulator.trace import KernelInfo, Op, Space, TensorInfo
 OPTIONS = ()
 
 # tensor indices, in the order of tensors()
-(Q, K, V, O, DO, L, M, DQ_ACC, DQ, DK, DV,
- Q_S, O_S, DO_S, K_S, V_S, DK_T, DV_T, DQ_T, S_T, DP_T, ST_T) = range(22)  # fmt: skip
+Q, K, V, O, DO, L, M, DQ_ACC, DQ, DK, DV = range(11)
+Q_S, O_S, DO_S, K_S, V_S, DK_T, DV_T, DQ_T, S_T, DP_T, ST_T = range(11, 22)
 
 EW_P_PER_SCORE, EW_P_PER_ROW, EW_D_PER_ELEM, EW_DS_PER_SCORE = 2, 1, 2, 3
 
@@ -81,8 +81,14 @@ def tensors(s) -> tuple[TensorInfo, ...]:
     on-chip buffers."""
     sh, br, bc = s.shape, s.block_q, s.block_kv
     b, h, kh, n, d, eb, acc = (
-        sh.batch, sh.heads, sh.n_kv_heads, sh.seq_len, sh.head_dim, sh.elem_bytes, sh.acc_bytes,
-    )  # fmt: skip
+        sh.batch,
+        sh.heads,
+        sh.n_kv_heads,
+        sh.seq_len,
+        sh.head_dim,
+        sh.elem_bytes,
+        sh.acc_bytes,
+    )
     g, sm, rg = Space.GLOBAL, Space.SHARED, Space.REGISTERS
     return (
         TensorInfo("Q", g, (b, h, n, d), eb),
@@ -112,8 +118,9 @@ def tensors(s) -> tuple[TensorInfo, ...]:
 
 def _buffer_sizes(br, bc, d, eb, acc):
     """Bytes of the on-chip buffers Q_S .. ST_T, in tensor order."""
-    return (br * d * eb, br * d * eb, br * d * eb, bc * d * eb, bc * d * eb,
-            bc * d * acc, bc * d * acc, br * d * acc, br * bc * acc, br * bc * acc, 3 * br * acc)  # fmt: skip
+    shared = (br * d * eb, br * d * eb, br * d * eb, bc * d * eb, bc * d * eb)
+    regs = (bc * d * acc, bc * d * acc, br * d * acc, br * bc * acc, br * bc * acc, 3 * br * acc)
+    return shared + regs
 
 
 def kernels(s) -> tuple[KernelInfo, ...]:
@@ -143,8 +150,24 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
         # line 5: dQ_acc = 0 in HBM, for every query head of the group
         for g in range(grp):
             base = (b * nh + kvh * grp + g) * n
-            k = put(ev, k, write, kernel, cta, -1, STORE, DQ_ACC, -1, -1, base * arow, n, arow,
-                    arow, n * arow, 0)  # fmt: skip
+            k = put(
+                ev,
+                k,
+                write,
+                kernel,
+                cta,
+                -1,
+                STORE,
+                DQ_ACC,
+                -1,
+                -1,
+                base * arow,
+                n,
+                arow,
+                arow,
+                n * arow,
+                0,
+            )
         for j in range(t_kv):
             k0 = j * bc
             c = min(bc, n - k0)
@@ -160,13 +183,61 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
                     qo, ao, so = (base + q0) * row, (base + q0) * arow, (base + q0) * acc
                     # line 10: Q_i, O_i, dO_i, dQ_acc_i, l_i, m_i: HBM -> SRAM/registers
                     for t in (Q, O, DO):
-                        k = put(ev, k, write, kernel, cta, j, LOAD, t, i, -1, qo, r, row, row,
-                                r * row, 0)  # fmt: skip
-                    k = put(ev, k, write, kernel, cta, j, LOAD, DQ_ACC, i, -1, ao, r, arow, arow,
-                            r * arow, 0)  # fmt: skip
+                        k = put(
+                            ev,
+                            k,
+                            write,
+                            kernel,
+                            cta,
+                            j,
+                            LOAD,
+                            t,
+                            i,
+                            -1,
+                            qo,
+                            r,
+                            row,
+                            row,
+                            r * row,
+                            0,
+                        )
+                    k = put(
+                        ev,
+                        k,
+                        write,
+                        kernel,
+                        cta,
+                        j,
+                        LOAD,
+                        DQ_ACC,
+                        i,
+                        -1,
+                        ao,
+                        r,
+                        arow,
+                        arow,
+                        r * arow,
+                        0,
+                    )
                     for t in (L, M):
-                        k = put(ev, k, write, kernel, cta, j, LOAD, t, i, -1, so, 1, r * acc,
-                                r * acc, r * acc, 0)  # fmt: skip
+                        k = put(
+                            ev,
+                            k,
+                            write,
+                            kernel,
+                            cta,
+                            j,
+                            LOAD,
+                            t,
+                            i,
+                            -1,
+                            so,
+                            1,
+                            r * acc,
+                            r * acc,
+                            r * acc,
+                            0,
+                        )
                     mma = 2 * r * c * d
                     k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, mma)  # S
                     ew = EW_P_PER_SCORE * r * c + EW_P_PER_ROW * r
@@ -182,8 +253,24 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
                     k = put(ev, k, write, kernel, cta, j, EW, -1, i, j, 0, 0, 0, 0, 0, ew)  # dS
                     k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, mma)  # dQ
                     # line 20: dQ_acc_i: registers -> HBM, once per (i, j)
-                    k = put(ev, k, write, kernel, cta, j, STORE, DQ_ACC, i, -1, ao, r, arow, arow,
-                            r * arow, 0)  # fmt: skip
+                    k = put(
+                        ev,
+                        k,
+                        write,
+                        kernel,
+                        cta,
+                        j,
+                        STORE,
+                        DQ_ACC,
+                        i,
+                        -1,
+                        ao,
+                        r,
+                        arow,
+                        arow,
+                        r * arow,
+                        0,
+                    )
                     k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, mma)  # dK
             # line 23: dK_j, dV_j: registers -> HBM, once per CTA
             k = put(ev, k, write, kernel, cta, j, STORE, DK, j, -1, off, c, row, row, c * row, 0)
@@ -195,10 +282,27 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
                 q0 = i * br
                 r = min(br, n - q0)
                 qo, ao = (base + q0) * row, (base + q0) * arow
-                k = put(ev, k, write, kernel, cta, -1, LOAD, DQ_ACC, i, -1, ao, r, arow, arow,
-                        r * arow, 0)  # fmt: skip
-                k = put(ev, k, write, kernel, cta, -1, STORE, DQ, i, -1, qo, r, row, row,
-                        r * row, 0)  # fmt: skip
+                k = put(
+                    ev,
+                    k,
+                    write,
+                    kernel,
+                    cta,
+                    -1,
+                    LOAD,
+                    DQ_ACC,
+                    i,
+                    -1,
+                    ao,
+                    r,
+                    arow,
+                    arow,
+                    r * arow,
+                    0,
+                )
+                k = put(
+                    ev, k, write, kernel, cta, -1, STORE, DQ, i, -1, qo, r, row, row, r * row, 0
+                )
         for t in range(10, -1, -1):
             k = put(ev, k, write, kernel, cta, -1, FREE, Q_S + t, -1, -1, 0, 0, 0, 0, sizes[t], 0)
     return k
@@ -281,8 +385,9 @@ def execute(s, q, k, v, grad_out, rec):
                     d_i = (do_i * o_i).sum(axis=1)  # line 18
                     put(0, cta, j, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0, EW_D_PER_ELEM * r * d)
                     ds = to_dtype(p_ij * (dp - d_i[:, None]) * scale, dt).astype(at)
-                    put(0, cta, j, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0,
-                        EW_DS_PER_SCORE * r * c)  # fmt: skip
+                    put(
+                        0, cta, j, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0, EW_DS_PER_SCORE * r * c
+                    )
                     dq_acc[b, h, blk] = dq_i + ds @ k_j  # line 20
                     put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mma)
                     put(0, cta, j, Op.STORE, DQ_ACC, i, -1, ao, r, arow, arow, r * arow, 0)
@@ -298,8 +403,21 @@ def execute(s, q, k, v, grad_out, rec):
                 r = min(br, n - q0)
                 blk = slice(q0, q0 + r)
                 dq_i = dq_acc[b, h, blk]
-                put(0, cta, -1, Op.LOAD, DQ_ACC, i, -1, (base + q0) * arow, r, arow, arow,
-                    r * arow, 0)  # fmt: skip
+                put(
+                    0,
+                    cta,
+                    -1,
+                    Op.LOAD,
+                    DQ_ACC,
+                    i,
+                    -1,
+                    (base + q0) * arow,
+                    r,
+                    arow,
+                    arow,
+                    r * arow,
+                    0,
+                )
                 dq[b, h, blk] = to_dtype(dq_i, dt)
                 put(0, cta, -1, Op.STORE, DQ, i, -1, (base + q0) * row, r, row, row, r * row, 0)
         for t in range(10, -1, -1):

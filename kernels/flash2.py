@@ -20,7 +20,6 @@ from kernels._emit import (
     LOAD,
     MMA,
     P_ACC,
-    P_BATCH,
     P_BKV,
     P_BQ,
     P_CAUSAL,
@@ -31,7 +30,7 @@ from kernels._emit import (
     P_SEQ,
     STORE,
     put,
-)  # fmt: skip
+)
 from kernels._numerics import acc_dtype, to_dtype
 from kernels._record import offset4
 from kernels._resources import regs_per_thread
@@ -54,8 +53,14 @@ def validate(s) -> None:
 def tensors(s) -> tuple[TensorInfo, ...]:
     sh, br, bc = s.shape, s.block_q, s.block_kv
     b, h, kh, n, d, eb, acc = (
-        sh.batch, sh.heads, sh.n_kv_heads, sh.seq_len, sh.head_dim, sh.elem_bytes, sh.acc_bytes,
-    )  # fmt: skip
+        sh.batch,
+        sh.heads,
+        sh.n_kv_heads,
+        sh.seq_len,
+        sh.head_dim,
+        sh.elem_bytes,
+        sh.acc_bytes,
+    )
     g, sm, rg = Space.GLOBAL, Space.SHARED, Space.REGISTERS
     return (
         TensorInfo("Q", g, (b, h, n, d), eb),
@@ -82,7 +87,7 @@ def kernels(s) -> tuple[KernelInfo, ...]:
 
 @njit(**JIT)
 def _emit(ev, write, kernel, cta_start, cta_stop, p):
-    nb, nh, nkh, n, d = p[P_BATCH], p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_DIM]
+    nh, nkh, n, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_DIM]
     eb, acc, br, bc, causal = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV], p[P_CAUSAL]
     t_q, t_kv, grp = (n + br - 1) // br, (n + bc - 1) // bc, nh // nkh
     row = d * eb
@@ -147,9 +152,13 @@ def execute(s, q, k, v, grad_out, rec):
     lse = np.zeros((nb, nh, n), at)
     put = rec.put
     buffers = [
-        (Q_S, br * d * eb), (K_S, bc * d * eb), (V_S, bc * d * eb),
-        (O_ACC, br * d * acc), (S_ACC, br * bc * acc), (M_L, 2 * br * acc),
-    ]  # fmt: skip
+        (Q_S, br * d * eb),
+        (K_S, bc * d * eb),
+        (V_S, bc * d * eb),
+        (O_ACC, br * d * acc),
+        (S_ACC, br * bc * acc),
+        (M_L, 2 * br * acc),
+    ]
     for cta in range(s.kernels[0].ctas):
         bh, i = divmod(cta, s.t_q)
         b, h = divmod(bh, nh)
@@ -159,8 +168,21 @@ def execute(s, q, k, v, grad_out, rec):
         for t, size in buffers:
             put(0, cta, -1, Op.ALLOC, t, -1, -1, 0, 0, 0, 0, size, 0)
         q_i = q[b, h, q0 : q0 + r].astype(at)
-        put(0, cta, -1, Op.LOAD, Q, i, -1, offset4(qd, b, h, q0, 0, eb), r, d * eb, d * eb,
-            q_i.size * eb, 0)  # fmt: skip
+        put(
+            0,
+            cta,
+            -1,
+            Op.LOAD,
+            Q,
+            i,
+            -1,
+            offset4(qd, b, h, q0, 0, eb),
+            r,
+            d * eb,
+            d * eb,
+            q_i.size * eb,
+            0,
+        )
         o_i = np.zeros((r, d), at)
         m_i = np.full(r, -np.inf, at)
         l_i = np.zeros(r, at)
@@ -196,8 +218,21 @@ def execute(s, q, k, v, grad_out, rec):
         lse[b, h, q0 : q0 + r] = m_i + np.log(l_i)
         put(0, cta, -1, Op.EXP, -1, i, -1, 0, 0, 0, 0, 0, r)
         out[b, h, q0 : q0 + r] = to_dtype(o_i, dt)
-        put(0, cta, -1, Op.STORE, O, i, -1, offset4(qd, b, h, q0, 0, eb), r, d * eb, d * eb,
-            r * d * eb, 0)  # fmt: skip
+        put(
+            0,
+            cta,
+            -1,
+            Op.STORE,
+            O,
+            i,
+            -1,
+            offset4(qd, b, h, q0, 0, eb),
+            r,
+            d * eb,
+            d * eb,
+            r * d * eb,
+            0,
+        )
         loff = ((b * nh + h) * n + q0) * acc
         put(0, cta, -1, Op.STORE, LSE, i, -1, loff, 1, r * acc, r * acc, r * acc, 0)
         for t, size in reversed(buffers):

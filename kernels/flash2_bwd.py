@@ -3,13 +3,14 @@
 Three kernels:
 1. ``flash2_bwd_pre``: one CTA per (batch, head, Q block): D_i = rowsum(dO_i * O_i) written to HBM
    (Algorithm 2, line 4) and the fp32 dQ accumulator zeroed (line 3).
-2. ``flash2_bwd``: one CTA per (batch, key/value head, K/V block j), outer loop over K/V blocks:
-   K_j, V_j read once and dK_j, dV_j accumulated on chip; for every query head of the group and every
-   Q block i it reads Q_i, dO_i, L_i, D_i, recomputes P_ij = exp(S_ij - L_i) from the forward's
+2. ``flash2_bwd``: one CTA per (batch, key/value head, K/V block j), outer loop over K/V
+   blocks: K_j, V_j read once and dK_j, dV_j accumulated on chip; for every query head of the
+   group and every Q block i it reads Q_i, dO_i, L_i, D_i, recomputes P_ij = exp(S_ij - L_i) from
+   the forward's
    logsumexp, and adds dS_ij K_j into dQ_i with an atomic add at L2 (line 15 reads and writes dQ_i;
    the implementation lets L2 do the read-modify-write). O_i is not re-read: D replaces it.
-3. ``flash2_bwd_post``: one CTA per (batch, head, Q block): dQ_i converted from the fp32 accumulator to
-   the input dtype.
+3. ``flash2_bwd_post``: one CTA per (batch, head, Q block): dQ_i converted from the fp32
+   accumulator to the input dtype.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from kernels._emit import (
     LOAD,
     MMA,
     P_ACC,
-    P_BATCH,
     P_BKV,
     P_BQ,
     P_CAUSAL,
@@ -39,7 +39,7 @@ from kernels._emit import (
     REDUCE,
     STORE,
     put,
-)  # fmt: skip
+)
 from kernels._numerics import acc_dtype, to_dtype
 from kernels._record import Recorder, offset4
 from kernels._resources import regs_per_thread
@@ -47,9 +47,30 @@ from simulator.trace import KernelInfo, Op, Space, TensorInfo
 
 OPTIONS = ()
 
-(Q, K, V, O, DO, LSE, D, DQ_ACC, DQ, DK, DV,  # global
- Q_S, DO_S, K_S, V_S, LD_S,  # shared memory
- DK_R, DV_R, S_R, DP_R, DQ_R, ROW_R) = range(22)  # registers  # fmt: skip
+(
+    Q,
+    K,
+    V,
+    O,
+    DO,
+    LSE,
+    D,
+    DQ_ACC,
+    DQ,
+    DK,
+    DV,  # global
+    Q_S,
+    DO_S,
+    K_S,
+    V_S,
+    LD_S,  # shared memory
+    DK_R,
+    DV_R,
+    S_R,
+    DP_R,
+    DQ_R,
+    ROW_R,
+) = range(22)  # registers
 
 # FP32 operations that are not matmuls (docs/model.md): per score, P = exp(scale*S - L) costs one
 # fused multiply-add, dS = P * (dP - D) two; per element of a Q row block, D_i = rowsum(dO * O) two
@@ -64,8 +85,14 @@ def validate(s) -> None:
 def tensors(s) -> tuple[TensorInfo, ...]:
     sh, br, bc = s.shape, s.block_q, s.block_kv
     b, h, kh, n, d, eb, acc = (
-        sh.batch, sh.heads, sh.n_kv_heads, sh.seq_len, sh.head_dim, sh.elem_bytes, sh.acc_bytes,
-    )  # fmt: skip
+        sh.batch,
+        sh.heads,
+        sh.n_kv_heads,
+        sh.seq_len,
+        sh.head_dim,
+        sh.elem_bytes,
+        sh.acc_bytes,
+    )
     g, sm, rg = Space.GLOBAL, Space.SHARED, Space.REGISTERS
     return (
         TensorInfo("Q", g, (b, h, n, d), eb),
@@ -97,10 +124,18 @@ def _sizes(sh, br, bc):
     """Bytes of every on-chip buffer, by tensor index."""
     d, eb, acc = sh.head_dim, sh.elem_bytes, sh.acc_bytes
     return {
-        Q_S: br * d * eb, DO_S: br * d * eb, K_S: bc * d * eb, V_S: bc * d * eb,
-        LD_S: 2 * br * acc, DK_R: bc * d * acc, DV_R: bc * d * acc, S_R: br * bc * acc,
-        DP_R: br * bc * acc, DQ_R: br * d * acc, ROW_R: 2 * br * d * acc,
-    }  # fmt: skip
+        Q_S: br * d * eb,
+        DO_S: br * d * eb,
+        K_S: bc * d * eb,
+        V_S: bc * d * eb,
+        LD_S: 2 * br * acc,
+        DK_R: bc * d * acc,
+        DV_R: bc * d * acc,
+        S_R: br * bc * acc,
+        DP_R: br * bc * acc,
+        DQ_R: br * d * acc,
+        ROW_R: 2 * br * d * acc,
+    }
 
 
 MAIN_BUFFERS = (K_S, V_S, Q_S, DO_S, LD_S, DK_R, DV_R, S_R, DP_R, DQ_R)
@@ -120,14 +155,14 @@ def kernels(s) -> tuple[KernelInfo, ...]:
             w,
             main_smem,
             regs_per_thread(main_regs, w),
-        ),  # fmt: skip
+        ),
         KernelInfo("flash2_bwd_post", rows, w, 0, regs_per_thread(z[DQ_R], w)),
     )
 
 
 @njit(**JIT)
 def _emit(ev, write, kernel, cta_start, cta_stop, p):
-    nb, nh, nkh, n, d = p[P_BATCH], p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_DIM]
+    nh, nkh, n, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_DIM]
     eb, acc, br, bc, causal = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV], p[P_CAUSAL]
     t_q, t_kv, grp = (n + br - 1) // br, (n + bc - 1) // bc, nh // nkh
     row, arow = d * eb, d * acc
@@ -139,28 +174,124 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
             r = min(br, n - q0)
             off, aoff, voff = (bh * n + q0) * row, (bh * n + q0) * arow, (bh * n + q0) * acc
             if kernel == 0:
-                k = put(ev, k, write, kernel, cta, -1, ALLOC, ROW_R, -1, -1, 0, 0, 0, 0,
-                        2 * br * arow, 0)  # fmt: skip
+                k = put(
+                    ev,
+                    k,
+                    write,
+                    kernel,
+                    cta,
+                    -1,
+                    ALLOC,
+                    ROW_R,
+                    -1,
+                    -1,
+                    0,
+                    0,
+                    0,
+                    0,
+                    2 * br * arow,
+                    0,
+                )
                 k = put(
                     ev, k, write, kernel, cta, -1, LOAD, O, i, -1, off, r, row, row, r * row, 0
                 )
                 k = put(
                     ev, k, write, kernel, cta, -1, LOAD, DO, i, -1, off, r, row, row, r * row, 0
                 )
-                k = put(ev, k, write, kernel, cta, -1, EW, -1, i, -1, 0, 0, 0, 0, 0,
-                        EW_D_PER_ELEM * r * d)  # fmt: skip
-                k = put(ev, k, write, kernel, cta, -1, STORE, D, i, -1, voff, 1, r * acc, r * acc,
-                        r * acc, 0)  # fmt: skip
-                k = put(ev, k, write, kernel, cta, -1, STORE, DQ_ACC, i, -1, aoff, r, arow, arow,
-                        r * arow, 0)  # fmt: skip
-                k = put(ev, k, write, kernel, cta, -1, FREE, ROW_R, -1, -1, 0, 0, 0, 0,
-                        2 * br * arow, 0)  # fmt: skip
+                k = put(
+                    ev,
+                    k,
+                    write,
+                    kernel,
+                    cta,
+                    -1,
+                    EW,
+                    -1,
+                    i,
+                    -1,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    EW_D_PER_ELEM * r * d,
+                )
+                k = put(
+                    ev,
+                    k,
+                    write,
+                    kernel,
+                    cta,
+                    -1,
+                    STORE,
+                    D,
+                    i,
+                    -1,
+                    voff,
+                    1,
+                    r * acc,
+                    r * acc,
+                    r * acc,
+                    0,
+                )
+                k = put(
+                    ev,
+                    k,
+                    write,
+                    kernel,
+                    cta,
+                    -1,
+                    STORE,
+                    DQ_ACC,
+                    i,
+                    -1,
+                    aoff,
+                    r,
+                    arow,
+                    arow,
+                    r * arow,
+                    0,
+                )
+                k = put(
+                    ev,
+                    k,
+                    write,
+                    kernel,
+                    cta,
+                    -1,
+                    FREE,
+                    ROW_R,
+                    -1,
+                    -1,
+                    0,
+                    0,
+                    0,
+                    0,
+                    2 * br * arow,
+                    0,
+                )
             else:
                 k = put(
                     ev, k, write, kernel, cta, -1, ALLOC, DQ_R, -1, -1, 0, 0, 0, 0, br * arow, 0
                 )
-                k = put(ev, k, write, kernel, cta, -1, LOAD, DQ_ACC, i, -1, aoff, r, arow, arow,
-                        r * arow, 0)  # fmt: skip
+                k = put(
+                    ev,
+                    k,
+                    write,
+                    kernel,
+                    cta,
+                    -1,
+                    LOAD,
+                    DQ_ACC,
+                    i,
+                    -1,
+                    aoff,
+                    r,
+                    arow,
+                    arow,
+                    r * arow,
+                    0,
+                )
                 k = put(
                     ev, k, write, kernel, cta, -1, STORE, DQ, i, -1, off, r, row, row, r * row, 0
                 )
@@ -174,8 +305,18 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
         k0 = j * bc
         c = min(bc, n - k0)
         bufs = (K_S, V_S, Q_S, DO_S, LD_S, DK_R, DV_R, S_R, DP_R, DQ_R)  # = MAIN_BUFFERS
-        sizes = (bc * row, bc * row, br * row, br * row, 2 * br * acc, bc * arow, bc * arow,
-                 br * bc * acc, br * bc * acc, br * arow)  # fmt: skip
+        sizes = (
+            bc * row,
+            bc * row,
+            br * row,
+            br * row,
+            2 * br * acc,
+            bc * arow,
+            bc * arow,
+            br * bc * acc,
+            br * bc * acc,
+            br * arow,
+        )
         for t in range(10):
             k = put(ev, k, write, kernel, cta, -1, ALLOC, bufs[t], -1, -1, 0, 0, 0, 0, sizes[t], 0)
         kvoff = (bkh * n + k0) * row
@@ -195,12 +336,45 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
                 k = put(
                     ev, k, write, kernel, cta, step, LOAD, Q, i, -1, off, r, row, row, r * row, 0
                 )
-                k = put(ev, k, write, kernel, cta, step, LOAD, DO, i, -1, off, r, row, row, r * row,
-                        0)  # fmt: skip
-                k = put(ev, k, write, kernel, cta, step, LOAD, LSE, i, -1, voff, 1, r * acc, r * acc,
-                        r * acc, 0)  # fmt: skip
-                k = put(ev, k, write, kernel, cta, step, LOAD, D, i, -1, voff, 1, r * acc, r * acc,
-                        r * acc, 0)  # fmt: skip
+                k = put(
+                    ev, k, write, kernel, cta, step, LOAD, DO, i, -1, off, r, row, row, r * row, 0
+                )
+                k = put(
+                    ev,
+                    k,
+                    write,
+                    kernel,
+                    cta,
+                    step,
+                    LOAD,
+                    LSE,
+                    i,
+                    -1,
+                    voff,
+                    1,
+                    r * acc,
+                    r * acc,
+                    r * acc,
+                    0,
+                )
+                k = put(
+                    ev,
+                    k,
+                    write,
+                    kernel,
+                    cta,
+                    step,
+                    LOAD,
+                    D,
+                    i,
+                    -1,
+                    voff,
+                    1,
+                    r * acc,
+                    r * acc,
+                    r * acc,
+                    0,
+                )
                 mm = 2 * r * c * d
                 ew_p = EW_P_PER_SCORE * r * c
                 if causal != 0 and k0 + c - 1 > q0:
@@ -210,13 +384,45 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
                 k = put(ev, k, write, kernel, cta, step, EXP, -1, i, j, 0, 0, 0, 0, 0, r * c)
                 k = put(ev, k, write, kernel, cta, step, MMA, -1, i, j, 0, 0, 0, 0, 0, mm)  # dV
                 k = put(ev, k, write, kernel, cta, step, MMA, -1, i, j, 0, 0, 0, 0, 0, mm)  # dP
-                k = put(ev, k, write, kernel, cta, step, EW, -1, i, j, 0, 0, 0, 0, 0,
-                        EW_DS_PER_SCORE * r * c + EW_DQ_PER_ELEM * r * d)  # fmt: skip
+                k = put(
+                    ev,
+                    k,
+                    write,
+                    kernel,
+                    cta,
+                    step,
+                    EW,
+                    -1,
+                    i,
+                    j,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    EW_DS_PER_SCORE * r * c + EW_DQ_PER_ELEM * r * d,
+                )
                 k = put(ev, k, write, kernel, cta, step, MMA, -1, i, j, 0, 0, 0, 0, 0, mm)  # dQ_i
                 # dQ_i += dS_ij K_j: atomic add into the fp32 accumulator, at L2
                 aoff = (bh * n + q0) * arow
-                k = put(ev, k, write, kernel, cta, step, REDUCE, DQ_ACC, i, j, aoff, r, arow, arow,
-                        r * arow, 0)  # fmt: skip
+                k = put(
+                    ev,
+                    k,
+                    write,
+                    kernel,
+                    cta,
+                    step,
+                    REDUCE,
+                    DQ_ACC,
+                    i,
+                    j,
+                    aoff,
+                    r,
+                    arow,
+                    arow,
+                    r * arow,
+                    0,
+                )
                 k = put(ev, k, write, kernel, cta, step, MMA, -1, i, j, 0, 0, 0, 0, 0, mm)  # dK
         k = put(ev, k, write, kernel, cta, -1, EW, -1, -1, j, 0, 0, 0, 0, 0, c * d)  # dK *= scale
         # dK_j, dV_j: registers -> HBM once per CTA
@@ -245,8 +451,21 @@ def execute(s, q, k, v, grad_out, rec):
 
     def mem(kern, cta, step, op, t, bi, bj, dims, b, h, r0, nrows, elem):
         off = offset4(dims, b, h, r0, 0, elem)
-        put(kern, cta, step, op, t, bi, bj, off, nrows, dims[3] * elem, dims[3] * elem,
-            nrows * dims[3] * elem, 0)  # fmt: skip
+        put(
+            kern,
+            cta,
+            step,
+            op,
+            t,
+            bi,
+            bj,
+            off,
+            nrows,
+            dims[3] * elem,
+            dims[3] * elem,
+            nrows * dims[3] * elem,
+            0,
+        )
 
     for cta in range(s.t_q * nb * nh):  # kernel 0: D = rowsum(dO * O), dQ_acc = 0
         bh, i = divmod(cta, s.t_q)
@@ -311,8 +530,21 @@ def execute(s, q, k, v, grad_out, rec):
                 dp_ij = do_i @ v_j.T
                 put(1, cta, step, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mm)
                 ds_ij = to_dtype(p_ij * (dp_ij - dd_i[:, None]), dt).astype(at)
-                put(1, cta, step, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0,
-                    EW_DS_PER_SCORE * r * c + EW_DQ_PER_ELEM * r * d)  # fmt: skip
+                put(
+                    1,
+                    cta,
+                    step,
+                    Op.ELEMENTWISE,
+                    -1,
+                    i,
+                    j,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    EW_DS_PER_SCORE * r * c + EW_DQ_PER_ELEM * r * d,
+                )
                 dq_part = (ds_ij @ k_j) * scale
                 put(1, cta, step, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mm)
                 dq_acc[b, h, q0 : q0 + r] += dq_part

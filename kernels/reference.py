@@ -39,7 +39,7 @@ def attention_forward(q, k, v, causal=False, dtype=None):
         s = np.where(_mask(q.shape[2]), -np.inf, s)
     m = s.max(axis=-1)
     e = np.exp(s - m[..., None])
-    l = e.sum(axis=-1)  # noqa: E741 (the papers' name)
+    l = e.sum(axis=-1)
     p = e / l[..., None]
     if dtype is not None:
         p = to_dtype(p, dtype).astype(acc)

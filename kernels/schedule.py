@@ -103,9 +103,18 @@ class Schedule:
         s = self.shape
         p = np.zeros(N_PARAMS, np.int64)
         p[:P_EXTRA] = (
-            s.batch, s.heads, s.n_kv_heads, s.seq_len, s.head_dim, s.elem_bytes, s.acc_bytes,
-            self.block_q, self.block_kv, self.warps, int(s.causal),
-        )  # fmt: skip
+            s.batch,
+            s.heads,
+            s.n_kv_heads,
+            s.seq_len,
+            s.head_dim,
+            s.elem_bytes,
+            s.acc_bytes,
+            self.block_q,
+            self.block_kv,
+            self.warps,
+            int(s.causal),
+        )
         for i, (_, value) in enumerate(self.options):
             p[P_EXTRA + i] = value
         return p

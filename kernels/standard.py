@@ -79,7 +79,7 @@ P_SOFTMAX_PASSES, P_SOFTMAX_ROWS = P_EXTRA, P_EXTRA + 1  # options, in sorted-na
 STATIC_SMEM_LIMIT_BYTES = 49152
 
 # tensor indices, in the order of tensors()
-Q, K, V, S, P, O, Q_S, K_S, S_ACC, S_ROWS, M_L, P_S, V_S, O_ACC = range(14)  # noqa: E741
+Q, K, V, S, P, O, Q_S, K_S, S_ACC, S_ROWS, M_L, P_S, V_S, O_ACC = range(14)
 
 EW_QK_PER_SCORE = 1
 EW_SOFTMAX_PER_SCORE, EW_SOFTMAX_PER_ROW = 4, 1
@@ -140,14 +140,20 @@ def _buffers(s, kernel: int) -> list[tuple[int, int]]:
         [(Q_S, br * d * eb), (K_S, bc * d * eb), (S_ACC, br * bc * acc)],
         [(S_ROWS, rows * cols * eb), (M_L, 2 * rows * acc)],
         [(P_S, br * bc * eb), (V_S, bc * d * eb), (O_ACC, br * d * acc)],
-    ][kernel]  # fmt: skip
+    ][kernel]
 
 
 def tensors(s) -> tuple[TensorInfo, ...]:
     sh, br, bc = s.shape, s.block_q, s.block_kv
     b, h, kh, n, d, eb, acc = (
-        sh.batch, sh.heads, sh.n_kv_heads, sh.seq_len, sh.head_dim, sh.elem_bytes, sh.acc_bytes,
-    )  # fmt: skip
+        sh.batch,
+        sh.heads,
+        sh.n_kv_heads,
+        sh.seq_len,
+        sh.head_dim,
+        sh.elem_bytes,
+        sh.acc_bytes,
+    )
     rows = s.option("softmax_rows")
     cols = n if s.option("softmax_passes") == 1 else bc
     g, sm, rg = Space.GLOBAL, Space.SHARED, Space.REGISTERS
@@ -192,8 +198,24 @@ def kernels(s) -> tuple[KernelInfo, ...]:
 @njit(inline="always")
 def _mem(ev, k, write, kernel, cta, step, op, t, brow, bcol, off, rows, row_bytes, stride):
     """A LOAD or STORE of ``rows`` rows of ``row_bytes`` bytes, ``stride`` bytes apart."""
-    return put(ev, k, write, kernel, cta, step, op, t, brow, bcol, off, rows, row_bytes, stride,
-               rows * row_bytes, 0)  # fmt: skip
+    return put(
+        ev,
+        k,
+        write,
+        kernel,
+        cta,
+        step,
+        op,
+        t,
+        brow,
+        bcol,
+        off,
+        rows,
+        row_bytes,
+        stride,
+        rows * row_bytes,
+        0,
+    )
 
 
 @njit(inline="always")
@@ -338,16 +360,42 @@ class Tiles:
         """Rows r0..r0+r, columns c0..c0+c of (B, H, R, C) tensor ``x``: HBM -> SRAM, upcast to
         the accumulator type."""
         eb, ncols = self.eb, x.shape[3]
-        self.put(kernel, cta, step, Op.LOAD, t, brow, bcol, offset4(x.shape, b, h, r0, c0, eb), r,
-                 c * eb, ncols * eb, r * c * eb, 0)  # fmt: skip
+        self.put(
+            kernel,
+            cta,
+            step,
+            Op.LOAD,
+            t,
+            brow,
+            bcol,
+            offset4(x.shape, b, h, r0, c0, eb),
+            r,
+            c * eb,
+            ncols * eb,
+            r * c * eb,
+            0,
+        )
         return x[b, h, r0 : r0 + r, c0 : c0 + c].astype(self.at)
 
     def store(self, kernel, cta, step, t, x, b, h, r0, c0, val, brow, bcol):
         """``val`` rounded to the storage dtype into ``x`` at (b, h, r0, c0): -> HBM."""
         (r, c), eb, ncols = val.shape, self.eb, x.shape[3]
         x[b, h, r0 : r0 + r, c0 : c0 + c] = to_dtype(val, self.dt)
-        self.put(kernel, cta, step, Op.STORE, t, brow, bcol, offset4(x.shape, b, h, r0, c0, eb),
-                 r, c * eb, ncols * eb, r * c * eb, 0)  # fmt: skip
+        self.put(
+            kernel,
+            cta,
+            step,
+            Op.STORE,
+            t,
+            brow,
+            bcol,
+            offset4(x.shape, b, h, r0, c0, eb),
+            r,
+            c * eb,
+            ncols * eb,
+            r * c * eb,
+            0,
+        )
 
     def calc(self, kernel, cta, step, op, brow, bcol, flops):
         self.put(kernel, cta, step, op, -1, brow, bcol, 0, 0, 0, 0, 0, flops)

@@ -79,8 +79,14 @@ def validate(s) -> None:
 def tensors(s) -> tuple[TensorInfo, ...]:
     sh, br, bc = s.shape, s.block_q, s.block_kv
     b, h, kh, n, d, eb, acc = (
-        sh.batch, sh.heads, sh.n_kv_heads, sh.seq_len, sh.head_dim, sh.elem_bytes, sh.acc_bytes,
-    )  # fmt: skip
+        sh.batch,
+        sh.heads,
+        sh.n_kv_heads,
+        sh.seq_len,
+        sh.head_dim,
+        sh.elem_bytes,
+        sh.acc_bytes,
+    )
     rows = s.option("softmax_rows")
     cols = n if s.option("softmax_passes") == 1 else bc
     g, sm, rg = Space.GLOBAL, Space.SHARED, Space.REGISTERS
@@ -128,7 +134,7 @@ def _buffers(s, kernel: int) -> list[tuple[int, int]]:
         [(P_ROWS, row_block), (DP_ROWS, row_block), (D_ROW, rows * acc)],
         [(DS_S, br * bc * eb), (K_S, bc * d * eb), (DQ_ACC, br * d * acc)],
         [(DS_S, br * bc * eb), (Q_S, br * d * eb), (DK_ACC, bc * d * acc)],
-    ][kernel]  # fmt: skip
+    ][kernel]
 
 
 def kernels(s) -> tuple[KernelInfo, ...]:

@@ -10,8 +10,11 @@ def random_inputs(shape, seed=0, backward=False, scale=1.0):
     rng = np.random.default_rng(seed)
     qs = (shape.batch, shape.heads, shape.seq_len, shape.head_dim)
     kvs = (shape.batch, shape.n_kv_heads, shape.seq_len, shape.head_dim)
-    arrays = [rng.standard_normal(qs) * scale, rng.standard_normal(kvs) * scale,
-              rng.standard_normal(kvs) * scale]  # fmt: skip
+    arrays = [
+        rng.standard_normal(qs) * scale,
+        rng.standard_normal(kvs) * scale,
+        rng.standard_normal(kvs) * scale,
+    ]
     if backward:
         arrays.append(rng.standard_normal(qs))
     return [to_dtype(a, shape.dtype) for a in arrays]

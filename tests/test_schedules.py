@@ -51,8 +51,9 @@ def _outputs(result):
 @given(data=st.data())
 def test_fp64_matches_dense_reference(name, data):
     sched = data.draw(small_cases(name))
-    arrays = random_inputs(sched.shape, seed=data.draw(st.integers(0, 2**16)),
-                           backward=name.endswith("_bwd"))  # fmt: skip
+    arrays = random_inputs(
+        sched.shape, seed=data.draw(st.integers(0, 2**16)), backward=name.endswith("_bwd")
+    )
     result, trace = kernels.execute(sched, *arrays)
     for got, ref in zip(_outputs(result), _reference(sched, arrays), strict=True):
         assert got.dtype == np.float64
@@ -99,8 +100,9 @@ def _assert_flash_rule(sched, arrays, dtype):
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
 def test_low_precision_within_twice_reference_error(name, dtype):
-    for seed, (n, bq, bkv, causal) in enumerate([(37, 8, 16, False), (64, 16, 16, True),
-                                                 (50, 13, 7, False)]):  # fmt: skip
+    for seed, (n, bq, bkv, causal) in enumerate(
+        [(37, 8, 16, False), (64, 16, 16, True), (50, 13, 7, False)]
+    ):
         shape = kernels.AttentionShape(2, 2, n, 32, dtype, causal=causal)
         sched = kernels.schedule(name, shape, block_q=bq, block_kv=bkv, warps=2)
         arrays = random_inputs(shape, seed=seed, backward=name.endswith("_bwd"))

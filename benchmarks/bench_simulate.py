@@ -1,0 +1,92 @@
+"""Speed of simulate(): wall time, events per second and peak memory, with the L2 model on.
+
+    python -m benchmarks.bench_simulate              # FA2 forward N = 4k..128k, standard N = 16k
+    python -m benchmarks.bench_simulate --quick      # N = 4k and 16k only
+
+FlashAttention-2 forward on h200 (B=1, H=32, d=128, 128x64 tiles, fp16) and standard attention at
+N = 16k, each in its own process (peak RSS is its own); then the jitted engine against the
+pure-Python oracle (tests/oracle_sim.py) on one small trace, side by side in one process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import kernels
+import simulator
+from benchmarks._common import peak_rss_bytes, run_isolated
+
+FLASH2_NS = (4096, 16384, 65536, 131072)
+STANDARD_N = 16384
+
+
+def _schedule(name: str, n: int):
+    shape = kernels.AttentionShape(batch=1, heads=32, seq_len=n, head_dim=128, dtype="fp16")
+    return kernels.schedule(name, shape, block_q=128, block_kv=64, warps=4)
+
+
+def measure(name: str, n: int) -> dict:
+    gpu = simulator.load_gpu("h200")
+    simulator.simulate(_schedule(name, 256), gpu)  # compile outside the timing
+    sched = _schedule(name, n)
+    events = sched.n_events()
+    t0 = time.perf_counter()
+    res = simulator.simulate(sched, gpu)
+    seconds = time.perf_counter() - t0
+    return {
+        "schedule": name,
+        "seq_len": n,
+        "events": events,
+        "seconds": seconds,
+        "events_per_s": events / seconds,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "simulated_time_s": res.time_s,
+        "hbm_bytes": res.hbm_bytes,
+    }
+
+
+def oracle_speedup() -> dict:
+    sys.path.insert(0, ".")
+    from tests.oracle_sim import simulate_oracle
+
+    gpu = simulator.load_gpu("h200").replace(sm_count=8, l2_bytes=64 * 8192)
+    shape = kernels.AttentionShape(batch=1, heads=4, seq_len=512, head_dim=64, dtype="fp16")
+    trace = kernels.schedule("flash2", shape, block_q=64, block_kv=64).trace()
+    simulator.simulate(trace, gpu)
+    t0 = time.perf_counter()
+    simulator.simulate(trace, gpu)
+    fast = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    simulate_oracle(trace, gpu)
+    slow = time.perf_counter() - t0
+    return {"events": len(trace), "jit_s": fast, "oracle_s": slow, "speedup": slow / fast}
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if args and args[0] == "--one":
+        print(json.dumps(measure(args[1], int(args[2]))))
+        return
+    ns = FLASH2_NS[:2] if "--quick" in args else FLASH2_NS
+    print(
+        "simulate() on h200, L2 model on, B=1, H=32, d=128, 128x64 tiles, fp16; one process each"
+    )
+    print(f"{'schedule':>9} {'N':>7} {'events':>13} {'seconds':>8} {'M ev/s':>7} {'RSS MiB':>8}")
+    runs = [("flash2", n) for n in ns] + [("standard", STANDARD_N)]
+    for name, n in runs:
+        r = run_isolated("benchmarks.bench_simulate", "--one", name, str(n))
+        print(
+            f"{name:>9} {n:>7} {r['events']:>13,} {r['seconds']:>8.2f} "
+            f"{r['events_per_s'] / 1e6:>7.2f} {r['peak_rss_bytes'] / 2**20:>8.0f}"
+        )
+    o = oracle_speedup()
+    print(
+        f"\njitted engine vs pure-Python oracle on one {o['events']:,}-event trace: "
+        f"{o['jit_s'] * 1e3:.1f} ms vs {o['oracle_s']:.2f} s, {o['speedup']:.0f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()

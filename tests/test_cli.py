@@ -1,0 +1,163 @@
+"""The flashio command: every verb runs, --json parses, bad input exits 2 with a message."""
+
+import json
+
+import pytest
+
+import kernels
+import simulator
+from analysis.cli import main
+from analysis.demo import run_demo
+
+
+def _json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_gpus_lists_every_builtin(capsys):
+    specs = _json(capsys, ["gpus", "--json"])
+    assert [s["name"] for s in specs] == list(simulator.builtin_gpus())
+    assert main(["gpus"]) == 0
+    assert "h200" in capsys.readouterr().out
+
+
+def test_simulate_json_matches_library(capsys):
+    argv = [
+        "simulate",
+        "flash2",
+        "--batch",
+        "1",
+        "--heads",
+        "2",
+        "--seq-len",
+        "300",
+        "--head-dim",
+        "64",
+        "--block-q",
+        "64",
+        "--block-kv",
+        "32",
+        "--json",
+    ]
+    out = _json(capsys, argv)
+    shape = kernels.AttentionShape(1, 2, 300, 64, "fp16")
+    res = simulator.simulate(kernels.schedule("flash2", shape, 64, 32), "h200")
+    assert out["result"]["global_read_bytes"] == res.global_read_bytes
+    assert out["result"]["hbm_write_bytes"] == res.hbm_write_bytes
+    assert out["result"]["bound"] == res.bound
+
+
+def test_simulate_table_and_saved_trace(capsys, tmp_path):
+    path = tmp_path / "t.npz"
+    argv = [
+        "simulate",
+        "flash1",
+        "--batch",
+        "1",
+        "--heads",
+        "1",
+        "--seq-len",
+        "128",
+        "--save-trace",
+        str(path),
+    ]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "global bytes" in text and "flash1_fwd" in text
+    trace = simulator.Trace.load(path)
+    assert trace.meta.schedule == "flash1" and len(trace) > 0
+
+
+def test_compare_rows(capsys):
+    argv = [
+        "compare",
+        "--batch",
+        "1",
+        "--heads",
+        "2",
+        "--seq-len",
+        "256",
+        "--backward",
+        "--gpu",
+        "a100-40gb",
+        "--block-q",
+        "64",
+        "--block-kv",
+        "64",
+        "--json",
+    ]
+    out = _json(capsys, argv)
+    assert not any(r["error"] for r in out["rows"])
+    names = [r["schedule"] for r in out["rows"]]
+    assert names == ["standard", "flash1", "flash2", "standard_bwd", "flash1_bwd", "flash2_bwd"]
+    by = {r["schedule"]: r for r in out["rows"]}
+    assert by["flash2"]["global_bytes"] < by["standard"]["global_bytes"]
+    assert by["flash2_bwd"]["mma_flops"] == 2.5 * by["flash2"]["mma_flops"]
+    assert by["standard_bwd"]["mma_flops"] == 2 * by["standard"]["mma_flops"]
+
+
+def test_compare_reports_a_schedule_that_does_not_fit(capsys):
+    # FA1's split-K exchange buffer (4 warps x 128 rows x (64+2) fp32) exceeds the A100's 163 KiB
+    argv = [
+        "compare",
+        "--batch",
+        "1",
+        "--heads",
+        "2",
+        "--seq-len",
+        "256",
+        "--gpu",
+        "a100-40gb",
+        "--block-q",
+        "128",
+        "--block-kv",
+        "128",
+    ]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "does not fit" in text and "split_k" in text and "166,912 B" in text
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["simulate", "flash3"], "invalid choice"),
+        (["simulate", "flash2", "--seq-len", "0"], "seq_len"),
+        (["simulate", "flash2", "--seq-len", "64", "--block-q", "128"], "block_q"),
+        (["simulate", "flash2", "--gpu", "h300"], "h300"),
+        (["simulate", "flash2", "--gpu", "missing.toml"], "missing.toml"),
+        (
+            [
+                "simulate",
+                "flash2",
+                "--seq-len",
+                "4096",
+                "--head-dim",
+                "256",
+                "--block-q",
+                "512",
+                "--block-kv",
+                "512",
+            ],
+            "shared memory",
+        ),
+        (["compare", "--heads", "6", "--kv-heads", "4"], "kv_heads"),
+    ],
+)
+def test_bad_input_exits_2_with_message(capsys, argv, needle):
+    with pytest.raises(SystemExit) as exc:
+        raise SystemExit(main(argv))
+    assert exc.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_demo_writes_json_and_plots(tmp_path, capsys):
+    shape = kernels.AttentionShape(1, 2, 512, 64, "fp16")
+    assert run_demo(simulator.load_gpu("h200"), tmp_path, shape=shape, seq_lens=(128, 256)) == 0
+    summary = json.loads((tmp_path / "demo.json").read_text())
+    assert len(summary["rows"]) == 6
+    for p in summary["plots"]:
+        assert (tmp_path / p.split("/")[-1]).stat().st_size > 10_000
+    assert "M = " in summary["regime"]
+    assert "faster" in capsys.readouterr().out
