@@ -20,8 +20,9 @@ from simulator.trace import Op
 LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in Op)
 
 # float configuration vector
-(C_L2_BW, C_HBM_BW, C_L2_LAT, C_HBM_LAT, C_TENSOR, C_FP32, C_SFU, C_SMEM, C_CTA_FRAC,
- C_SYNC) = range(10)  # fmt: skip
+(C_L2_BW, C_HBM_BW, C_L2_LAT, C_HBM_LAT, C_TENSOR, C_FP32, C_SFU, C_SMEM, C_CTA_FRAC, C_SYNC) = (
+    range(10)
+)
 N_CFG = 10
 # integer slot state columns
 S_CTA, S_PTR, S_END, S_LIVE_SMEM, S_LIVE_REGS = range(5)
@@ -113,8 +114,9 @@ def _memory(e, op, t, cfg, l2_on, l2, srv, tstat, busy, cnt):
         else:
             for r in range(e.rows):
                 start = e.offset_bytes + r * e.row_stride_bytes
-                m, w, dd = access(l2, is_read, writes, tensor, start, start + e.row_bytes,
-                                  wb_by_tensor)  # fmt: skip
+                m, w, dd = access(
+                    l2, is_read, writes, tensor, start, start + e.row_bytes, wb_by_tensor
+                )
                 miss += m
                 wb += w
                 cnt[K_DIRTIED] += dd
@@ -139,8 +141,31 @@ def _memory(e, op, t, cfg, l2_on, l2, srv, tstat, busy, cnt):
 
 
 @njit(cache=True)
-def run_window(ev, cta_off, win_c0, win_c1, n_ctas, slot_sm, space, smem_limit, cfg, l2_on, l2,
-               srv, units, si, sf, ht, hs, hn, reg, tstat, busy, cnt, kernel_end):  # fmt: skip
+def run_window(
+    ev,
+    cta_off,
+    win_c0,
+    win_c1,
+    n_ctas,
+    slot_sm,
+    space,
+    smem_limit,
+    cfg,
+    l2_on,
+    l2,
+    srv,
+    units,
+    si,
+    sf,
+    ht,
+    hs,
+    hn,
+    reg,
+    tstat,
+    busy,
+    cnt,
+    kernel_end,
+):
     """Replay until the kernel ends (returns 0) or a slot needs a CTA beyond the loaded window
     (returns 1; ``reg[R_PENDING]`` holds the slot, which stays at the heap's root with its
     free time as key)."""
@@ -179,12 +204,23 @@ def run_window(ev, cta_off, win_c0, win_c1, n_ctas, slot_sm, space, smem_limit, 
                 break
             e = ev[ptr]
             op = np.int64(e.op)
+            if op >= MMA and op <= SYNC and sf[s, F_READY] > t:
+                # operands still in flight: the CTA waits for them, then takes its turn, so
+                # the SM's pipes are booked in time order
+                t = sf[s, F_READY]
+                sf[s, F_T] = t
+                if not _root_still_first(ht, hs, n, t, s):
+                    ht[0] = t
+                    _sift_down(ht, hs, n, 0)
+                    break
             if op == LOAD:
-                sf[s, F_READY] = max(sf[s, F_READY], _memory(e, op, t, cfg, l2_on, l2, srv, tstat,
-                                                             busy, cnt))  # fmt: skip
+                sf[s, F_READY] = max(
+                    sf[s, F_READY], _memory(e, op, t, cfg, l2_on, l2, srv, tstat, busy, cnt)
+                )
             elif op == STORE or op == REDUCE:
-                sf[s, F_STORES] = max(sf[s, F_STORES], _memory(e, op, t, cfg, l2_on, l2, srv,
-                                                               tstat, busy, cnt))  # fmt: skip
+                sf[s, F_STORES] = max(
+                    sf[s, F_STORES], _memory(e, op, t, cfg, l2_on, l2, srv, tstat, busy, cnt)
+                )
             elif op == MMA or op == EW or op == EXP or op == SHARED:
                 if op == MMA:
                     u, rate, work = U_TENSOR, cfg[C_TENSOR], e.flops
@@ -198,13 +234,13 @@ def run_window(ev, cta_off, win_c0, win_c1, n_ctas, slot_sm, space, smem_limit, 
                 else:
                     u, rate, work = U_SMEM, cfg[C_SMEM], e.bytes
                     cnt[K_SHARED_BYTES] += work
-                start = max(t, sf[s, F_READY])  # operands must have arrived
+                start = t  # operands have arrived (see above)
                 units[sm, u] = max(units[sm, u], start) + work / rate
                 busy[B_TENSOR + u] += work / rate
                 # a CTA with fewer warps than sub-partitions cannot use the whole pipe
                 t = max(start + work / (rate * frac), units[sm, u])
             elif op == SYNC:
-                t = max(t, sf[s, F_READY]) + cfg[C_SYNC]
+                t = t + cfg[C_SYNC]
             elif op == ALLOC or op == FREE:
                 sign = 1 if op == ALLOC else -1
                 col = S_LIVE_SMEM if space[e.tensor] == 1 else S_LIVE_REGS

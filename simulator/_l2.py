@@ -152,6 +152,8 @@ def access(l2, op_is_read, op_writes, tensor, start, end, wb_by_tensor):
     miss = 0
     wb = 0
     dirtied = 0
+    if end <= start:  # an empty range touches no line
+        return miss, wb, dirtied
     g0, g1 = start // gran, (end - 1) // gran
     for g in range(g0, g1 + 1):
         gs = g * gran

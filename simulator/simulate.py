@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from simulator import _engine as E
-from simulator._l2 import dirty_bytes, new_l2
+from simulator._l2 import LINES_PER_GRANULE, dirty_bytes, new_l2
 from simulator.gpu import GPUSpec, load_gpu
 from simulator.occupancy import CapacityError, occupancy
 from simulator.result import KernelResult, SimResult, TensorTraffic
@@ -87,6 +87,12 @@ def simulate(
     occs = [occupancy(k, gpu, shared_buffers) for k in meta.kernels]  # raises before any work
 
     l2_on = gpu.l2_bytes > 0
+    granule = LINES_PER_GRANULE * gpu.l2_line_bytes
+    if 0 < gpu.l2_bytes < granule:
+        raise ValueError(
+            f"{gpu.name}: l2_bytes={gpu.l2_bytes} is smaller than one L2 granule "
+            f"({LINES_PER_GRANULE} lines = {granule} B); use 0 for no L2, or at least {granule}"
+        )
     l2 = new_l2(gpu.l2_bytes if l2_on else 0, gpu.l2_line_bytes)
     srv = np.zeros(2)  # L2 and HBM servers: time each is next free
     tstat = np.zeros((n_tensors, 4), np.int64)
@@ -116,9 +122,31 @@ def simulate(
             ht[s], hs[s] = start, s
         hn[0], reg[E.R_NEXT] = slots, slots
         cfg = _config(gpu, dtype, kinfo.warps)
-        while E.run_window(ev, cta_off, c0, c1, kinfo.ctas, slot_sm, space, kinfo.smem_bytes, cfg,
-                           l2_on, l2, srv, units, si, sf, ht, hs, hn, reg, tstat, busy, cnt,
-                           kernel_end):  # fmt: skip
+        while E.run_window(
+            ev,
+            cta_off,
+            c0,
+            c1,
+            kinfo.ctas,
+            slot_sm,
+            space,
+            kinfo.smem_bytes,
+            cfg,
+            l2_on,
+            l2,
+            srv,
+            units,
+            si,
+            sf,
+            ht,
+            hs,
+            hn,
+            reg,
+            tstat,
+            busy,
+            cnt,
+            kernel_end,
+        ):
             if progress:
                 progress(k, c1, kinfo.ctas)
             # next window; resident CTAs keep their remaining events, copied to the front

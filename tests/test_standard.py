@@ -131,8 +131,9 @@ def test_softmax_smem_grows_with_n_and_default_switches_above_48_kib():
         assert s_over.option("softmax_passes") == 2
         assert s_over.kernels[k].smem_bytes == buffers * rows * 64 * eb  # one chunk of Bc
         # forcing one pass above the limit is allowed: the smem is reported, not clipped
-        forced = kernels.schedule(name, over, block_q=64, block_kv=64, warps=rows,
-                                  softmax_passes=1)  # fmt: skip
+        forced = kernels.schedule(
+            name, over, block_q=64, block_kv=64, warps=rows, softmax_passes=1
+        )
         assert forced.kernels[k].smem_bytes == buffers * rows * over.seq_len * eb
 
 
@@ -223,13 +224,18 @@ def _cases(draw, name):
     """Like tests/test_schedules.py's small cases, with both softmax passes and any row block."""
     heads, kv = draw(st.sampled_from([(1, 1), (2, 1), (4, 2)]))
     n = draw(st.integers(2, 30))
-    shape = kernels.AttentionShape(draw(st.integers(1, 2)), heads, n, 16, "fp64",
-                                   causal=draw(st.booleans()), kv_heads=kv)  # fmt: skip
+    shape = kernels.AttentionShape(
+        draw(st.integers(1, 2)), heads, n, 16, "fp64", causal=draw(st.booleans()), kv_heads=kv
+    )
     return kernels.schedule(
-        name, shape, block_q=draw(st.integers(1, n)), block_kv=draw(st.integers(1, n)),
-        warps=draw(st.sampled_from([1, 2, 4])), softmax_passes=draw(st.sampled_from([1, 2])),
+        name,
+        shape,
+        block_q=draw(st.integers(1, n)),
+        block_kv=draw(st.integers(1, n)),
+        warps=draw(st.sampled_from([1, 2, 4])),
+        softmax_passes=draw(st.sampled_from([1, 2])),
         softmax_rows=draw(st.integers(1, n)),
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize("name", ["standard", "standard_bwd"])

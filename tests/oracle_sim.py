@@ -1,0 +1,306 @@
+"""A slow, obviously correct second implementation of docs/model.md: the oracle for simulate().
+
+Written from the specification alone (not from ``simulator/_engine.py`` or ``simulator/_l2.py``),
+in plain Python: a ``heapq`` of ``(t, slot)`` for the resident CTAs, an ``OrderedDict`` of
+granules for the L2 LRU, and plain floats for the servers. Comments quote docs/model.md where
+they help. It is meant for traces of a few thousand events.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict
+
+from simulator.gpu import GPUSpec
+from simulator.occupancy import CapacityError, occupancy
+from simulator.trace import Op, Space, Trace
+
+__all__ = ["simulate_oracle"]
+
+LINES_PER_GRANULE = 64  # "granules of 64 lines (8 KiB with 128-byte lines)"
+PIPES = ("tensor", "fp32", "sfu", "smem")  # per-SM arithmetic servers
+PIPE_OF = {Op.MMA: "tensor", Op.ELEMENTWISE: "fp32", Op.EXP: "sfu", Op.SHARED: "smem"}
+
+
+class Server:
+    """First come, first served: w units issued at t finish at max(t, free) + w / rate."""
+
+    def __init__(self, rate: float):
+        self.rate = rate
+        self.free = 0.0
+        self.busy = 0.0  # seconds of work served
+
+    def serve(self, t: float, w: float) -> float:
+        finish = max(t, self.free) + w / self.rate
+        self.free = finish
+        self.busy += w / self.rate
+        return finish
+
+
+class Granule:
+    """64 lines of one tensor, each with a present bit and a dirty bit (sets of line indices)."""
+
+    def __init__(self, tensor: int):
+        self.tensor = tensor
+        self.present: set[int] = set()
+        self.dirty: set[int] = set()
+
+
+class L2:
+    """Fully associative LRU of granules keyed by (tensor, offset // granule bytes)."""
+
+    def __init__(self, l2_bytes: int, line_bytes: int):
+        self.line = line_bytes
+        self.granule_bytes = LINES_PER_GRANULE * line_bytes
+        self.capacity = l2_bytes // self.granule_bytes
+        if self.capacity < 1:
+            # docs/model.md does not say what an L2 smaller than one granule does.
+            raise ValueError(f"l2_bytes={l2_bytes} holds no whole granule; the spec is silent")
+        self.granules: OrderedDict[tuple[int, int], Granule] = OrderedDict()  # LRU first
+
+    def access(self, op: int, tensor: int, start: int, end: int, written_back: dict) -> int:
+        """Access bytes [start, end) of ``tensor``; return missed bytes, add write-backs per
+        tensor into ``written_back``."""
+        miss = 0
+        if end <= start:
+            return 0
+        for g in range(start // self.granule_bytes, (end - 1) // self.granule_bytes + 1):
+            key = (tensor, g)
+            if key in self.granules:
+                self.granules.move_to_end(key)  # becomes the most recently used
+            else:
+                if len(self.granules) >= self.capacity:  # full: evict the least recently used
+                    _, old = self.granules.popitem(last=False)
+                    wb = len(old.dirty) * self.line  # its dirty lines go back to HBM
+                    written_back[old.tensor] = written_back.get(old.tensor, 0) + wb
+                self.granules[key] = Granule(tensor)  # inserted with no line present, MRU
+            gran = self.granules[key]
+            lo = max(start, g * self.granule_bytes)
+            hi = min(end, (g + 1) * self.granule_bytes)
+            for line in range(lo // self.line, (hi - 1) // self.line + 1):
+                if op in (Op.LOAD, Op.REDUCE) and line not in gran.present:
+                    miss += min(hi, (line + 1) * self.line) - max(lo, line * self.line)
+                gran.present.add(line)
+                if op in (Op.STORE, Op.REDUCE):
+                    gran.dirty.add(line)  # writes allocate without reading
+        return miss
+
+    def dirty_bytes(self) -> int:
+        return sum(len(g.dirty) for g in self.granules.values()) * self.line
+
+
+class Cta:
+    """A resident CTA: its events, position, clock t, ready and stores, live on-chip bytes."""
+
+    def __init__(self, events: list, t: float):
+        self.events = events
+        self.pos = 0
+        self.t = t
+        self.ready = t
+        self.stores = t
+        self.smem = 0
+        self.regs = 0
+
+
+def _events_by_cta(trace: Trace, kernel: int, ctas: int) -> list[list[dict]]:
+    names = trace.events.dtype.names
+    out: list[list[dict]] = [[] for _ in range(ctas)]
+    for row in trace.events[trace.events["kernel"] == kernel].tolist():
+        e = dict(zip(names, row, strict=True))
+        out[e["cta"]].append(e)
+    return out
+
+
+def simulate_oracle(trace: Trace, gpu: GPUSpec) -> dict:
+    """Replay ``trace`` on ``gpu`` as docs/model.md says; return SimResult's quantities.
+
+    Returns
+    -------
+    dict
+        ``global_read_bytes``, ``global_write_bytes``, ``hbm_read_bytes``, ``hbm_write_bytes``,
+        ``l2_dirty_bytes_at_end``, ``tensors`` ({name: (global read, global write, hbm read,
+        hbm write)} for GLOBAL tensors), ``kernels`` (list of dicts: name, waves, start_s,
+        time_s, smem_peak_bytes, reg_tile_peak_bytes and the four byte counts),
+        ``sram_peak_bytes``, ``mma_flops``, ``elementwise_flops``, ``exps``,
+        ``shared_exchange_bytes``, ``time_s``, ``cycles``, ``breakdown`` and ``utilization``.
+
+    Raises
+    ------
+    CapacityError
+        Like simulate: tiles above the per-CTA limit, or live shared memory above a kernel's
+        declared ``smem_bytes``.
+    """
+    meta = trace.meta
+    dtype = str(meta.params.get("dtype", "fp16"))
+    sms = gpu.sm_count
+    buffers = tuple(t for t in meta.tensors if t.space != Space.GLOBAL)
+    occs = [occupancy(k, gpu, buffers) for k in meta.kernels]
+
+    l2 = L2(gpu.l2_bytes, gpu.l2_line_bytes) if gpu.l2_bytes > 0 else None
+    l2_server = Server(gpu.l2_bandwidth_bytes_per_s)
+    hbm_server = Server(gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency)
+    rates = {
+        "tensor": gpu.mma_flops_per_s(dtype) / sms,
+        "fp32": (gpu.fp64_flops_per_s if dtype == "fp64" else gpu.fp32_flops_per_s) / sms,
+        "sfu": gpu.sfu_ops_per_s / sms,
+        "smem": gpu.smem_bandwidth_bytes_per_cycle_per_sm * gpu.clock_hz,
+    }
+    pipe_busy = dict.fromkeys(PIPES, 0.0)  # summed over SMs and kernels
+    l2_latency = gpu.l2_latency_cycles / gpu.clock_hz
+    hbm_latency = gpu.hbm_latency_cycles / gpu.clock_hz
+    sync_latency = gpu.smem_latency_cycles / gpu.clock_hz
+
+    n_t = len(meta.tensors)
+    traffic = [[0, 0, 0, 0] for _ in range(n_t)]  # global read, global write, hbm read, write
+    counts = {Op.MMA: 0, Op.ELEMENTWISE: 0, Op.EXP: 0, Op.SHARED: 0}
+    kernel_results = []
+    t_now = 0.0
+
+    for k, (kinfo, occ) in enumerate(zip(meta.kernels, occs, strict=True)):
+        before = [sum(row[i] for row in traffic) for i in range(4)]
+        start = t_now + gpu.kernel_launch_s  # "starts kernel_launch_s after" the previous one
+        for srv in (l2_server, hbm_server):  # free times raised to the kernel's start
+            srv.free = max(srv.free, start)
+        pipes = [{p: Server(rates[p]) for p in PIPES} for _ in range(sms)]
+        for per_sm in pipes:
+            for srv in per_sm.values():
+                srv.free = start
+        frac = min(1.0, kinfo.warps / gpu.sm_sub_partitions)
+        slots = min(kinfo.ctas, occ.ctas_per_sm * sms)
+        cta_events = _events_by_cta(trace, k, kinfo.ctas)
+        resident = [Cta(cta_events[s], start) for s in range(slots)]  # CTA c in slot c
+        heap = [(start, s) for s in range(slots)]
+        heapq.heapify(heap)
+        next_cta = slots
+        kernel_end = start
+        smem_peak = regs_peak = 0
+
+        while heap:
+            _, s = heapq.heappop(heap)  # the CTA with the smallest (t, slot)
+            cta = resident[s]
+            sm = s % sms
+            while True:
+                if cta.pos == len(cta.events):  # finished: max(t, ready, stores)
+                    finish = max(cta.t, cta.ready, cta.stores)
+                    kernel_end = max(kernel_end, finish)
+                    if next_cta < kinfo.ctas:  # the next CTA starts in this slot, now
+                        resident[s] = Cta(cta_events[next_cta], finish)
+                        next_cta += 1
+                        heapq.heappush(heap, (finish, s))
+                    break
+                e = cta.events[cta.pos]
+                op = e["op"]
+                if (op in PIPE_OF or op == Op.SYNC) and cta.ready > cta.t:
+                    # operands still in flight: wait for them, then queue in time order
+                    cta.t = cta.ready
+                    if heap and (cta.t, s) > heap[0]:
+                        heapq.heappush(heap, (cta.t, s))
+                        break
+                cta.pos += 1
+                if op in (Op.LOAD, Op.STORE, Op.REDUCE):
+                    b = e["rows"] * e["row_bytes"]
+                    tensor = e["tensor"]
+                    traffic[tensor][0 if op == Op.LOAD else 1] += b
+                    written_back: dict[int, int] = {}
+                    if l2 is not None:
+                        miss = 0
+                        if e["rows"] == 1 or e["row_bytes"] == e["row_stride_bytes"]:
+                            first = e["offset_bytes"]
+                            miss += l2.access(op, tensor, first, first + b, written_back)
+                        else:  # strided: row by row, rows in order
+                            for r in range(e["rows"]):
+                                first = e["offset_bytes"] + r * e["row_stride_bytes"]
+                                end = first + e["row_bytes"]
+                                miss += l2.access(op, tensor, first, end, written_back)
+                        done = l2_server.serve(cta.t, b) + l2_latency
+                    else:  # no L2: loads miss, stores and atomics write through
+                        miss = b if op == Op.LOAD else 0
+                        if op != Op.LOAD:
+                            written_back[tensor] = b
+                        done = cta.t
+                    wb = sum(written_back.values())
+                    traffic[tensor][2] += miss
+                    for owner, nbytes in written_back.items():
+                        traffic[owner][3] += nbytes
+                    if miss + wb > 0:
+                        done = max(done, hbm_server.serve(cta.t, miss + wb) + hbm_latency)
+                    if op == Op.LOAD:
+                        cta.ready = max(cta.ready, done)
+                    else:
+                        cta.stores = max(cta.stores, done)
+                elif op in PIPE_OF:
+                    w = e["bytes"] if op == Op.SHARED else e["flops"]
+                    counts[op] += w
+                    pipe = pipes[sm][PIPE_OF[op]]
+                    begin = max(cta.t, cta.ready)  # operands must have arrived
+                    pipe.free = max(pipe.free, begin) + w / pipe.rate
+                    pipe_busy[PIPE_OF[op]] += w / pipe.rate
+                    cta.t = max(begin + w / (pipe.rate * frac), pipe.free)
+                elif op == Op.SYNC:
+                    cta.t = max(cta.t, cta.ready) + sync_latency
+                elif op in (Op.ALLOC, Op.FREE):
+                    sign = 1 if op == Op.ALLOC else -1
+                    space = meta.tensors[e["tensor"]].space
+                    if space == Space.SHARED:
+                        cta.smem += sign * e["bytes"]
+                        smem_peak = max(smem_peak, cta.smem)
+                    elif space == Space.REGISTERS:
+                        cta.regs += sign * e["bytes"]
+                        regs_peak = max(regs_peak, cta.regs)
+                if heap and (cta.t, s) > heap[0]:  # no longer the smallest: yield
+                    heapq.heappush(heap, (cta.t, s))
+                    break
+
+        if smem_peak > kinfo.smem_bytes:
+            raise CapacityError(
+                f"kernel {kinfo.name!r}: live shared memory {smem_peak} > {kinfo.smem_bytes}"
+            )
+        moved = [sum(row[i] for row in traffic) - before[i] for i in range(4)]
+        kernel_results.append(
+            {
+                "name": kinfo.name,
+                "waves": math.ceil(kinfo.ctas / (occ.ctas_per_sm * sms)),
+                "start_s": t_now,
+                "time_s": kernel_end - t_now,
+                "smem_peak_bytes": smem_peak,
+                "reg_tile_peak_bytes": regs_peak,
+                "global_read_bytes": moved[0],
+                "global_write_bytes": moved[1],
+                "hbm_read_bytes": moved[2],
+                "hbm_write_bytes": moved[3],
+            }
+        )
+        t_now = kernel_end
+
+    breakdown = {
+        "launch_s": gpu.kernel_launch_s * len(meta.kernels),
+        "l2_busy_s": l2_server.busy,
+        **{f"{p}_busy_s": pipe_busy[p] / sms for p in PIPES},
+        "hbm_busy_s": hbm_server.busy,
+    }
+    totals = [sum(row[i] for row in traffic) for i in range(4)]
+    return {
+        "global_read_bytes": totals[0],
+        "global_write_bytes": totals[1],
+        "hbm_read_bytes": totals[2],
+        "hbm_write_bytes": totals[3],
+        "l2_dirty_bytes_at_end": l2.dirty_bytes() if l2 is not None else 0,
+        "tensors": {
+            t.name: tuple(traffic[i])
+            for i, t in enumerate(meta.tensors)
+            if t.space == Space.GLOBAL
+        },
+        "kernels": kernel_results,
+        "sram_peak_bytes": max(kr["smem_peak_bytes"] for kr in kernel_results),
+        "mma_flops": counts[Op.MMA],
+        "elementwise_flops": counts[Op.ELEMENTWISE],
+        "exps": counts[Op.EXP],
+        "shared_exchange_bytes": counts[Op.SHARED],
+        "time_s": t_now,
+        "cycles": t_now * gpu.clock_hz,
+        "breakdown": breakdown,
+        "utilization": {
+            key[: -len("_busy_s")]: v / t_now for key, v in breakdown.items() if "busy" in key
+        },
+    }
