@@ -90,56 +90,6 @@ def _start_cta(s, c, t, si, sf, cta_off, win_c0):
     sf[s, F_STORES] = t
 
 
-@njit
-def _memory(e, op, t, cfg, l2_on, l2, srv, tstat, busy, cnt):
-    """Time at which a LOAD/STORE/REDUCE issued at ``t`` completes; updates all counters."""
-    nbytes = e.bytes
-    tensor = e.tensor
-    is_read = op != STORE
-    writes = op != LOAD
-    if op == LOAD:
-        tstat[tensor, T_GLOBAL_READ] += nbytes
-    else:
-        tstat[tensor, T_GLOBAL_WRITE] += nbytes
-    miss = 0
-    wb = 0
-    if l2_on:
-        wb_by_tensor = tstat[:, T_HBM_WRITE]
-        if e.rows == 1 or e.row_bytes == e.row_stride_bytes:  # one contiguous range
-            start = e.offset_bytes
-            m, w, dd = access(l2, is_read, writes, tensor, start, start + nbytes, wb_by_tensor)
-            miss += m
-            wb += w
-            cnt[K_DIRTIED] += dd
-        else:
-            for r in range(e.rows):
-                start = e.offset_bytes + r * e.row_stride_bytes
-                m, w, dd = access(
-                    l2, is_read, writes, tensor, start, start + e.row_bytes, wb_by_tensor
-                )
-                miss += m
-                wb += w
-                cnt[K_DIRTIED] += dd
-        tstat[tensor, T_HBM_READ] += miss
-        srv[0] = max(srv[0], t) + nbytes / cfg[C_L2_BW]
-        busy[B_L2] += nbytes / cfg[C_L2_BW]
-        done = srv[0] + cfg[C_L2_LAT]
-    else:  # no L2: every global access is an HBM access (the FlashAttention paper's model)
-        if op == LOAD:
-            miss = nbytes
-            tstat[tensor, T_HBM_READ] += nbytes
-        else:
-            wb = nbytes
-            tstat[tensor, T_HBM_WRITE] += nbytes
-        done = t
-    hbm = miss + wb
-    if hbm > 0:
-        srv[1] = max(srv[1], t) + hbm / cfg[C_HBM_BW]
-        busy[B_HBM] += hbm / cfg[C_HBM_BW]
-        done = max(done, srv[1] + cfg[C_HBM_LAT])
-    return done
-
-
 @njit(cache=True)
 def run_window(
     ev,
@@ -213,14 +163,48 @@ def run_window(
                     ht[0] = t
                     _sift_down(ht, hs, n, 0)
                     break
-            if op == LOAD:
-                sf[s, F_READY] = max(
-                    sf[s, F_READY], _memory(e, op, t, cfg, l2_on, l2, srv, tstat, busy, cnt)
-                )
-            elif op == STORE or op == REDUCE:
-                sf[s, F_STORES] = max(
-                    sf[s, F_STORES], _memory(e, op, t, cfg, l2_on, l2, srv, tstat, busy, cnt)
-                )
+            if op <= REDUCE:  # LOAD, STORE, REDUCE (inline: calls cost on this path)
+                nbytes = e.bytes
+                tensor = e.tensor
+                if op == LOAD:
+                    tstat[tensor, T_GLOBAL_READ] += nbytes
+                else:
+                    tstat[tensor, T_GLOBAL_WRITE] += nbytes
+                miss = 0
+                wb = 0
+                if l2_on:
+                    is_read, writes = op != STORE, op != LOAD
+                    rows, row_bytes, stride = e.rows, e.row_bytes, e.row_stride_bytes
+                    if rows == 1 or row_bytes == stride:  # one contiguous range
+                        rows, row_bytes = 1, nbytes
+                    for r in range(rows):
+                        lo = e.offset_bytes + r * stride
+                        m, w, dd = access(
+                            l2, is_read, writes, tensor, lo, lo + row_bytes, tstat, T_HBM_WRITE
+                        )
+                        miss += m
+                        wb += w
+                        cnt[K_DIRTIED] += dd
+                    tstat[tensor, T_HBM_READ] += miss
+                    srv[0] = max(srv[0], t) + nbytes / cfg[C_L2_BW]
+                    busy[B_L2] += nbytes / cfg[C_L2_BW]
+                    done = srv[0] + cfg[C_L2_LAT]
+                else:  # no L2: every global access is an HBM access (the FA paper's model)
+                    if op == LOAD:
+                        miss = nbytes
+                        tstat[tensor, T_HBM_READ] += nbytes
+                    else:
+                        wb = nbytes
+                        tstat[tensor, T_HBM_WRITE] += nbytes
+                    done = t
+                if miss + wb > 0:  # the HBM request goes out at the CTA's time t
+                    srv[1] = max(srv[1], t) + (miss + wb) / cfg[C_HBM_BW]
+                    busy[B_HBM] += (miss + wb) / cfg[C_HBM_BW]
+                    done = max(done, srv[1] + cfg[C_HBM_LAT])
+                if op == LOAD:
+                    sf[s, F_READY] = max(sf[s, F_READY], done)
+                else:
+                    sf[s, F_STORES] = max(sf[s, F_STORES], done)
             elif op == MMA or op == EW or op == EXP or op == SHARED:
                 if op == MMA:
                     u, rate, work = U_TENSOR, cfg[C_TENSOR], e.flops

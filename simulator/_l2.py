@@ -1,14 +1,15 @@
 """The L2 model: a fully associative LRU cache with write-back, in jitted array code.
 
-Lines are tracked in granules of 64 lines (one uint64 bit per line), so that a tile of a few KiB
-costs one or two look-ups rather than dozens. A granule is the unit of replacement (the least
+Lines are tracked in granules of 64 lines (one 64-bit mask per granule), so that a tile of a few
+KiB costs one or two look-ups rather than dozens. A granule is the unit of replacement (the least
 recently used granule is evicted whole); presence and dirtiness are kept per line, so a line is
 fetched from HBM once and written back only if it was written. Capacity is
-``l2_bytes // granule_bytes`` granules.
+``l2_bytes // granule_bytes`` granules (docs/model.md).
 
-State lives in plain arrays (``new_l2``) so the engine and its pure-Python oracle can share the
-definition of what it holds: hash table (open addressing, linear probing, backward-shift delete),
-per-granule key, present mask, dirty mask, owner tensor, and an LRU doubly linked list.
+All state lives in one flat int64 array (``new_l2``): a header, a hash table (open addressing,
+linear probing, backward-shift deletion) from granule key to slot, and per slot the granule key,
+present mask, dirty mask, owner tensor and the links of an LRU doubly linked list. One array,
+not several, because every array a jitted call receives costs reference counting on the hot path.
 """
 
 from __future__ import annotations
@@ -18,27 +19,25 @@ from numba import njit
 
 LINES_PER_GRANULE = 64
 EMPTY = -1
-# indices into the int64 header array
+# header fields
 H_HEAD, H_TAIL, H_COUNT, H_CAP, H_MASK, H_LINE, H_GRANULE = range(7)
+# offsets of the sections, stored in the header after the fields above
+H_TKEY, H_TSLOT, H_GKEY, H_PRESENT, H_DIRTY, H_OWNER, H_PREV, H_NEXT = range(7, 15)
+HEADER = 15
 
 
-def new_l2(l2_bytes: int, line_bytes: int):
+def new_l2(l2_bytes: int, line_bytes: int) -> np.ndarray:
     """Empty cache state for an L2 of ``l2_bytes`` with ``line_bytes`` lines."""
     granule = line_bytes * LINES_PER_GRANULE
     cap = max(1, l2_bytes // granule)
     size = 1 << (2 * cap).bit_length()  # hash table at most half full
-    head = np.array([EMPTY, EMPTY, 0, cap, size - 1, line_bytes, granule], np.int64)
-    return (
-        head,
-        np.full(size, EMPTY, np.int64),  # table: granule key at each position
-        np.zeros(size, np.int64),  # table: slot at each position
-        np.zeros(cap, np.int64),  # slot -> granule key
-        np.zeros(cap, np.uint64),  # slot -> present lines
-        np.zeros(cap, np.uint64),  # slot -> dirty lines
-        np.zeros(cap, np.int64),  # slot -> tensor
-        np.full(cap, EMPTY, np.int64),  # slot -> previous (more recent) slot
-        np.full(cap, EMPTY, np.int64),  # slot -> next (less recent) slot
-    )
+    sections = [size, size, cap, cap, cap, cap, cap, cap]
+    offsets = np.cumsum([HEADER, *sections[:-1]])
+    state = np.zeros(HEADER + sum(sections), np.int64)
+    state[:HEADER] = [EMPTY, EMPTY, 0, cap, size - 1, line_bytes, granule, *offsets]
+    state[offsets[0] : offsets[0] + size] = EMPTY  # table keys
+    state[offsets[6] : offsets[6] + 2 * cap] = EMPTY  # prev and next links
+    return state
 
 
 @njit(inline="always")
@@ -49,6 +48,7 @@ def _home(key, mask):
 
 @njit(inline="always")
 def popcount(x):
+    x = np.uint64(x)
     x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
     x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
     x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
@@ -56,106 +56,105 @@ def popcount(x):
 
 
 @njit(inline="always")
-def _unlink(s, head, prev, nxt):
-    p, n = prev[s], nxt[s]
+def _unlink(st, s):
+    prev, nxt = st[H_PREV], st[H_NEXT]
+    p, n = st[prev + s], st[nxt + s]
     if p != EMPTY:
-        nxt[p] = n
+        st[nxt + p] = n
     else:
-        head[H_HEAD] = n
+        st[H_HEAD] = n
     if n != EMPTY:
-        prev[n] = p
+        st[prev + n] = p
     else:
-        head[H_TAIL] = p
+        st[H_TAIL] = p
 
 
 @njit(inline="always")
-def _push_front(s, head, prev, nxt):
-    prev[s] = EMPTY
-    nxt[s] = head[H_HEAD]
-    if head[H_HEAD] != EMPTY:
-        prev[head[H_HEAD]] = s
-    head[H_HEAD] = s
-    if head[H_TAIL] == EMPTY:
-        head[H_TAIL] = s
+def _push_front(st, s):
+    prev, nxt = st[H_PREV], st[H_NEXT]
+    st[prev + s] = EMPTY
+    st[nxt + s] = st[H_HEAD]
+    if st[H_HEAD] != EMPTY:
+        st[prev + st[H_HEAD]] = s
+    st[H_HEAD] = s
+    if st[H_TAIL] == EMPTY:
+        st[H_TAIL] = s
 
 
 @njit
-def _table_delete(key, head, tkey, tslot):
-    mask = head[H_MASK]
+def _table_delete(st, key):
+    mask, tkey, tslot = st[H_MASK], st[H_TKEY], st[H_TSLOT]
     i = _home(key, mask)
-    while tkey[i] != key:
+    while st[tkey + i] != key:
         i = (i + 1) & mask
     j = i
     while True:
         j = (j + 1) & mask
-        if tkey[j] == EMPTY:
+        if st[tkey + j] == EMPTY:
             break
-        k = _home(tkey[j], mask)
+        k = _home(st[tkey + j], mask)
         # keep entry j where it is if its home lies cyclically in (i, j]
         if (i < j and i < k <= j) or (j < i and (k > i or k <= j)):
             continue
-        tkey[i] = tkey[j]
-        tslot[i] = tslot[j]
+        st[tkey + i] = st[tkey + j]
+        st[tslot + i] = st[tslot + j]
         i = j
-    tkey[i] = EMPTY
+    st[tkey + i] = EMPTY
 
 
 @njit
-def _granule_slot(key, tensor, l2, wb_by_tensor):
+def _granule_slot(st, key, tensor, wb_table, wb_col):
     """Slot of granule ``key``, made most recent; inserted (evicting the LRU one) if absent.
     Returns (slot, bytes written back by the eviction)."""
-    head, tkey, tslot, gkey, present, dirty, owner, prev, nxt = l2
-    mask = head[H_MASK]
+    mask, tkey, tslot = st[H_MASK], st[H_TKEY], st[H_TSLOT]
     i = _home(key, mask)
-    while tkey[i] != EMPTY:
-        if tkey[i] == key:
-            s = tslot[i]
-            if head[H_HEAD] != s:
-                _unlink(s, head, prev, nxt)
-                _push_front(s, head, prev, nxt)
+    while st[tkey + i] != EMPTY:
+        if st[tkey + i] == key:
+            s = st[tslot + i]
+            if st[H_HEAD] != s:
+                _unlink(st, s)
+                _push_front(st, s)
             return s, 0
         i = (i + 1) & mask
     wb = 0
-    if head[H_COUNT] < head[H_CAP]:
-        s = head[H_COUNT]
-        head[H_COUNT] += 1
+    if st[H_COUNT] < st[H_CAP]:
+        s = st[H_COUNT]
+        st[H_COUNT] += 1
     else:  # evict the least recently used granule, writing back its dirty lines
-        s = head[H_TAIL]
-        wb = popcount(dirty[s]) * head[H_LINE]
-        wb_by_tensor[owner[s]] += wb
-        _unlink(s, head, prev, nxt)
-        _table_delete(gkey[s], head, tkey, tslot)
+        s = st[H_TAIL]
+        wb = popcount(st[st[H_DIRTY] + s]) * st[H_LINE]
+        wb_table[st[st[H_OWNER] + s], wb_col] += wb
+        _unlink(st, s)
+        _table_delete(st, st[st[H_GKEY] + s])
         i = _home(key, mask)
-        while tkey[i] != EMPTY:
+        while st[tkey + i] != EMPTY:
             i = (i + 1) & mask
-    tkey[i] = key
-    tslot[i] = s
-    gkey[s] = key
-    present[s] = np.uint64(0)
-    dirty[s] = np.uint64(0)
-    owner[s] = tensor
-    _push_front(s, head, prev, nxt)
+    st[tkey + i] = key
+    st[tslot + i] = s
+    st[st[H_GKEY] + s] = key
+    st[st[H_PRESENT] + s] = 0
+    st[st[H_DIRTY] + s] = 0
+    st[st[H_OWNER] + s] = tensor
+    _push_front(st, s)
     return s, wb
 
 
 @njit
-def access(l2, op_is_read, op_writes, tensor, start, end, wb_by_tensor):
+def access(st, op_is_read, op_writes, tensor, start, end, wb_table, wb_col):
     """One contiguous byte range [start, end) of ``tensor`` through the L2.
 
     ``op_is_read``: the bytes must be present (LOAD, and REDUCE's read-modify-write);
     ``op_writes``: the lines become dirty (STORE, REDUCE). Writes allocate without fetching.
-    Returns (missed bytes read from HBM, bytes written back by evictions, newly dirtied bytes).
+    Bytes written back by evictions are added to ``wb_table[owner tensor, wb_col]``. Returns (missed bytes read from HBM, bytes written back by evictions, newly dirtied bytes).
     """
-    head = l2[0]
-    present, dirty = l2[4], l2[5]
-    line, gran = head[H_LINE], head[H_GRANULE]
     miss = 0
     wb = 0
     dirtied = 0
     if end <= start:  # an empty range touches no line
         return miss, wb, dirtied
-    g0, g1 = start // gran, (end - 1) // gran
-    for g in range(g0, g1 + 1):
+    line, gran = st[H_LINE], st[H_GRANULE]
+    present, dirty = st[H_PRESENT], st[H_DIRTY]
+    for g in range(start // gran, (end - 1) // gran + 1):
         gs = g * gran
         lo, hi = max(start, gs), min(end, gs + gran)
         b0, b1 = (lo - gs) // line, (hi - 1 - gs) // line
@@ -165,10 +164,11 @@ def access(l2, op_is_read, op_writes, tensor, start, end, wb_by_tensor):
             if nbits == 64
             else ((np.uint64(1) << np.uint64(nbits)) - np.uint64(1)) << np.uint64(b0)
         )
-        s, w = _granule_slot((tensor << 44) | g, tensor, l2, wb_by_tensor)
+        s, w = _granule_slot(st, (tensor << 44) | g, tensor, wb_table, wb_col)
         wb += w
+        have = np.uint64(st[present + s])
         if op_is_read:
-            missing = req & ~present[s]
+            missing = req & ~have
             if missing == req:
                 miss += hi - lo
             elif missing != np.uint64(0):
@@ -176,18 +176,18 @@ def access(l2, op_is_read, op_writes, tensor, start, end, wb_by_tensor):
                     if (missing >> np.uint64(b)) & np.uint64(1):
                         ls = gs + b * line
                         miss += min(hi, ls + line) - max(lo, ls)
-        present[s] |= req
+        st[present + s] = np.int64(have | req)
         if op_writes:
-            dirtied += popcount(req & ~dirty[s]) * line
-            dirty[s] |= req
+            was = np.uint64(st[dirty + s])
+            dirtied += popcount(req & ~was) * line
+            st[dirty + s] = np.int64(was | req)
     return miss, wb, dirtied
 
 
 @njit
-def dirty_bytes(l2):
+def dirty_bytes(st):
     """Bytes in dirty lines still held by the cache."""
-    head, dirty = l2[0], l2[5]
     total = 0
-    for s in range(head[H_COUNT]):
-        total += popcount(dirty[s])
-    return total * head[H_LINE]
+    for s in range(st[H_COUNT]):
+        total += popcount(st[st[H_DIRTY] + s])
+    return total * st[H_LINE]
