@@ -16,7 +16,7 @@ import kernels
 from benchmarks._common import peak_rss_bytes, run_isolated
 
 SEQ_LENS = (4096, 16384, 65536, 131072)
-WINDOW_CTAS = 1024
+WINDOW_CTAS = 256
 
 
 def measure(n: int) -> dict:

@@ -145,7 +145,8 @@ def access(st, op_is_read, op_writes, tensor, start, end, wb_table, wb_col):
 
     ``op_is_read``: the bytes must be present (LOAD, and REDUCE's read-modify-write);
     ``op_writes``: the lines become dirty (STORE, REDUCE). Writes allocate without fetching.
-    Bytes written back by evictions are added to ``wb_table[owner tensor, wb_col]``. Returns (missed bytes read from HBM, bytes written back by evictions, newly dirtied bytes).
+    Bytes written back by evictions are added to ``wb_table[owner tensor, wb_col]``.
+    Returns (missed bytes read from HBM, bytes written back by evictions, newly dirtied bytes).
     """
     miss = 0
     wb = 0
