@@ -54,15 +54,18 @@ def _less(t1, s1, t2, s2):
     return t1 < t2 or (t1 == t2 and s1 < s2)
 
 
+ARITY = 4  # children per heap node: a shallower heap, fewer unpredictable branches per sink
+
+
 @njit
 def _sift_down(ht, hs, n, i):
     """Restore the heap below position i after its key grew."""
     while True:
-        lft, rgt, m = 2 * i + 1, 2 * i + 2, i
-        if lft < n and _less(ht[lft], hs[lft], ht[m], hs[m]):
-            m = lft
-        if rgt < n and _less(ht[rgt], hs[rgt], ht[m], hs[m]):
-            m = rgt
+        m = i
+        first = ARITY * i + 1
+        for c in range(first, min(first + ARITY, n)):
+            if _less(ht[c], hs[c], ht[m], hs[m]):
+                m = c
         if m == i:
             return
         ht[i], ht[m] = ht[m], ht[i]
@@ -72,10 +75,11 @@ def _sift_down(ht, hs, n, i):
 
 @njit(inline="always")
 def _root_still_first(ht, hs, n, t, s):
-    """Whether (t, s) is still below both children of the root."""
-    if n > 1 and _less(ht[1], hs[1], t, s):
-        return False
-    return not (n > 2 and _less(ht[2], hs[2], t, s))
+    """Whether (t, s) is still below every child of the root."""
+    for c in range(1, min(ARITY + 1, n)):
+        if _less(ht[c], hs[c], t, s):
+            return False
+    return True
 
 
 @njit
