@@ -27,7 +27,7 @@ N_CFG = 10
 # integer slot state columns
 S_CTA, S_PTR, S_END, S_LIVE_SMEM, S_LIVE_REGS = range(5)
 # float slot state columns
-F_T, F_READY, F_STORES = range(3)
+F_T, F_READY, F_STORES, F_START = range(4)
 # per-SM pipes
 U_TENSOR, U_FP32, U_SFU, U_SMEM = range(4)
 # per-tensor counters
@@ -92,6 +92,7 @@ def _start_cta(s, c, t, si, sf, cta_off, win_c0):
     sf[s, F_T] = t
     sf[s, F_READY] = t
     sf[s, F_STORES] = t
+    sf[s, F_START] = t
 
 
 @njit(cache=True)
@@ -119,6 +120,7 @@ def run_window(
     busy,
     cnt,
     kernel_end,
+    span,
 ):
     """Replay until the kernel ends (returns 0) or a slot needs a CTA beyond the loaded window
     (returns 1; ``reg[R_PENDING]`` holds the slot, which stays at the heap's root with its
@@ -141,6 +143,11 @@ def run_window(
             if ptr == si[s, S_END]:  # the CTA is done once its loads and stores have landed
                 fin = max(t, sf[s, F_READY], sf[s, F_STORES])
                 kernel_end[0] = max(kernel_end[0], fin)
+                if span.shape[0] > 0:  # timeline requested: start, end and SM of this CTA
+                    c_done = si[s, S_CTA]
+                    span[c_done, 0] = sf[s, F_START]
+                    span[c_done, 1] = fin
+                    span[c_done, 2] = sm
                 c = reg[R_NEXT]
                 if c < n_ctas:
                     sf[s, F_T] = fin

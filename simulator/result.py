@@ -67,6 +67,8 @@ class SimResult:
     cycles: float
     breakdown: dict[str, float] = field(hash=False)  # busy seconds per resource, launch overhead
     utilization: dict[str, float] = field(hash=False)  # busy fraction of the run per resource
+    # with simulate(..., timeline=True): per kernel, a (ctas, 3) array of start s, end s, SM
+    timeline: tuple | None = field(default=None, compare=False, hash=False, repr=False)
 
     @property
     def occupancy(self) -> Occupancy:
@@ -101,7 +103,9 @@ class SimResult:
         raise KeyError(f"no tensor {name!r}; have {', '.join(t.name for t in self.tensors)}")
 
     def to_dict(self) -> dict:
+        """Everything but the timeline, as plain JSON-ready values."""
         d = asdict(self)
+        d.pop("timeline")
         d["bound"] = self.bound
         d["occupancy"] = self.occupancy.to_dict()
         d["waves"] = self.waves

@@ -48,6 +48,7 @@ def simulate(
     *,
     window_events: int = WINDOW_EVENTS,
     progress: Callable[[int, int, int], None] | None = None,
+    timeline: bool = False,
 ) -> SimResult:
     """Replay ``source`` on ``gpu``: bytes through L2 and HBM, time, occupancy.
 
@@ -62,6 +63,9 @@ def simulate(
         Events to load per window of CTAs.
     progress : callable, optional
         Called as ``progress(kernel, ctas_done, ctas_total)`` after each window.
+    timeline : bool
+        Also record when and on which SM every CTA ran (``SimResult.timeline``: one
+        ``(ctas, 3)`` array per kernel of start seconds, end seconds and SM index).
 
     Returns
     -------
@@ -100,6 +104,7 @@ def simulate(
     cnt = np.zeros(8, np.int64)
     t_now = 0.0
     kernel_results = []
+    spans = []
     for k, (kinfo, occ) in enumerate(zip(meta.kernels, occs, strict=True)):
         before = tstat.sum(axis=0)
         cnt[E.K_PEAK_SMEM] = cnt[E.K_PEAK_REGS] = 0
@@ -109,7 +114,8 @@ def simulate(
         units = np.full((gpu.sm_count, 4), start)
         slot_sm = (np.arange(slots) % gpu.sm_count).astype(np.int64)  # CTA c -> SM c % SMs first
         si = np.zeros((slots, 5), np.int64)
-        sf = np.zeros((slots, 3))
+        sf = np.zeros((slots, 4))
+        span = np.zeros((kinfo.ctas if timeline else 0, 3))
         ht, hs, hn = np.zeros(slots), np.zeros(slots, np.int64), np.zeros(1, np.int64)
         reg = np.array([0, -1], np.int64)
         kernel_end = np.array([start])
@@ -146,6 +152,7 @@ def simulate(
             busy,
             cnt,
             kernel_end,
+            span,
         ):
             if progress:
                 progress(k, c1, kinfo.ctas)
@@ -185,7 +192,11 @@ def simulate(
             )
         )
         t_now = float(kernel_end[0])
-    return _result(meta, gpu, tstat, busy, cnt, kernel_results, t_now, l2 if l2_on else None)
+        spans.append(span)
+    res = _result(meta, gpu, tstat, busy, cnt, kernel_results, t_now, l2 if l2_on else None)
+    if timeline:
+        object.__setattr__(res, "timeline", tuple(spans))
+    return res
 
 
 def _result(meta, gpu, tstat, busy, cnt, kernel_results, total_s, l2) -> SimResult:
