@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import kernels
@@ -125,6 +126,76 @@ def cmd_compare(a) -> int:
     return 0
 
 
+def _bar(done: int, total: int, label: str) -> None:
+    """Progress on stderr: a redrawn bar on a terminal, a line per tenth otherwise."""
+    if sys.stderr.isatty():
+        fill = 30 * done // max(total, 1)
+        print(
+            f"\r[{'#' * fill}{'.' * (30 - fill)}] {done}/{total} {label:<48}",
+            end="\n" if done == total else "",
+            file=sys.stderr,
+            flush=True,
+        )
+    elif total and (done == total or done * 10 // total != (done - 1) * 10 // total):
+        print(f"  {done}/{total} {label}", file=sys.stderr, flush=True)
+
+
+def cmd_sweep(a) -> int:
+    from analysis import plots, sweep
+
+    gpus = [
+        g
+        for name in a.gpu
+        for g in sweep.gpu_variants(simulator.load_gpu(name), a.sram_scale, a.hbm_scale)
+    ]
+    shapes = [
+        kernels.AttentionShape(
+            a.batch, a.heads, n, d, a.dtype, causal=a.causal, kv_heads=a.kv_heads
+        )
+        for n in a.seq_len
+        for d in a.head_dim
+    ]
+    blocks = [(b, b) for b in a.block] if a.block else [(None, None)]
+    rows = sweep.run_sweep(
+        gpus, a.schedule, shapes, blocks, [a.warps], progress=None if a.json else _bar
+    )
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    sweep.write_csv(rows, out)
+    pictures = []
+    if len(gpus) > 1 and (len(a.sram_scale) > 1 or len(a.hbm_scale) > 1):
+        x = "smem_per_cta_bytes" if len(a.sram_scale) > 1 else "hbm_bandwidth_bytes_per_s"
+        pictures.append(plots.gpu_sweep(rows, x, out.with_suffix(".png"), "hypothetical GPUs"))
+    else:
+        series = {}
+        for r in rows:
+            if not r.error:
+                series.setdefault(f"{r.schedule} on {r.gpu}", []).append(
+                    (r.seq_len, r.global_bytes)
+                )
+        if series and len({r.seq_len for r in rows}) > 1:
+            pictures.append(
+                plots.traffic_vs_n(series, "global traffic vs N", out.with_suffix(".png"))
+            )
+    if a.json:
+        print(
+            json.dumps(
+                {
+                    "csv": str(out),
+                    "plots": [str(p) for p in pictures],
+                    "rows": [asdict(r) for r in rows],
+                },
+                indent=2,
+            )
+        )
+    else:
+        failed = sum(1 for r in rows if r.error)
+        print(f"{len(rows)} points ({failed} do not fit) written to {out}")
+        for p in pictures:
+            print(f"plot: {p}")
+    return 0
+
+
 def cmd_demo(a) -> int:
     from analysis.demo import run_demo
 
@@ -192,12 +263,56 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--backward", action="store_true", help="include the backward passes")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser(
+        "sweep",
+        help="a grid of GPUs, shapes and tiles to CSV plus a plot",
+        description="Simulate every combination of GPUs (real, or scaled with --sram-scale and "
+        "--hbm-scale into hypothetical ones), schedules, sequence lengths, head dims and square "
+        "block sizes; write one CSV row per point (points that do not fit say why) and a plot "
+        "beside the CSV.",
+    )
+    p.add_argument(
+        "--gpu", action="append", metavar="NAME|PATH", help="GPU spec, repeatable (default h200)"
+    )
+    p.add_argument(
+        "--schedule",
+        action="append",
+        choices=kernels.SCHEDULES,
+        metavar="SCHEDULE",
+        help="repeatable (default: standard and flash2)",
+    )
+    p.add_argument("--seq-len", type=int, nargs="+", default=[1024, 2048, 4096])
+    p.add_argument("--head-dim", type=int, nargs="+", default=[64])
+    p.add_argument("--block", type=int, nargs="+", help="square block sizes (default: the rule)")
+    p.add_argument("--warps", type=int, default=None)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--kv-heads", type=int, default=None)
+    p.add_argument("--dtype", default="fp16", choices=sorted(kernels.DTYPES))
+    p.add_argument("--causal", action="store_true")
+    p.add_argument(
+        "--sram-scale",
+        type=float,
+        nargs="+",
+        default=[1.0],
+        help="scale shared memory per SM and per CTA, e.g. 0.5 1 2",
+    )
+    p.add_argument(
+        "--hbm-scale", type=float, nargs="+", default=[1.0], help="scale HBM bandwidth, e.g. 1 2 4"
+    )
+    p.add_argument("--out", default="flashio-out/sweep.csv", help="CSV path (plot beside it)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a summary")
+    p.set_defaults(func=cmd_sweep)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "sweep":
+        args.gpu = args.gpu or [DEFAULT_GPU]
+        args.schedule = args.schedule or ["standard", "flash2"]
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError) as exc:

@@ -10,7 +10,7 @@ from pathlib import Path
 import kernels
 import simulator
 from analysis import comparison as cmp
-from analysis import report
+from analysis import plots, report
 
 # A GPT-2-medium-like layer: 16 heads of 64, 4k context, batch 2, fp16.
 DEMO_SHAPE = kernels.AttentionShape(batch=2, heads=16, seq_len=4096, head_dim=64, dtype="fp16")
@@ -61,50 +61,26 @@ def _scaling(gpu, seq_lens, quiet):
 
 
 def _plot(rows, scaling, gpu, shape, out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    paths = []
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    names = [r.schedule for r in rows]
-    x = np.arange(len(rows))
-    ax1.bar(x - 0.2, [r.global_bytes / 1e9 for r in rows], 0.4, label="global (SM-side)")
-    ax1.bar(x + 0.2, [r.hbm_bytes / 1e9 for r in rows], 0.4, label="HBM (after L2)")
-    ax1.set_xticks(x, names, rotation=30, ha="right")
-    ax1.set_ylabel("GB moved")
-    ax1.set_title("memory traffic")
-    ax1.legend()
-    ax2.bar(x, [r.time_s * 1e3 for r in rows], 0.6, color="tab:green")
-    ax2.set_xticks(x, names, rotation=30, ha="right")
-    ax2.set_ylabel("simulated time, ms")
-    ax2.set_title("time")
-    fig.suptitle(
+    title = (
         f"{gpu.name}: B={shape.batch}, H={shape.heads}, N={shape.seq_len}, "
         f"d={shape.head_dim}, {shape.dtype}"
     )
-    fig.tight_layout()
-    paths.append(out / "demo_traffic_time.png")
-    fig.savefig(paths[-1], dpi=120)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    for name, pts in scaling.items():
-        ns = np.array([p["seq_len"] for p in pts], float)
-        gb = np.array([p["global_bytes"] for p in pts], float) / 1e9
-        slope = np.polyfit(np.log(ns[-3:]), np.log(gb[-3:]), 1)[0]
-        ax.loglog(ns, gb, "o-", label=f"{name} (slope {slope:.2f})")
-    ax.set_xlabel("sequence length N")
-    ax.set_ylabel(f"global GB (forward, batch 1, {SCALING_HEADS} heads, d=64)")
-    ax.set_title(f"traffic vs N on {gpu.name}")
-    ax.legend()
-    fig.tight_layout()
-    paths.append(out / "demo_traffic_vs_n.png")
-    fig.savefig(paths[-1], dpi=120)
-    plt.close(fig)
-    return paths
+    series = {
+        name: [(p["seq_len"], p["global_bytes"]) for p in pts] for name, pts in scaling.items()
+    }
+    fits = [r for r in rows if not r.error]
+    points = [(r.schedule, r.mma_flops / r.global_bytes, r.mma_flops / r.time_s) for r in fits]
+    fa2 = simulator.simulate(kernels.schedule("flash2", shape), gpu, timeline=True)
+    return [
+        plots.comparison_bars(rows, title, out / "demo_traffic_time.png"),
+        plots.traffic_vs_n(
+            series,
+            f"forward traffic vs N on {gpu.name} (batch 1, {SCALING_HEADS} heads, d=64)",
+            out / "demo_traffic_vs_n.png",
+        ),
+        plots.roofline(gpu, points, shape.dtype, out / "demo_roofline.png"),
+        plots.timeline(fa2, out / "demo_flash2_timeline.png"),
+    ]
 
 
 def run_demo(

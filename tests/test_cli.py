@@ -161,3 +161,28 @@ def test_demo_writes_json_and_plots(tmp_path, capsys):
         assert (tmp_path / p.split("/")[-1]).stat().st_size > 10_000
     assert "M = " in summary["regime"]
     assert "faster" in capsys.readouterr().out
+
+
+def test_sweep_writes_csv_and_plot(tmp_path, capsys):
+    out = tmp_path / "s.csv"
+    argv = ["sweep", "--seq-len", "128", "256", "--heads", "2", "--schedule", "flash2",
+            "--schedule", "standard", "--block", "64", "--out", str(out), "--json"]
+    summary = _json(capsys, argv)
+    rows = summary["rows"]
+    assert len(rows) == 4 and not any(r["error"] for r in rows)
+    assert out.read_text().count("\n") == 5  # header + 4 rows
+    assert (tmp_path / "s.png").stat().st_size > 10_000
+    by = {(r["schedule"], r["seq_len"]): r for r in rows}
+    assert by[("flash2", 256)]["global_bytes"] < by[("standard", 256)]["global_bytes"]
+
+
+def test_sweep_hypothetical_gpus(tmp_path, capsys):
+    out = tmp_path / "h.csv"
+    argv = ["sweep", "--seq-len", "256", "--heads", "2", "--schedule", "flash2", "--block", "128",
+            "--sram-scale", "0.2", "1", "--hbm-scale", "1", "2", "--out", str(out), "--json"]
+    rows = _json(capsys, argv)["rows"]
+    names = sorted({r["gpu"] for r in rows})
+    assert names == ["h200", "h200-hbm2x", "h200-sram0.2x", "h200-sram0.2x-hbm2x"]
+    small = [r for r in rows if r["gpu"].startswith("h200-sram0.2x")]
+    # 128-row blocks of Q, K, V at d=64 need 48 KiB; a fifth of 227 KiB is 45.4 KiB
+    assert all("shared memory" in r["error"] for r in small)

@@ -1,0 +1,149 @@
+"""Grids of simulations: GPUs (real or scaled) x schedules x shapes x tiles, as CSV rows."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import kernels
+import simulator
+
+__all__ = ["SweepRow", "gpu_variants", "run_sweep", "write_csv"]
+
+
+@dataclass(frozen=True, slots=True)
+class SweepRow:
+    """One simulated point of a sweep (figures are 0 and ``error`` says why when it cannot run)."""
+
+    gpu: str
+    schedule: str
+    batch: int
+    heads: int
+    seq_len: int
+    head_dim: int
+    dtype: str
+    causal: bool
+    block_q: int
+    block_kv: int
+    warps: int
+    smem_per_cta_bytes: int
+    hbm_bandwidth_bytes_per_s: float
+    mma_flops: int
+    global_bytes: int
+    hbm_bytes: int
+    time_s: float
+    bound: str
+    ctas_per_sm: int
+    occupancy_limiter: str
+    error: str
+
+
+def gpu_variants(
+    gpu: simulator.GPUSpec,
+    sram_scales: Iterable[float] = (1.0,),
+    hbm_scales: Iterable[float] = (1.0,),
+) -> list[simulator.GPUSpec]:
+    """Hypothetical GPUs: shared memory (per SM and per CTA) and HBM bandwidth scaled.
+
+    A variant is named e.g. ``h200-sram2x-hbm0.5x``; the unscaled spec keeps its name.
+    """
+    out = []
+    for s, h in itertools.product(sram_scales, hbm_scales):
+        if s <= 0 or h <= 0:
+            raise ValueError(f"scales must be positive, got sram {s}, hbm {h}")
+        if s == 1 and h == 1:
+            out.append(gpu)
+            continue
+        name = gpu.name + (f"-sram{s:g}x" if s != 1 else "") + (f"-hbm{h:g}x" if h != 1 else "")
+        out.append(
+            gpu.replace(
+                name=name,
+                smem_per_sm_bytes=int(gpu.smem_per_sm_bytes * s),
+                smem_per_cta_bytes=int(gpu.smem_per_cta_bytes * s),
+                hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s * h,
+            )
+        )
+    return out
+
+
+def run_sweep(
+    gpus: list[simulator.GPUSpec],
+    names: list[str],
+    shapes: list[kernels.AttentionShape],
+    blocks: list[tuple[int | None, int | None]],
+    warps: list[int | None] = (None,),
+    progress: Callable[[int, int, str], None] | None = None,
+) -> list[SweepRow]:
+    """Simulate every combination; blocks larger than a shape's sequence are clipped to it.
+
+    ``progress(done, total, label)`` is called before each point.
+    """
+    grid = list(itertools.product(gpus, names, shapes, blocks, warps))
+    rows = []
+    for done, (gpu, name, shape, (bq, bkv), w) in enumerate(grid):
+        n = shape.seq_len
+        bq = min(bq, n) if bq else None
+        bkv = min(bkv, n) if bkv else None
+        if progress:
+            progress(done, len(grid), f"{name} N={n} d={shape.head_dim} on {gpu.name}")
+        sched = kernels.schedule(name, shape, block_q=bq, block_kv=bkv, warps=w)
+        base = dict(
+            gpu=gpu.name,
+            schedule=name,
+            batch=shape.batch,
+            heads=shape.heads,
+            seq_len=n,
+            head_dim=shape.head_dim,
+            dtype=shape.dtype,
+            causal=shape.causal,
+            block_q=sched.block_q,
+            block_kv=sched.block_kv,
+            warps=sched.warps,
+            smem_per_cta_bytes=gpu.smem_per_cta_bytes,
+            hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
+        )
+        try:
+            r = simulator.simulate(sched, gpu)
+        except simulator.CapacityError as exc:
+            rows.append(
+                SweepRow(
+                    **base,
+                    mma_flops=0,
+                    global_bytes=0,
+                    hbm_bytes=0,
+                    time_s=0.0,
+                    bound="",
+                    ctas_per_sm=0,
+                    occupancy_limiter="",
+                    error=str(exc),
+                )
+            )
+            continue
+        rows.append(
+            SweepRow(
+                **base,
+                mma_flops=r.mma_flops,
+                global_bytes=r.global_bytes,
+                hbm_bytes=r.hbm_bytes,
+                time_s=r.time_s,
+                bound=r.bound,
+                ctas_per_sm=r.occupancy.ctas_per_sm,
+                occupancy_limiter=r.occupancy.limiter,
+                error="",
+            )
+        )
+    if progress:
+        progress(len(grid), len(grid), "done")
+    return rows
+
+
+def write_csv(rows: list[SweepRow], path: Path) -> None:
+    fields = list(SweepRow.__dataclass_fields__)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in rows:
+            w.writerow(asdict(r))
