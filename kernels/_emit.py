@@ -61,6 +61,27 @@ def put(
     return n + 1
 
 
+@njit(inline="always")
+def mem(ev, k, write, kernel, cta, step, op, tensor, brow, bcol, off, rows, row_bytes, stride):
+    """A LOAD, STORE or REDUCE of ``rows`` rows of ``row_bytes`` bytes, ``stride`` apart."""
+    return put(
+        ev, k, write, kernel, cta, step, op, tensor, brow, bcol, off, rows, row_bytes, stride,
+        rows * row_bytes, 0,
+    )  # fmt: skip
+
+
+@njit(inline="always")
+def calc(ev, k, write, kernel, cta, step, op, brow, bcol, flops):
+    """An MMA, ELEMENTWISE or EXP event of ``flops`` operations."""
+    return put(ev, k, write, kernel, cta, step, op, -1, brow, bcol, 0, 0, 0, 0, 0, flops)
+
+
+@njit(inline="always")
+def buf(ev, k, write, kernel, cta, op, tensor, nbytes):
+    """ALLOC or FREE of the on-chip buffer ``tensor`` of ``nbytes`` bytes."""
+    return put(ev, k, write, kernel, cta, -1, op, tensor, -1, -1, 0, 0, 0, 0, nbytes, 0)
+
+
 def run_emitter(emit, kernel: int, start: int, stop: int, params: np.ndarray) -> np.ndarray:
     """Count, allocate exactly, then write the events of CTAs ``start..stop-1`` of one kernel."""
     n = emit(np.empty(0, EVENT_DTYPE), False, kernel, start, stop, params)

@@ -38,7 +38,9 @@ from kernels._emit import (
     P_SEQ,
     REDUCE,
     STORE,
-    put,
+    buf,
+    calc,
+    mem,
 )
 from kernels._numerics import acc_dtype, to_dtype
 from kernels._record import Recorder, offset4
@@ -166,270 +168,75 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
     eb, acc, br, bc, causal = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV], p[P_CAUSAL]
     t_q, t_kv, grp = (n + br - 1) // br, (n + bc - 1) // bc, nh // nkh
     row, arow = d * eb, d * acc
+    bufs = (K_S, V_S, Q_S, DO_S, LD_S, DK_R, DV_R, S_R, DP_R, DQ_R)  # = MAIN_BUFFERS
+    sizes = (bc * row, bc * row, br * row, br * row, 2 * br * acc, bc * arow, bc * arow,
+             br * bc * acc, br * bc * acc, br * arow)  # fmt: skip
     k = 0
     for cta in range(cta_start, cta_stop):
-        if kernel == 0 or kernel == 2:  # per (b, h, i): preprocess or postprocess
+        if kernel != 1:  # pre- or postprocess: one CTA per (b, h, i)
             bh, i = cta // t_q, cta % t_q
             q0 = i * br
             r = min(br, n - q0)
             off, aoff, voff = (bh * n + q0) * row, (bh * n + q0) * arow, (bh * n + q0) * acc
-            if kernel == 0:
-                k = put(
-                    ev,
-                    k,
-                    write,
-                    kernel,
-                    cta,
-                    -1,
-                    ALLOC,
-                    ROW_R,
-                    -1,
-                    -1,
-                    0,
-                    0,
-                    0,
-                    0,
-                    2 * br * arow,
-                    0,
-                )
-                k = put(
-                    ev, k, write, kernel, cta, -1, LOAD, O, i, -1, off, r, row, row, r * row, 0
-                )
-                k = put(
-                    ev, k, write, kernel, cta, -1, LOAD, DO, i, -1, off, r, row, row, r * row, 0
-                )
-                k = put(
-                    ev,
-                    k,
-                    write,
-                    kernel,
-                    cta,
-                    -1,
-                    EW,
-                    -1,
-                    i,
-                    -1,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                    EW_D_PER_ELEM * r * d,
-                )
-                k = put(
-                    ev,
-                    k,
-                    write,
-                    kernel,
-                    cta,
-                    -1,
-                    STORE,
-                    D,
-                    i,
-                    -1,
-                    voff,
-                    1,
-                    r * acc,
-                    r * acc,
-                    r * acc,
-                    0,
-                )
-                k = put(
-                    ev,
-                    k,
-                    write,
-                    kernel,
-                    cta,
-                    -1,
-                    STORE,
-                    DQ_ACC,
-                    i,
-                    -1,
-                    aoff,
-                    r,
-                    arow,
-                    arow,
-                    r * arow,
-                    0,
-                )
-                k = put(
-                    ev,
-                    k,
-                    write,
-                    kernel,
-                    cta,
-                    -1,
-                    FREE,
-                    ROW_R,
-                    -1,
-                    -1,
-                    0,
-                    0,
-                    0,
-                    0,
-                    2 * br * arow,
-                    0,
-                )
-            else:
-                k = put(
-                    ev, k, write, kernel, cta, -1, ALLOC, DQ_R, -1, -1, 0, 0, 0, 0, br * arow, 0
-                )
-                k = put(
-                    ev,
-                    k,
-                    write,
-                    kernel,
-                    cta,
-                    -1,
-                    LOAD,
-                    DQ_ACC,
-                    i,
-                    -1,
-                    aoff,
-                    r,
-                    arow,
-                    arow,
-                    r * arow,
-                    0,
-                )
-                k = put(
-                    ev, k, write, kernel, cta, -1, STORE, DQ, i, -1, off, r, row, row, r * row, 0
-                )
-                k = put(
-                    ev, k, write, kernel, cta, -1, FREE, DQ_R, -1, -1, 0, 0, 0, 0, br * arow, 0
-                )
+            if kernel == 0:  # D_i = rowsum(dO_i * O_i); dQ_acc_i = 0
+                k = buf(ev, k, write, kernel, cta, ALLOC, ROW_R, 2 * br * arow)
+                k = mem(ev, k, write, kernel, cta, -1, LOAD, O, i, -1, off, r, row, row)
+                k = mem(ev, k, write, kernel, cta, -1, LOAD, DO, i, -1, off, r, row, row)
+                k = calc(ev, k, write, kernel, cta, -1, EW, i, -1, EW_D_PER_ELEM * r * d)
+                k = mem(ev, k, write, kernel, cta, -1, STORE, D, i, -1, voff, 1, r * acc, r * acc)
+                k = mem(ev, k, write, kernel, cta, -1, STORE, DQ_ACC, i, -1, aoff, r, arow, arow)
+                k = buf(ev, k, write, kernel, cta, FREE, ROW_R, 2 * br * arow)
+            else:  # dQ_i = dQ_acc_i in the input dtype
+                k = buf(ev, k, write, kernel, cta, ALLOC, DQ_R, br * arow)
+                k = mem(ev, k, write, kernel, cta, -1, LOAD, DQ_ACC, i, -1, aoff, r, arow, arow)
+                k = mem(ev, k, write, kernel, cta, -1, STORE, DQ, i, -1, off, r, row, row)
+                k = buf(ev, k, write, kernel, cta, FREE, DQ_R, br * arow)
             continue
         # main kernel: one CTA per (b, kv head, j)
         bkh, j = cta // t_kv, cta % t_kv
         b, kvh = bkh // nkh, bkh % nkh
         k0 = j * bc
         c = min(bc, n - k0)
-        bufs = (K_S, V_S, Q_S, DO_S, LD_S, DK_R, DV_R, S_R, DP_R, DQ_R)  # = MAIN_BUFFERS
-        sizes = (
-            bc * row,
-            bc * row,
-            br * row,
-            br * row,
-            2 * br * acc,
-            bc * arow,
-            bc * arow,
-            br * bc * acc,
-            br * bc * acc,
-            br * arow,
-        )
         for t in range(10):
-            k = put(ev, k, write, kernel, cta, -1, ALLOC, bufs[t], -1, -1, 0, 0, 0, 0, sizes[t], 0)
+            k = buf(ev, k, write, kernel, cta, ALLOC, bufs[t], sizes[t])
         kvoff = (bkh * n + k0) * row
         # K_j, V_j: HBM -> SRAM once per CTA
-        k = put(ev, k, write, kernel, cta, -1, LOAD, K, j, -1, kvoff, c, row, row, c * row, 0)
-        k = put(ev, k, write, kernel, cta, -1, LOAD, V, j, -1, kvoff, c, row, row, c * row, 0)
+        k = mem(ev, k, write, kernel, cta, -1, LOAD, K, j, -1, kvoff, c, row, row)
+        k = mem(ev, k, write, kernel, cta, -1, LOAD, V, j, -1, kvoff, c, row, row)
         i_start = k0 // br if causal != 0 else 0
         for g in range(grp):
-            h = kvh * grp + g
-            bh = b * nh + h
+            bh = b * nh + kvh * grp + g
             for i in range(i_start, t_q):
-                step = g * t_q + i
+                st = g * t_q + i
                 q0 = i * br
                 r = min(br, n - q0)
-                off, voff = (bh * n + q0) * row, (bh * n + q0) * acc
+                off, voff, aoff = (bh * n + q0) * row, (bh * n + q0) * acc, (bh * n + q0) * arow
                 # Q_i, dO_i, L_i, D_i: HBM -> SRAM once per (i, j)
-                k = put(
-                    ev, k, write, kernel, cta, step, LOAD, Q, i, -1, off, r, row, row, r * row, 0
-                )
-                k = put(
-                    ev, k, write, kernel, cta, step, LOAD, DO, i, -1, off, r, row, row, r * row, 0
-                )
-                k = put(
-                    ev,
-                    k,
-                    write,
-                    kernel,
-                    cta,
-                    step,
-                    LOAD,
-                    LSE,
-                    i,
-                    -1,
-                    voff,
-                    1,
-                    r * acc,
-                    r * acc,
-                    r * acc,
-                    0,
-                )
-                k = put(
-                    ev,
-                    k,
-                    write,
-                    kernel,
-                    cta,
-                    step,
-                    LOAD,
-                    D,
-                    i,
-                    -1,
-                    voff,
-                    1,
-                    r * acc,
-                    r * acc,
-                    r * acc,
-                    0,
-                )
+                k = mem(ev, k, write, kernel, cta, st, LOAD, Q, i, -1, off, r, row, row)
+                k = mem(ev, k, write, kernel, cta, st, LOAD, DO, i, -1, off, r, row, row)
+                k = mem(ev, k, write, kernel, cta, st, LOAD, LSE, i, -1, voff, 1, r * acc, r * acc)
+                k = mem(ev, k, write, kernel, cta, st, LOAD, D, i, -1, voff, 1, r * acc, r * acc)
                 mm = 2 * r * c * d
                 ew_p = EW_P_PER_SCORE * r * c
                 if causal != 0 and k0 + c - 1 > q0:
                     ew_p += r * c  # diagonal block: apply the mask
-                k = put(ev, k, write, kernel, cta, step, MMA, -1, i, j, 0, 0, 0, 0, 0, mm)  # S
-                k = put(ev, k, write, kernel, cta, step, EW, -1, i, j, 0, 0, 0, 0, 0, ew_p)
-                k = put(ev, k, write, kernel, cta, step, EXP, -1, i, j, 0, 0, 0, 0, 0, r * c)
-                k = put(ev, k, write, kernel, cta, step, MMA, -1, i, j, 0, 0, 0, 0, 0, mm)  # dV
-                k = put(ev, k, write, kernel, cta, step, MMA, -1, i, j, 0, 0, 0, 0, 0, mm)  # dP
-                k = put(
-                    ev,
-                    k,
-                    write,
-                    kernel,
-                    cta,
-                    step,
-                    EW,
-                    -1,
-                    i,
-                    j,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                    EW_DS_PER_SCORE * r * c + EW_DQ_PER_ELEM * r * d,
-                )
-                k = put(ev, k, write, kernel, cta, step, MMA, -1, i, j, 0, 0, 0, 0, 0, mm)  # dQ_i
+                ew_ds = EW_DS_PER_SCORE * r * c + EW_DQ_PER_ELEM * r * d
+                k = calc(ev, k, write, kernel, cta, st, MMA, i, j, mm)  # S = Q K^T
+                k = calc(ev, k, write, kernel, cta, st, EW, i, j, ew_p)
+                k = calc(ev, k, write, kernel, cta, st, EXP, i, j, r * c)  # P = exp(S - L)
+                k = calc(ev, k, write, kernel, cta, st, MMA, i, j, mm)  # dV += P^T dO
+                k = calc(ev, k, write, kernel, cta, st, MMA, i, j, mm)  # dP = dO V^T
+                k = calc(ev, k, write, kernel, cta, st, EW, i, j, ew_ds)  # dS = P (dP - D)
+                k = calc(ev, k, write, kernel, cta, st, MMA, i, j, mm)  # dS K
                 # dQ_i += dS_ij K_j: atomic add into the fp32 accumulator, at L2
-                aoff = (bh * n + q0) * arow
-                k = put(
-                    ev,
-                    k,
-                    write,
-                    kernel,
-                    cta,
-                    step,
-                    REDUCE,
-                    DQ_ACC,
-                    i,
-                    j,
-                    aoff,
-                    r,
-                    arow,
-                    arow,
-                    r * arow,
-                    0,
-                )
-                k = put(ev, k, write, kernel, cta, step, MMA, -1, i, j, 0, 0, 0, 0, 0, mm)  # dK
-        k = put(ev, k, write, kernel, cta, -1, EW, -1, -1, j, 0, 0, 0, 0, 0, c * d)  # dK *= scale
+                k = mem(ev, k, write, kernel, cta, st, REDUCE, DQ_ACC, i, j, aoff, r, arow, arow)
+                k = calc(ev, k, write, kernel, cta, st, MMA, i, j, mm)  # dK += dS^T Q
+        k = calc(ev, k, write, kernel, cta, -1, EW, -1, j, c * d)  # dK *= scale
         # dK_j, dV_j: registers -> HBM once per CTA
-        k = put(ev, k, write, kernel, cta, -1, STORE, DK, j, -1, kvoff, c, row, row, c * row, 0)
-        k = put(ev, k, write, kernel, cta, -1, STORE, DV, j, -1, kvoff, c, row, row, c * row, 0)
+        k = mem(ev, k, write, kernel, cta, -1, STORE, DK, j, -1, kvoff, c, row, row)
+        k = mem(ev, k, write, kernel, cta, -1, STORE, DV, j, -1, kvoff, c, row, row)
         for t in range(9, -1, -1):
-            k = put(ev, k, write, kernel, cta, -1, FREE, bufs[t], -1, -1, 0, 0, 0, 0, sizes[t], 0)
+            k = buf(ev, k, write, kernel, cta, FREE, bufs[t], sizes[t])
     return k
 
 
