@@ -12,12 +12,14 @@ import kernels
 import simulator
 from analysis import comparison as cmp
 from analysis import report
+from analysis._tiling_cli import add_tiling_command
 
 DEFAULT_GPU = "h200"
 
 EPILOG = """examples:
   flashio demo                                   the main job on the default GPU (h200)
   flashio gpus                                   built-in GPU specs
+  flashio tiling --gpu h200 --head-dim 64        B = M/(4d) in both forms, capacity; --search
   flashio simulate flash2 --seq-len 8192 --head-dim 128 --block-q 128 --block-kv 64
   flashio simulate standard --gpu my_gpu.toml --json
   flashio compare --seq-len 1024 --batch 64 --backward --gpu a100-40gb
@@ -304,6 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="flashio-out/sweep.csv", help="CSV path (plot beside it)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a summary")
     p.set_defaults(func=cmd_sweep)
+
+    add_tiling_command(sub)
     return parser
 
 
@@ -320,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # output piped into head & co.: stop quietly
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,334 @@
+"""The tiling rule B = M/(4d) in both forms, its capacity check, the tile search and its CLI."""
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import kernels
+import simulator
+from analysis import _tiling_cli as cli
+from analysis.search import plan_search, search_notes, search_tiles
+from analysis.tiling import tile_capacity, tiling_rule
+
+H200 = simulator.load_gpu("h200")
+A100 = simulator.load_gpu("a100-40gb")
+DOC = Path(__file__).resolve().parent.parent / "docs" / "tiling.md"
+
+
+# -- the rule -------------------------------------------------------------------------------
+def test_the_papers_example_196608_bytes_d64_fp16():
+    rule = tiling_rule(H200, head_dim=64, dtype="fp16", sram_bytes=196608)
+    assert rule.m_elements == 98304  # bytes / 2: M counts fp16 elements
+    assert rule.ratio == 384
+    assert (rule.block_kv, rule.block_q, rule.seed_block) == (384, 64, 384)
+    assert (rule.form("seed").block_q, rule.form("seed").block_kv) == (384, 384)
+    assert (rule.form("paper").block_q, rule.form("paper").block_kv) == (64, 384)
+
+
+def test_m_defaults_to_the_gpus_shared_memory_per_cta():
+    rule = tiling_rule("h200", 64)
+    assert rule.sram_bytes == H200.smem_per_cta_bytes == 232_448
+    assert rule.m_elements == 116_224 and rule.seed_block == 454  # 116,224 / 256 = 454 exactly
+
+
+@pytest.mark.parametrize(
+    "gpu, d, dtype, floor_b, ceil_b",
+    [
+        # 232,448 B / 2 = 116,224 elements; / 384 = 302.67
+        (H200, 96, "fp16", 302, 303),
+        # 232,448 B / 4 = 58,112 elements; / 1024 = 56.75
+        (H200, 256, "fp32", 56, 57),
+        # 166,912 B / 8 = 20,864 elements; / 512 = 40.75
+        (A100, 128, "fp64", 40, 41),
+    ],
+)
+def test_floor_and_ceil_forms_differ_when_4d_does_not_divide_m(gpu, d, dtype, floor_b, ceil_b):
+    rule = tiling_rule(gpu, d, dtype)
+    assert rule.m_elements % (4 * d) != 0
+    assert rule.seed_block == floor_b and rule.block_kv == ceil_b
+    assert rule.block_q == min(ceil_b, d)
+    assert any("differ by rounding" in n for n in rule.notes)
+
+
+@given(m=st.integers(1, 1 << 20), d=st.integers(1, 512), dtype=st.sampled_from(["fp16", "fp32"]))
+def test_forms_against_integer_arithmetic(m, d, dtype):
+    eb = kernels.DTYPES[dtype][0]
+    if m < 4 * d:
+        with pytest.raises(ValueError, match="fewer than 4d"):
+            tiling_rule(H200, d, dtype, sram_bytes=m * eb)
+        return
+    rule = tiling_rule(
+        H200, d, dtype, sram_bytes=m * eb + eb - 1
+    )  # a partial element is no element
+    assert rule.m_elements == m
+    assert rule.seed_block * 4 * d <= m < (rule.seed_block + 1) * 4 * d
+    assert rule.block_kv - rule.seed_block == (0 if m % (4 * d) == 0 else 1)
+    assert rule.block_q == min(rule.block_kv, d)
+
+
+@given(m=st.integers(4, 1 << 22), d=st.integers(1, 1024))
+def test_seed_form_always_fits_its_four_blocks(m, d):
+    b = m // (4 * d)
+    if b == 0:
+        return
+    cap = tile_capacity(b, b, d, "fp16", sram_bytes=2 * m)
+    assert cap.m_elements == m
+    assert cap.seed_elements == 4 * b * d <= m
+    # and floor is the largest B that fits: one more row per block would not
+    assert tile_capacity(b + 1, b + 1, d, "fp16", sram_bytes=2 * m).seed_elements > m
+
+
+# -- the capacity check ---------------------------------------------------------------------
+def test_papers_form_exceeds_m_by_rounding_alone():
+    # H200, d = 256, fp32: M = 58,112, M/(4d) = 56.75 -> Br = Bc = 57 (57 <= d), and the four
+    # blocks Q, K, V, O need 4 x 57 x 256 = 58,368 elements: 256 more than M.
+    rule = tiling_rule(H200, 256, "fp32")
+    paper = rule.form("paper").capacity
+    assert (paper.block_q, paper.block_kv) == (57, 57)
+    assert paper.seed_elements == 58_368 > rule.m_elements == 58_112
+    seed = rule.form("seed").capacity
+    assert seed.seed_elements == 4 * 56 * 256 <= rule.m_elements
+    assert any("58,368 > M = 58,112" in n for n in rule.notes)
+
+
+def test_papers_form_exceeds_m_when_s_is_counted_on_h200_d128():
+    # M = 116,224, Bc = 227, Br = 128: Q, O 128 x 128; K, V 227 x 128; S 128 x 227; l, m 2 x 128
+    rule = tiling_rule(H200, 128)
+    cap = rule.form("paper").capacity
+    expected = 2 * 128 * 128 + 2 * 227 * 128 + 128 * 227 + 2 * 128
+    assert cap.live_elements == expected == 120_192 > rule.m_elements
+    assert cap.seed_elements == 90_880 <= rule.m_elements
+
+
+def test_seed_block_overflows_once_s_is_counted():
+    rule = tiling_rule(H200, 64, sram_bytes=196608)
+    cap = rule.form("seed").capacity
+    assert cap.seed_elements == 98_304 == rule.m_elements  # exactly full
+    assert cap.live_elements == 98_304 + 384 * 384 + 2 * 384  # S_ij and l, m on top
+    assert [t.name for t in cap.tiles if not t.seed_block] == ["S_ij/P_ij", "l_i, m_i"]
+
+
+def test_double_buffering_adds_one_more_k_and_v_block():
+    cap = tile_capacity(64, 384, 64, "fp16", 196608)
+    assert cap.double_buffered_elements - cap.live_elements == 2 * 384 * 64
+    by_name = {t.name: t for t in cap.tiles}
+    assert by_name["S_ij/P_ij"].elements == 64 * 384 and by_name["l_i, m_i"].elements == 128
+    assert cap.to_dict()["totals"][2]["bytes"] == 2 * cap.double_buffered_elements
+
+
+def test_fa1_holds_four_more_row_vectors():
+    fa1 = tile_capacity(64, 128, 64, "fp16", 196608, algorithm="flash1")
+    fa2 = tile_capacity(64, 128, 64, "fp16", 196608, algorithm="flash2")
+    assert fa1.live_elements - fa2.live_elements == 4 * 64
+
+
+def test_kernel_check_uses_the_projects_schedule():
+    rule = tiling_rule(H200, 64, sram_bytes=196608)
+    for form in rule.forms:
+        shape = kernels.AttentionShape(1, 1, max(form.block_q, form.block_kv), 64)
+        info = kernels.schedule("flash2", shape, form.block_q, form.block_kv).kernels[0]
+        (fit,) = form.kernels
+        assert fit.smem_bytes == info.smem_bytes == (form.block_q + 2 * form.block_kv) * 64 * 2
+        assert fit.regs_per_thread == info.regs_per_thread and fit.fits
+        occ = simulator.occupancy(info, H200)
+        assert fit.ctas_per_sm == occ.ctas_per_sm and fit.limiter == occ.limiter
+    # 384 x 384 keeps O_i and S_ij in fp32 registers: far above 255 per thread
+    assert rule.form("seed").kernels[0].spilled_regs_per_thread > 0
+
+
+def test_an_m_larger_than_the_gpu_gives_blocks_that_do_not_fit_it():
+    rule = tiling_rule(A100, 128, sram_bytes=2 * A100.smem_per_cta_bytes)
+    (fit,) = rule.form("seed").kernels
+    assert fit.smem_bytes > A100.smem_per_cta_bytes and not fit.fits
+    assert "shared memory" in fit.error and fit.ctas_per_sm == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"head_dim": 0}, "head_dim"),
+        ({"head_dim": 64, "dtype": "fp8"}, "dtype"),
+        ({"head_dim": 64, "sram_bytes": -1}, "sram_bytes"),
+        ({"head_dim": 64, "sram_bytes": 511}, "fewer than 4d"),
+    ],
+)
+def test_bad_arguments_say_what_is_wrong(kwargs, needle):
+    with pytest.raises(ValueError, match=needle):
+        tiling_rule(H200, **kwargs)
+
+
+# -- the search -----------------------------------------------------------------------------
+SMALL = kernels.AttentionShape(1, 2, 256, 128, "fp16")
+
+
+@pytest.fixture(scope="module")
+def small_search():
+    calls = []
+    results = search_tiles(
+        "flash2",
+        SMALL,
+        A100,
+        block_sizes=(32, 64, 128, 256),
+        warps=(4, 8),
+        progress=lambda done, total, r: calls.append((done, total)),
+    )
+    return results, calls
+
+
+def test_search_ranks_sorted_and_complete(small_search):
+    results, calls = small_search
+    ok = [r for r in results if r.feasible]
+    assert [r.rank_time for r in ok] == list(range(1, len(ok) + 1))
+    assert [r.time_s for r in ok] == sorted(r.time_s for r in ok)
+    assert sorted(r.rank_hbm for r in ok) == list(range(1, len(ok) + 1))
+    by_hbm = sorted(ok, key=lambda r: r.rank_hbm)
+    assert [r.hbm_bytes for r in by_hbm] == sorted(r.hbm_bytes for r in ok)
+    assert ok[0].slowdown == 1.0 and all(r.slowdown >= 1.0 for r in ok)
+    assert results[: len(ok)] == ok  # feasible first
+    assert calls[-1] == (len(results), len(results))
+    assert [c[0] for c in calls] == list(range(1, len(results) + 1))
+
+
+def test_search_infeasible_tilings_carry_the_capacity_message(small_search):
+    results, _ = small_search
+    limit = A100.smem_per_cta_bytes
+    for r in results:
+        needs = (r.block_q + 2 * r.block_kv) * SMALL.head_dim * 2  # Q_i, K_j, V_j in fp16
+        assert r.feasible == (needs <= limit), (r.block_q, r.block_kv)
+        if not r.feasible:
+            assert "shared memory" in r.error and f"{limit:,} B" in r.error
+            assert r.rank_time == 0 and r.time_s == 0
+    assert any(not r.feasible for r in results)  # 256 x 256 at d = 128 needs 196,608 B
+
+
+def test_search_results_are_what_simulate_reports(small_search):
+    results, _ = small_search
+    ok = [r for r in results if r.feasible]
+    for r in (ok[0], ok[-1]):
+        res = simulator.simulate(
+            kernels.schedule("flash2", SMALL, r.block_q, r.block_kv, r.warps), A100
+        )
+        assert r.time_s == res.time_s and r.hbm_bytes == res.hbm_bytes
+        assert r.global_bytes == res.global_bytes and r.ctas_per_sm == res.occupancy.ctas_per_sm
+
+
+def test_search_marks_the_rules_choice(small_search):
+    results, _ = small_search
+    rule = tiling_rule(A100, SMALL.head_dim)  # M = 83,456, M/(4d) = 163
+    seed = [r for r in results if "seed" in r.rule.split(", ")]
+    paper = [r for r in results if "paper" in r.rule.split(", ")]
+    assert {(r.block_q, r.block_kv) for r in seed} == {(rule.seed_block, rule.seed_block)}
+    assert {(r.block_q, r.block_kv) for r in paper} == {(rule.block_q, rule.block_kv)}
+    assert all(r.feasible and r.rank_time >= 1 for r in seed + paper)
+    notes = " ".join(search_notes(results))
+    assert "The seed's B = floor(M/(4d))" in notes and "rank" in notes
+
+
+def test_search_explains_a_slower_bigger_block():
+    # h200, N = 512, d = 64: 256 x 256 leaves SMs idle and spills, 64 x 64 does not
+    shape = kernels.AttentionShape(1, 4, 512, 64)
+    results = search_tiles("flash2", shape, H200, (64, 256), (4,), include_rule=False)
+    big = next(r for r in results if (r.block_q, r.block_kv) == (256, 256))
+    best = results[0]
+    assert big.time_s > best.time_s and big.resident_warps_per_sm < best.resident_warps_per_sm
+    assert "resident warps/SM" in big.why and "grid of 8 CTAs" in big.why
+    assert "spilled" in big.why
+
+
+def test_plan_estimates_events_without_simulating():
+    plan = plan_search("flash2", SMALL, A100, (32, 64), (4,), include_rule=False)
+    total = sum(
+        kernels.schedule("flash2", SMALL, c.block_q, c.block_kv, 4).n_events()
+        for c in plan.candidates
+    )
+    assert plan.events == total and len(plan.candidates) == 4 and plan.estimated_s > 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"block_sizes": (512,)}, "exceeds seq_len"),
+        ({"block_sizes": ()}, "block_sizes"),
+        ({"warps": (0,)}, "warps"),
+    ],
+)
+def test_search_bad_arguments(kwargs, needle):
+    with pytest.raises(ValueError, match=needle):
+        search_tiles("flash2", SMALL, A100, **kwargs)
+
+
+# -- the CLI --------------------------------------------------------------------------------
+def test_cli_registers_on_a_fresh_parser(capsys):
+    parser = argparse.ArgumentParser(prog="flashio")
+    cli.add_tiling_command(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["tiling", "--head-dim", "64", "--sram-bytes", "196608", "--json"])
+    assert args.func(args) == 0
+    out = json.loads(capsys.readouterr().out)["rule"]
+    assert (out["block_kv"], out["block_q"], out["m_elements"]) == (384, 64, 98304)
+    assert out["forms"][0]["capacity"]["totals"][0]["fits"] is True
+
+
+def test_cli_table_names_both_forms(capsys):
+    assert cli.main(["--gpu", "a100-40gb", "--head-dim", "128"]) == 0
+    text = capsys.readouterr().out
+    assert "floor(M/(4d))" in text and "ceil(M/(4d))" in text and "EXCEEDS" in text
+    assert "83,456 elements" in text  # 166,912 B / 2
+
+
+def test_cli_search_json_and_progress(capsys):
+    argv = ["--gpu", "a100-40gb", "--head-dim", "128", "--seq-len", "256", "--heads", "2"]
+    argv += ["--search", "--block-sizes", "64,256", "--warps", "4", "--json"]
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    search = json.loads(captured.out)["search"]
+    assert search["shape"]["seq_len"] == 256 and search["notes"]
+    assert any(not r["feasible"] and r["error"] for r in search["results"])
+    assert "tiling" in captured.err and "M events" in captured.err
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--head-dim", "0"], "head_dim"),
+        (["--gpu", "h300"], "h300"),
+        (["--sram-bytes", "100"], "fewer than 4d"),
+        (["--search", "--seq-len", "0"], "seq_len"),
+    ],
+)
+def test_cli_bad_input_exits_2(capsys, argv, needle):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "error" in err and needle in err
+
+
+def test_cli_bad_list_exits_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--search", "--block-sizes", "16,x"])
+    assert exc.value.code == 2
+    assert "comma-separated integers" in capsys.readouterr().err
+
+
+# -- the docs' tables are this code's output -------------------------------------------------
+def _doc_blocks():
+    text = DOC.read_text()
+    return re.findall(r"```text\n\$ flashio tiling([^\n]*)\n(.*?)```", text, re.S)
+
+
+def test_docs_show_current_output(capsys):
+    blocks = _doc_blocks()
+    assert len(blocks) >= 5  # h200 and a100-40gb at d = 64 and 128, and one search
+    for args, shown in blocks:
+        assert cli.main(args.split()) == 0
+        out = capsys.readouterr().out
+        assert out == shown, f"docs/tiling.md is stale; regenerate: flashio tiling{args}"
+
+
+def test_docs_python_example_runs(capsys):
+    (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    exec(compile(code, str(DOC), "exec"), {})
+    assert "98,304 elements" in capsys.readouterr().out
