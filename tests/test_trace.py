@@ -1,0 +1,56 @@
+"""The trace format: columnar, read-only, ordered, saved and loaded whole."""
+
+import numpy as np
+import pytest
+
+import kernels
+from simulator import EVENT_DTYPE, Op, Trace
+
+
+def _trace():
+    shape = kernels.AttentionShape(2, 2, 37, 16, "fp16", kv_heads=1)
+    return kernels.schedule("flash2_bwd", shape, 8, 16).trace()
+
+
+def test_events_are_read_only_and_ordered(tmp_path):
+    t = _trace()
+    assert t.events.dtype == EVENT_DTYPE
+    with pytest.raises(ValueError):
+        t.events["bytes"][0] = 1
+    key = t.events["kernel"].astype(np.int64) << 32 | t.events["cta"]
+    assert np.all(np.diff(key) >= 0)
+    path = tmp_path / "t.npz"
+    t.save(path)
+    back = Trace.load(path)
+    assert back == t and back.meta.kernels == t.meta.kernels
+    assert not back.events.flags.writeable
+
+
+def test_unordered_events_are_refused():
+    ev = _trace().events.copy()
+    with pytest.raises(ValueError, match="ordered by"):
+        Trace(ev[::-1].copy(), _trace().meta)
+
+
+def test_cta_ranges_partition_the_trace():
+    t = _trace()
+    sched = kernels.schedule(
+        "flash2_bwd", kernels.AttentionShape(2, 2, 37, 16, "fp16", kv_heads=1), 8, 16
+    )
+    parts = []
+    for k, info in enumerate(t.meta.kernels):
+        for c0 in range(0, info.ctas, 3):
+            chunk = t.cta_events(k, c0, min(info.ctas, c0 + 3))
+            assert np.array_equal(chunk, sched.cta_events(k, c0, min(info.ctas, c0 + 3)))
+            parts.append(chunk)
+    assert np.array_equal(np.concatenate(parts), t.events)
+
+
+def test_bytes_by_tensor():
+    t = _trace()
+    loads = t.bytes_by(Op.LOAD)
+    sel = t.events[(t.events["op"] == Op.LOAD) & (t.events["tensor"] == t.meta.tensor_index("K"))]
+    assert loads["K"] == int(sel["bytes"].sum()) > 0
+    assert "dQ_acc" in t.bytes_by(Op.REDUCE)
+    with pytest.raises(KeyError, match="no tensor 'S'"):
+        t.meta.tensor_index("S")
