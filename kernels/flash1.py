@@ -55,11 +55,14 @@ from kernels._emit import (
     SHARED,
     STORE,
     SYNC,
+    buf,
+    calc,
+    mem,
     put,
 )
 from kernels._numerics import acc_dtype, to_dtype
 from kernels._resources import regs_per_thread
-from simulator.trace import KernelInfo, Op, Space, TensorInfo
+from simulator.trace import KernelInfo, Space, TensorInfo
 
 OPTIONS = ()
 
@@ -77,15 +80,8 @@ def validate(s) -> None:
 def tensors(s) -> tuple[TensorInfo, ...]:
     """Global tensors (Q, K, V, O, the fp32 O_acc, l, m), then the CTA's on-chip buffers."""
     sh, br, bc = s.shape, s.block_q, s.block_kv
-    b, h, kh, n, d, eb, acc = (
-        sh.batch,
-        sh.heads,
-        sh.n_kv_heads,
-        sh.seq_len,
-        sh.head_dim,
-        sh.elem_bytes,
-        sh.acc_bytes,
-    )
+    b, h, kh, n, d = sh.batch, sh.heads, sh.n_kv_heads, sh.seq_len, sh.head_dim
+    eb, acc = sh.elem_bytes, sh.acc_bytes
     g, sm, rg = Space.GLOBAL, Space.SHARED, Space.REGISTERS
     out = (
         TensorInfo("Q", g, (b, h, n, d), eb),
@@ -107,30 +103,34 @@ def tensors(s) -> tuple[TensorInfo, ...]:
     return out
 
 
+# the CTA's on-chip buffers in ALLOC order: shared memory (Q_S .. X_S), then registers
+BUFFERS = (Q_S, K_S, V_S, X_S, O_T, S_T, ML_T)
+
+
+def _buffer_sizes(br, bc, d, eb, acc, warps):
+    """Bytes of the buffers in ``BUFFERS``; X_S (split-K exchange) has 0, absent, with one warp."""
+    xb = warps * br * (d + 2) * acc if warps > 1 else 0
+    return (br * d * eb, bc * d * eb, bc * d * eb, xb, br * d * acc, br * bc * acc, 2 * br * acc)
+
+
+_jit_sizes = njit(inline="always")(_buffer_sizes)
+
+
+def _sizes(s) -> tuple[int, ...]:
+    sh = s.shape
+    return _buffer_sizes(s.block_q, s.block_kv, sh.head_dim, sh.elem_bytes, sh.acc_bytes, s.warps)
+
+
 def exchange_bytes(s) -> int:
     """Shared-memory bytes of the split-K exchange buffer: warps * Br * (d + 2) * acc, or 0."""
-    return s.warps * s.block_q * (s.shape.head_dim + 2) * s.shape.acc_bytes if s.warps > 1 else 0
+    return _sizes(s)[BUFFERS.index(X_S)]
 
 
 def kernels(s) -> tuple[KernelInfo, ...]:
-    sh, br, bc, d = s.shape, s.block_q, s.block_kv, s.shape.head_dim
-    smem = (br + 2 * bc) * d * sh.elem_bytes + exchange_bytes(s)
-    reg_tiles = (br * d + br * bc + 2 * br) * sh.acc_bytes
+    sh, sizes = s.shape, _sizes(s)
+    smem, reg_tiles = sum(sizes[:4]), sum(sizes[4:])
     ctas = sh.batch * sh.heads
     return (KernelInfo("flash1_fwd", ctas, s.warps, smem, regs_per_thread(reg_tiles, s.warps)),)
-
-
-@njit(**JIT)
-def _buffers(ev, k, write, kernel, cta, op, br, bc, d, eb, acc, warps):
-    """ALLOC (in order) or FREE (in reverse) the CTA's on-chip buffers."""
-    tens = (Q_S, K_S, V_S, X_S, O_T, S_T, ML_T)
-    xb = warps * br * (d + 2) * acc if warps > 1 else 0
-    size = (br * d * eb, bc * d * eb, bc * d * eb, xb, br * d * acc, br * bc * acc, 2 * br * acc)
-    for t in range(7):
-        u = t if op == ALLOC else 6 - t
-        if size[u] > 0:
-            k = put(ev, k, write, kernel, cta, -1, op, tens[u], -1, -1, 0, 0, 0, 0, size[u], 0)
-    return k
 
 
 @njit(**JIT)
@@ -139,210 +139,61 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
     eb, acc, br, bc, warps, causal = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV], p[P_WARPS], p[P_CAUSAL]
     t_q, t_kv, grp = (n + br - 1) // br, (n + bc - 1) // bc, nh // nkh
     row, arow = d * eb, d * acc
+    sizes = _jit_sizes(br, bc, d, eb, acc, warps)
     k = 0
     for cta in range(cta_start, cta_stop):
         b, h = cta // nh, cta % nh
         base = (b * nh + h) * n  # first row of (b, h) in Q, O, O_acc, l, m
         kvbase = (b * nkh + h // grp) * n
-        k = _buffers(ev, k, write, kernel, cta, ALLOC, br, bc, d, eb, acc, warps)
-        # line 2: O_acc = 0, l = 0, m = -inf, written to HBM for the CTA's (b, h)
-        k = put(
-            ev,
-            k,
-            write,
-            kernel,
-            cta,
-            -1,
-            STORE,
-            O_ACC,
-            -1,
-            -1,
-            base * arow,
-            n,
-            arow,
-            arow,
-            n * arow,
-            0,
-        )
-        k = put(
-            ev,
-            k,
-            write,
-            kernel,
-            cta,
-            -1,
-            STORE,
-            L,
-            -1,
-            -1,
-            base * acc,
-            1,
-            n * acc,
-            n * acc,
-            n * acc,
-            0,
-        )
-        k = put(
-            ev,
-            k,
-            write,
-            kernel,
-            cta,
-            -1,
-            STORE,
-            M,
-            -1,
-            -1,
-            base * acc,
-            1,
-            n * acc,
-            n * acc,
-            n * acc,
-            0,
-        )
+        for t in range(7):  # on-chip buffers, live for the whole CTA
+            if sizes[t] > 0:
+                k = buf(ev, k, write, kernel, cta, ALLOC, BUFFERS[t], sizes[t])
+        # line 2: O_acc = 0, l = 0, m = -inf written to HBM for the CTA's (b, h)
+        k = mem(ev, k, write, kernel, cta, -1, STORE, O_ACC, -1, -1, base * arow, n, arow, arow)
+        k = mem(ev, k, write, kernel, cta, -1, STORE, L, -1, -1, base * acc, 1, n * acc, n * acc)
+        k = mem(ev, k, write, kernel, cta, -1, STORE, M, -1, -1, base * acc, 1, n * acc, n * acc)
         for j in range(t_kv):
             k0 = j * bc
             c = min(bc, n - k0)
             # K_j, V_j: HBM -> SRAM, once per CTA
             off = (kvbase + k0) * row
-            k = put(ev, k, write, kernel, cta, j, LOAD, K, j, -1, off, c, row, row, c * row, 0)
-            k = put(ev, k, write, kernel, cta, j, LOAD, V, j, -1, off, c, row, row, c * row, 0)
+            k = mem(ev, k, write, kernel, cta, j, LOAD, K, j, -1, off, c, row, row)
+            k = mem(ev, k, write, kernel, cta, j, LOAD, V, j, -1, off, c, row, row)
             for i in range(k0 // br if causal != 0 else 0, t_q):
                 q0 = i * br
                 r = min(br, n - q0)
+                qo, ao, so, vec = (base + q0) * row, (base + q0) * arow, (base + q0) * acc, r * acc
                 # Q_i, O_acc_i, l_i, m_i: HBM -> SRAM/registers, once per (i, j)
-                qo, ao, so = (base + q0) * row, (base + q0) * arow, (base + q0) * acc
-                k = put(ev, k, write, kernel, cta, j, LOAD, Q, i, -1, qo, r, row, row, r * row, 0)
-                k = put(
-                    ev,
-                    k,
-                    write,
-                    kernel,
-                    cta,
-                    j,
-                    LOAD,
-                    O_ACC,
-                    i,
-                    -1,
-                    ao,
-                    r,
-                    arow,
-                    arow,
-                    r * arow,
-                    0,
-                )
-                k = put(
-                    ev,
-                    k,
-                    write,
-                    kernel,
-                    cta,
-                    j,
-                    LOAD,
-                    L,
-                    i,
-                    -1,
-                    so,
-                    1,
-                    r * acc,
-                    r * acc,
-                    r * acc,
-                    0,
-                )
-                k = put(
-                    ev,
-                    k,
-                    write,
-                    kernel,
-                    cta,
-                    j,
-                    LOAD,
-                    M,
-                    i,
-                    -1,
-                    so,
-                    1,
-                    r * acc,
-                    r * acc,
-                    r * acc,
-                    0,
-                )
-                k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, 2 * r * c * d)
+                k = mem(ev, k, write, kernel, cta, j, LOAD, Q, i, -1, qo, r, row, row)
+                k = mem(ev, k, write, kernel, cta, j, LOAD, O_ACC, i, -1, ao, r, arow, arow)
+                k = mem(ev, k, write, kernel, cta, j, LOAD, L, i, -1, so, 1, vec, vec)
+                k = mem(ev, k, write, kernel, cta, j, LOAD, M, i, -1, so, 1, vec, vec)
+                mm = 2 * r * c * d
                 ew = EW_PER_SCORE * r * c + EW_PER_ROW * r
                 if causal != 0 and k0 + c - 1 > q0:
                     ew += r * c  # diagonal block: apply the mask
-                k = put(ev, k, write, kernel, cta, j, EW, -1, i, j, 0, 0, 0, 0, 0, ew)
-                k = put(ev, k, write, kernel, cta, j, EXP, -1, i, j, 0, 0, 0, 0, 0, r * c + 2 * r)
-                k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, 2 * r * c * d)
+                k = calc(ev, k, write, kernel, cta, j, MMA, i, j, mm)  # S = Q_i K_j^T
+                k = calc(ev, k, write, kernel, cta, j, EW, i, j, ew)  # m~, l~, m_new, l_new
+                k = calc(ev, k, write, kernel, cta, j, EXP, i, j, r * c + 2 * r)
+                k = calc(ev, k, write, kernel, cta, j, MMA, i, j, mm)  # P~ V_j
                 if warps > 1:
                     # split-K: partial O, row max, row sum of every warp through shared memory
                     xb = 2 * warps * r * (d + 2) * acc
                     k = put(ev, k, write, kernel, cta, j, SHARED, X_S, i, j, 0, 0, 0, 0, xb, 0)
                     k = put(ev, k, write, kernel, cta, j, SYNC, -1, i, j, 0, 0, 0, 0, 0, 0)
                 ew = EW_PER_OUT * r * d + (warps - 1) * r * (d + 2)
-                k = put(ev, k, write, kernel, cta, j, EW, -1, i, j, 0, 0, 0, 0, 0, ew)
+                k = calc(ev, k, write, kernel, cta, j, EW, i, j, ew)  # line 12: O_new
                 last = t_kv - 1 if causal == 0 else min(t_kv - 1, (q0 + r - 1) // bc)
                 # O_i (input dtype, final) or O_acc_i, then l_i, m_i: registers -> HBM
                 if j == last:
-                    k = put(
-                        ev, k, write, kernel, cta, j, STORE, O, i, -1, qo, r, row, row, r * row, 0
-                    )
+                    k = mem(ev, k, write, kernel, cta, j, STORE, O, i, -1, qo, r, row, row)
                 else:
-                    k = put(
-                        ev,
-                        k,
-                        write,
-                        kernel,
-                        cta,
-                        j,
-                        STORE,
-                        O_ACC,
-                        i,
-                        -1,
-                        ao,
-                        r,
-                        arow,
-                        arow,
-                        r * arow,
-                        0,
-                    )
-                k = put(
-                    ev,
-                    k,
-                    write,
-                    kernel,
-                    cta,
-                    j,
-                    STORE,
-                    L,
-                    i,
-                    -1,
-                    so,
-                    1,
-                    r * acc,
-                    r * acc,
-                    r * acc,
-                    0,
-                )
-                k = put(
-                    ev,
-                    k,
-                    write,
-                    kernel,
-                    cta,
-                    j,
-                    STORE,
-                    M,
-                    i,
-                    -1,
-                    so,
-                    1,
-                    r * acc,
-                    r * acc,
-                    r * acc,
-                    0,
-                )
-        k = _buffers(ev, k, write, kernel, cta, FREE, br, bc, d, eb, acc, warps)
+                    k = mem(ev, k, write, kernel, cta, j, STORE, O_ACC, i, -1, ao, r, arow, arow)
+                k = mem(ev, k, write, kernel, cta, j, STORE, L, i, -1, so, 1, vec, vec)
+                k = mem(ev, k, write, kernel, cta, j, STORE, M, i, -1, so, 1, vec, vec)
+        for t in range(6, -1, -1):
+            if sizes[t] > 0:
+                k = buf(ev, k, write, kernel, cta, FREE, BUFFERS[t], sizes[t])
     return k
 
 
@@ -375,86 +226,74 @@ def execute(s, q, k, v, grad_out, rec):
     o_acc = np.full((nb, nh, n, d), np.nan, at)
     l_hbm = np.full((nb, nh, n), np.nan, at)
     m_hbm = np.full((nb, nh, n), np.nan, at)
-    xb = exchange_bytes(s)
-    buffers = [
-        (Q_S, br * row),
-        (K_S, bc * row),
-        (V_S, bc * row),
-        (X_S, xb),
-        (O_T, br * arow),
-        (S_T, br * bc * acc),
-        (ML_T, 2 * br * acc),
-    ]
-    buffers = [(t, size) for t, size in buffers if size > 0]
+    buffers = [(t, size) for t, size in zip(BUFFERS, _sizes(s), strict=True) if size > 0]
     scale = at.type(sh.scale)
-    put = rec.put
     for cta in range(nb * nh):
         b, h = divmod(cta, nh)
         base, kvbase = (b * nh + h) * n, (b * sh.n_kv_heads + h // sh.group) * n
         for t, size in buffers:
-            put(0, cta, -1, Op.ALLOC, t, -1, -1, 0, 0, 0, 0, size, 0)
+            rec.buf(0, cta, ALLOC, t, size)
         o_acc[b, h], l_hbm[b, h], m_hbm[b, h] = 0, 0, -np.inf  # line 2
-        put(0, cta, -1, Op.STORE, O_ACC, -1, -1, base * arow, n, arow, arow, n * arow, 0)
-        put(0, cta, -1, Op.STORE, L, -1, -1, base * acc, 1, n * acc, n * acc, n * acc, 0)
-        put(0, cta, -1, Op.STORE, M, -1, -1, base * acc, 1, n * acc, n * acc, n * acc, 0)
+        rec.mem(0, cta, -1, STORE, O_ACC, -1, -1, base * arow, n, arow, arow)
+        rec.mem(0, cta, -1, STORE, L, -1, -1, base * acc, 1, n * acc, n * acc)
+        rec.mem(0, cta, -1, STORE, M, -1, -1, base * acc, 1, n * acc, n * acc)
         for j in range(s.t_kv):
             k0 = j * bc
             c = min(bc, n - k0)
             k_j = k[b, h // sh.group, k0 : k0 + c].astype(at)
             v_j = v[b, h // sh.group, k0 : k0 + c].astype(at)
             off = (kvbase + k0) * row
-            put(0, cta, j, Op.LOAD, K, j, -1, off, c, row, row, c * row, 0)
-            put(0, cta, j, Op.LOAD, V, j, -1, off, c, row, row, c * row, 0)
+            rec.mem(0, cta, j, LOAD, K, j, -1, off, c, row, row)
+            rec.mem(0, cta, j, LOAD, V, j, -1, off, c, row, row)
             for i in range(k0 // br if sh.causal else 0, s.t_q):
                 q0 = i * br
                 r = min(br, n - q0)
                 blk = slice(q0, q0 + r)
-                qo, ao, so = (base + q0) * row, (base + q0) * arow, (base + q0) * acc
+                qo, ao, so, vec = (base + q0) * row, (base + q0) * arow, (base + q0) * acc, r * acc
                 q_i = q[b, h, blk].astype(at)
-                put(0, cta, j, Op.LOAD, Q, i, -1, qo, r, row, row, r * row, 0)
+                rec.mem(0, cta, j, LOAD, Q, i, -1, qo, r, row, row)
                 o_i = o_acc[b, h, blk].copy()
-                put(0, cta, j, Op.LOAD, O_ACC, i, -1, ao, r, arow, arow, r * arow, 0)
+                rec.mem(0, cta, j, LOAD, O_ACC, i, -1, ao, r, arow, arow)
                 l_i = l_hbm[b, h, blk].copy()
-                put(0, cta, j, Op.LOAD, L, i, -1, so, 1, r * acc, r * acc, r * acc, 0)
+                rec.mem(0, cta, j, LOAD, L, i, -1, so, 1, vec, vec)
                 m_i = m_hbm[b, h, blk].copy()
-                put(0, cta, j, Op.LOAD, M, i, -1, so, 1, r * acc, r * acc, r * acc, 0)
+                rec.mem(0, cta, j, LOAD, M, i, -1, so, 1, vec, vec)
                 s_ij = (q_i @ k_j.T) * scale
-                put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, 2 * r * c * d)
+                rec.calc(0, cta, j, MMA, i, j, 2 * r * c * d)
                 ew = EW_PER_SCORE * r * c + EW_PER_ROW * r
                 if sh.causal and k0 + c - 1 > q0:
                     keys, rows = np.arange(k0, k0 + c)[None, :], np.arange(q0, q0 + r)[:, None]
                     s_ij = np.where(keys > rows, -np.inf, s_ij)
                     ew += r * c
-                put(0, cta, j, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0, ew)
+                rec.calc(0, cta, j, EW, i, j, ew)
                 m_t = s_ij.max(axis=1)  # m~: this block's row max
                 p_t = np.exp(s_ij - np.where(np.isneginf(m_t), 0, m_t)[:, None])
                 l_t = p_t.sum(axis=1)
                 m_new = np.maximum(m_i, m_t)
                 alpha, beta = np.exp(m_i - m_new), np.exp(m_t - m_new)
                 l_new = alpha * l_i + beta * l_t
-                put(0, cta, j, Op.EXP, -1, i, j, 0, 0, 0, 0, 0, r * c + 2 * r)
+                rec.calc(0, cta, j, EXP, i, j, r * c + 2 * r)
                 # P~ enters the tensor cores in the input precision, accumulates in fp32/fp64
                 pv = to_dtype(p_t, dt).astype(at) @ v_j
-                put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, 2 * r * c * d)
+                rec.calc(0, cta, j, MMA, i, j, 2 * r * c * d)
                 if warps > 1:
                     nbytes = 2 * warps * r * (d + 2) * acc
-                    put(0, cta, j, Op.SHARED, X_S, i, j, 0, 0, 0, 0, nbytes, 0)
-                    put(0, cta, j, Op.SYNC, -1, i, j, 0, 0, 0, 0, 0, 0)
+                    rec.put(0, cta, j, SHARED, X_S, i, j, 0, 0, 0, 0, nbytes, 0)
+                    rec.put(0, cta, j, SYNC, -1, i, j, 0, 0, 0, 0, 0, 0)
                 # line 12, with both coefficients divided by l_new directly (see Notes)
                 o_new = (l_i * alpha / l_new)[:, None] * o_i + (beta / l_new)[:, None] * pv
-                ew = EW_PER_OUT * r * d + (warps - 1) * r * (d + 2)
-                put(0, cta, j, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0, ew)
+                rec.calc(0, cta, j, EW, i, j, EW_PER_OUT * r * d + (warps - 1) * r * (d + 2))
                 last = s.t_kv - 1 if not sh.causal else min(s.t_kv - 1, (q0 + r - 1) // bc)
                 if j == last:
                     out[b, h, blk] = to_dtype(o_new, dt)
-                    put(0, cta, j, Op.STORE, O, i, -1, qo, r, row, row, r * row, 0)
+                    rec.mem(0, cta, j, STORE, O, i, -1, qo, r, row, row)
                 else:
                     o_acc[b, h, blk] = o_new
-                    put(0, cta, j, Op.STORE, O_ACC, i, -1, ao, r, arow, arow, r * arow, 0)
+                    rec.mem(0, cta, j, STORE, O_ACC, i, -1, ao, r, arow, arow)
                 l_hbm[b, h, blk] = l_new
-                put(0, cta, j, Op.STORE, L, i, -1, so, 1, r * acc, r * acc, r * acc, 0)
+                rec.mem(0, cta, j, STORE, L, i, -1, so, 1, vec, vec)
                 m_hbm[b, h, blk] = m_new
-                put(0, cta, j, Op.STORE, M, i, -1, so, 1, r * acc, r * acc, r * acc, 0)
+                rec.mem(0, cta, j, STORE, M, i, -1, so, 1, vec, vec)
         for t, size in reversed(buffers):
-            put(0, cta, -1, Op.FREE, t, -1, -1, 0, 0, 0, 0, size, 0)
+            rec.buf(0, cta, FREE, t, size)
     return out, l_hbm, m_hbm

@@ -56,12 +56,14 @@ from kernels._emit import (
     P_KV_HEADS,
     P_SEQ,
     STORE,
-    put,
+    buf,
+    calc,
+    mem,
 )
 from kernels._numerics import acc_dtype, to_dtype
 from kernels._record import Recorder
 from kernels._resources import regs_per_thread
-from simulator.trace import KernelInfo, Op, Space, TensorInfo
+from simulator.trace import KernelInfo, Space, TensorInfo
 
 OPTIONS = ()
 
@@ -80,15 +82,8 @@ def tensors(s) -> tuple[TensorInfo, ...]:
     """Global tensors (inputs, forward outputs, the fp32 dQ_acc, gradients), then the CTA's
     on-chip buffers."""
     sh, br, bc = s.shape, s.block_q, s.block_kv
-    b, h, kh, n, d, eb, acc = (
-        sh.batch,
-        sh.heads,
-        sh.n_kv_heads,
-        sh.seq_len,
-        sh.head_dim,
-        sh.elem_bytes,
-        sh.acc_bytes,
-    )
+    b, h, kh, n, d = sh.batch, sh.heads, sh.n_kv_heads, sh.seq_len, sh.head_dim
+    eb, acc = sh.elem_bytes, sh.acc_bytes
     g, sm, rg = Space.GLOBAL, Space.SHARED, Space.REGISTERS
     return (
         TensorInfo("Q", g, (b, h, n, d), eb),
@@ -145,166 +140,64 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
     for cta in range(cta_start, cta_stop):
         b, kvh = cta // nkh, cta % nkh
         kvbase = (b * nkh + kvh) * n
-        for t in range(11):
-            k = put(ev, k, write, kernel, cta, -1, ALLOC, Q_S + t, -1, -1, 0, 0, 0, 0, sizes[t], 0)
-        # line 5: dQ_acc = 0 in HBM, for every query head of the group
+        for t in range(11):  # on-chip buffers, live for the whole CTA
+            k = buf(ev, k, write, kernel, cta, ALLOC, Q_S + t, sizes[t])
+        # line 5: dQ_acc = 0 -> HBM, for every query head of the group
         for g in range(grp):
-            base = (b * nh + kvh * grp + g) * n
-            k = put(
-                ev,
-                k,
-                write,
-                kernel,
-                cta,
-                -1,
-                STORE,
-                DQ_ACC,
-                -1,
-                -1,
-                base * arow,
-                n,
-                arow,
-                arow,
-                n * arow,
-                0,
-            )
+            aoff = (b * nh + kvh * grp + g) * n * arow
+            k = mem(ev, k, write, kernel, cta, -1, STORE, DQ_ACC, -1, -1, aoff, n, arow, arow)
         for j in range(t_kv):
             k0 = j * bc
             c = min(bc, n - k0)
             # K_j, V_j: HBM -> SRAM, once per CTA
             off = (kvbase + k0) * row
-            k = put(ev, k, write, kernel, cta, j, LOAD, K, j, -1, off, c, row, row, c * row, 0)
-            k = put(ev, k, write, kernel, cta, j, LOAD, V, j, -1, off, c, row, row, c * row, 0)
+            k = mem(ev, k, write, kernel, cta, j, LOAD, K, j, -1, off, c, row, row)
+            k = mem(ev, k, write, kernel, cta, j, LOAD, V, j, -1, off, c, row, row)
             for g in range(grp):
                 base = (b * nh + kvh * grp + g) * n
                 for i in range(k0 // br if causal != 0 else 0, t_q):
                     q0 = i * br
                     r = min(br, n - q0)
-                    qo, ao, so = (base + q0) * row, (base + q0) * arow, (base + q0) * acc
+                    row0 = base + q0  # Q_i's first row in (B, H, N) order
+                    qo, ao, so, vec = row0 * row, row0 * arow, row0 * acc, r * acc
                     # line 10: Q_i, O_i, dO_i, dQ_acc_i, l_i, m_i: HBM -> SRAM/registers
-                    for t in (Q, O, DO):
-                        k = put(
-                            ev,
-                            k,
-                            write,
-                            kernel,
-                            cta,
-                            j,
-                            LOAD,
-                            t,
-                            i,
-                            -1,
-                            qo,
-                            r,
-                            row,
-                            row,
-                            r * row,
-                            0,
-                        )
-                    k = put(
-                        ev,
-                        k,
-                        write,
-                        kernel,
-                        cta,
-                        j,
-                        LOAD,
-                        DQ_ACC,
-                        i,
-                        -1,
-                        ao,
-                        r,
-                        arow,
-                        arow,
-                        r * arow,
-                        0,
-                    )
-                    for t in (L, M):
-                        k = put(
-                            ev,
-                            k,
-                            write,
-                            kernel,
-                            cta,
-                            j,
-                            LOAD,
-                            t,
-                            i,
-                            -1,
-                            so,
-                            1,
-                            r * acc,
-                            r * acc,
-                            r * acc,
-                            0,
-                        )
-                    mma = 2 * r * c * d
-                    k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, mma)  # S
+                    k = mem(ev, k, write, kernel, cta, j, LOAD, Q, i, -1, qo, r, row, row)
+                    k = mem(ev, k, write, kernel, cta, j, LOAD, O, i, -1, qo, r, row, row)
+                    k = mem(ev, k, write, kernel, cta, j, LOAD, DO, i, -1, qo, r, row, row)
+                    k = mem(ev, k, write, kernel, cta, j, LOAD, DQ_ACC, i, -1, ao, r, arow, arow)
+                    k = mem(ev, k, write, kernel, cta, j, LOAD, L, i, -1, so, 1, vec, vec)
+                    k = mem(ev, k, write, kernel, cta, j, LOAD, M, i, -1, so, 1, vec, vec)
+                    mm = 2 * r * c * d
                     ew = EW_P_PER_SCORE * r * c + EW_P_PER_ROW * r
                     if causal != 0 and k0 + c - 1 > q0:
                         ew += r * c  # diagonal block: apply the mask
-                    k = put(ev, k, write, kernel, cta, j, EW, -1, i, j, 0, 0, 0, 0, 0, ew)
-                    k = put(ev, k, write, kernel, cta, j, EXP, -1, i, j, 0, 0, 0, 0, 0, r * c)
-                    k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, mma)  # dV
-                    k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, mma)  # dP
+                    k = calc(ev, k, write, kernel, cta, j, MMA, i, j, mm)  # S = Q_i K_j^T
+                    k = calc(ev, k, write, kernel, cta, j, EW, i, j, ew)  # P, lines 11-13
+                    k = calc(ev, k, write, kernel, cta, j, EXP, i, j, r * c)
+                    k = calc(ev, k, write, kernel, cta, j, MMA, i, j, mm)  # dV_j += P^T dO_i
+                    k = calc(ev, k, write, kernel, cta, j, MMA, i, j, mm)  # dP = dO_i V_j^T
                     ew = EW_D_PER_ELEM * r * d
-                    k = put(ev, k, write, kernel, cta, j, EW, -1, i, j, 0, 0, 0, 0, 0, ew)  # D_i
+                    k = calc(ev, k, write, kernel, cta, j, EW, i, j, ew)  # D_i, line 18
                     ew = EW_DS_PER_SCORE * r * c
-                    k = put(ev, k, write, kernel, cta, j, EW, -1, i, j, 0, 0, 0, 0, 0, ew)  # dS
-                    k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, mma)  # dQ
+                    k = calc(ev, k, write, kernel, cta, j, EW, i, j, ew)  # dS
+                    k = calc(ev, k, write, kernel, cta, j, MMA, i, j, mm)  # dQ_i += dS K_j
                     # line 20: dQ_acc_i: registers -> HBM, once per (i, j)
-                    k = put(
-                        ev,
-                        k,
-                        write,
-                        kernel,
-                        cta,
-                        j,
-                        STORE,
-                        DQ_ACC,
-                        i,
-                        -1,
-                        ao,
-                        r,
-                        arow,
-                        arow,
-                        r * arow,
-                        0,
-                    )
-                    k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, mma)  # dK
+                    k = mem(ev, k, write, kernel, cta, j, STORE, DQ_ACC, i, -1, ao, r, arow, arow)
+                    k = calc(ev, k, write, kernel, cta, j, MMA, i, j, mm)  # dK_j += dS^T Q_i
             # line 23: dK_j, dV_j: registers -> HBM, once per CTA
-            k = put(ev, k, write, kernel, cta, j, STORE, DK, j, -1, off, c, row, row, c * row, 0)
-            k = put(ev, k, write, kernel, cta, j, STORE, DV, j, -1, off, c, row, row, c * row, 0)
-        # dQ_acc (fp32) -> dQ (input dtype), block by block
+            k = mem(ev, k, write, kernel, cta, j, STORE, DK, j, -1, off, c, row, row)
+            k = mem(ev, k, write, kernel, cta, j, STORE, DV, j, -1, off, c, row, row)
+        # dQ_acc (fp32) -> dQ (input dtype), block by block: HBM -> registers -> HBM
         for g in range(grp):
             base = (b * nh + kvh * grp + g) * n
             for i in range(t_q):
                 q0 = i * br
                 r = min(br, n - q0)
                 qo, ao = (base + q0) * row, (base + q0) * arow
-                k = put(
-                    ev,
-                    k,
-                    write,
-                    kernel,
-                    cta,
-                    -1,
-                    LOAD,
-                    DQ_ACC,
-                    i,
-                    -1,
-                    ao,
-                    r,
-                    arow,
-                    arow,
-                    r * arow,
-                    0,
-                )
-                k = put(
-                    ev, k, write, kernel, cta, -1, STORE, DQ, i, -1, qo, r, row, row, r * row, 0
-                )
+                k = mem(ev, k, write, kernel, cta, -1, LOAD, DQ_ACC, i, -1, ao, r, arow, arow)
+                k = mem(ev, k, write, kernel, cta, -1, STORE, DQ, i, -1, qo, r, row, row)
         for t in range(10, -1, -1):
-            k = put(ev, k, write, kernel, cta, -1, FREE, Q_S + t, -1, -1, 0, 0, 0, 0, sizes[t], 0)
+            k = buf(ev, k, write, kernel, cta, FREE, Q_S + t, sizes[t])
     return k
 
 
@@ -329,25 +222,23 @@ def execute(s, q, k, v, grad_out, rec):
     dq_acc = np.full(q.shape, np.nan, at)  # HBM, NaN until line 5 writes it
     sizes = _buffer_sizes(br, bc, d, eb, acc)
     scale = at.type(sh.scale)
-    put = rec.put
     for cta in range(nb * nkh):
         b, kvh = divmod(cta, nkh)
         kvbase = (b * nkh + kvh) * n
         heads = range(kvh * grp, (kvh + 1) * grp)
         for t in range(11):
-            put(0, cta, -1, Op.ALLOC, Q_S + t, -1, -1, 0, 0, 0, 0, sizes[t], 0)
+            rec.buf(0, cta, ALLOC, Q_S + t, sizes[t])
         for h in heads:
             dq_acc[b, h] = 0
-            base = (b * nh + h) * n
-            put(0, cta, -1, Op.STORE, DQ_ACC, -1, -1, base * arow, n, arow, arow, n * arow, 0)
+            rec.mem(0, cta, -1, STORE, DQ_ACC, -1, -1, (b * nh + h) * n * arow, n, arow, arow)
         for j in range(s.t_kv):
             k0 = j * bc
             c = min(bc, n - k0)
             kb = slice(k0, k0 + c)
             k_j, v_j = k[b, kvh, kb].astype(at), v[b, kvh, kb].astype(at)
             off = (kvbase + k0) * row
-            put(0, cta, j, Op.LOAD, K, j, -1, off, c, row, row, c * row, 0)
-            put(0, cta, j, Op.LOAD, V, j, -1, off, c, row, row, c * row, 0)
+            rec.mem(0, cta, j, LOAD, K, j, -1, off, c, row, row)
+            rec.mem(0, cta, j, LOAD, V, j, -1, off, c, row, row)
             dk_j, dv_j = np.zeros((c, d), at), np.zeros((c, d), at)
             for h in heads:
                 base = (b * nh + h) * n
@@ -355,19 +246,20 @@ def execute(s, q, k, v, grad_out, rec):
                     q0 = i * br
                     r = min(br, n - q0)
                     blk = slice(q0, q0 + r)
-                    qo, ao, so = (base + q0) * row, (base + q0) * arow, (base + q0) * acc
+                    row0 = base + q0  # Q_i's first row in (B, H, N) order
+                    qo, ao, so, vec = row0 * row, row0 * arow, row0 * acc, r * acc
                     q_i, o_i = q[b, h, blk].astype(at), o_f[b, h, blk].astype(at)
                     do_i = grad_out[b, h, blk].astype(at)
                     for t in (Q, O, DO):
-                        put(0, cta, j, Op.LOAD, t, i, -1, qo, r, row, row, r * row, 0)
+                        rec.mem(0, cta, j, LOAD, t, i, -1, qo, r, row, row)
                     dq_i = dq_acc[b, h, blk].copy()
-                    put(0, cta, j, Op.LOAD, DQ_ACC, i, -1, ao, r, arow, arow, r * arow, 0)
+                    rec.mem(0, cta, j, LOAD, DQ_ACC, i, -1, ao, r, arow, arow)
                     l_i, m_i = l_f[b, h, blk], m_f[b, h, blk]
                     for t in (L, M):
-                        put(0, cta, j, Op.LOAD, t, i, -1, so, 1, r * acc, r * acc, r * acc, 0)
-                    mma = 2 * r * c * d
+                        rec.mem(0, cta, j, LOAD, t, i, -1, so, 1, vec, vec)
+                    mm = 2 * r * c * d
                     s_ij = (q_i @ k_j.T) * scale
-                    put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mma)
+                    rec.calc(0, cta, j, MMA, i, j, mm)
                     ew = EW_P_PER_SCORE * r * c + EW_P_PER_ROW * r
                     if sh.causal and k0 + c - 1 > q0:
                         keys, rows = np.arange(k0, k0 + c)[None, :], np.arange(q0, q0 + r)[:, None]
@@ -375,51 +267,34 @@ def execute(s, q, k, v, grad_out, rec):
                         ew += r * c
                     # lines 11-13: P = diag(l)^-1 exp(S - m), from the forward's ledger
                     p_ij = np.exp(s_ij - m_i[:, None]) * (1 / l_i)[:, None]
-                    put(0, cta, j, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0, ew)
-                    put(0, cta, j, Op.EXP, -1, i, j, 0, 0, 0, 0, 0, r * c)
+                    rec.calc(0, cta, j, EW, i, j, ew)
+                    rec.calc(0, cta, j, EXP, i, j, r * c)
                     # P and dS enter the tensor cores in the input precision
                     dv_j += to_dtype(p_ij, dt).astype(at).T @ do_i
-                    put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mma)
+                    rec.calc(0, cta, j, MMA, i, j, mm)
                     dp = do_i @ v_j.T
-                    put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mma)
+                    rec.calc(0, cta, j, MMA, i, j, mm)
                     d_i = (do_i * o_i).sum(axis=1)  # line 18
-                    put(0, cta, j, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0, EW_D_PER_ELEM * r * d)
+                    rec.calc(0, cta, j, EW, i, j, EW_D_PER_ELEM * r * d)
                     ds = to_dtype(p_ij * (dp - d_i[:, None]) * scale, dt).astype(at)
-                    put(
-                        0, cta, j, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0, EW_DS_PER_SCORE * r * c
-                    )
+                    rec.calc(0, cta, j, EW, i, j, EW_DS_PER_SCORE * r * c)
                     dq_acc[b, h, blk] = dq_i + ds @ k_j  # line 20
-                    put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mma)
-                    put(0, cta, j, Op.STORE, DQ_ACC, i, -1, ao, r, arow, arow, r * arow, 0)
+                    rec.calc(0, cta, j, MMA, i, j, mm)
+                    rec.mem(0, cta, j, STORE, DQ_ACC, i, -1, ao, r, arow, arow)
                     dk_j += ds.T @ q_i
-                    put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mma)
+                    rec.calc(0, cta, j, MMA, i, j, mm)
             dk[b, kvh, kb], dv[b, kvh, kb] = to_dtype(dk_j, dt), to_dtype(dv_j, dt)  # line 23
-            put(0, cta, j, Op.STORE, DK, j, -1, off, c, row, row, c * row, 0)
-            put(0, cta, j, Op.STORE, DV, j, -1, off, c, row, row, c * row, 0)
+            rec.mem(0, cta, j, STORE, DK, j, -1, off, c, row, row)
+            rec.mem(0, cta, j, STORE, DV, j, -1, off, c, row, row)
         for h in heads:
             base = (b * nh + h) * n
             for i in range(s.t_q):
                 q0 = i * br
                 r = min(br, n - q0)
                 blk = slice(q0, q0 + r)
-                dq_i = dq_acc[b, h, blk]
-                put(
-                    0,
-                    cta,
-                    -1,
-                    Op.LOAD,
-                    DQ_ACC,
-                    i,
-                    -1,
-                    (base + q0) * arow,
-                    r,
-                    arow,
-                    arow,
-                    r * arow,
-                    0,
-                )
-                dq[b, h, blk] = to_dtype(dq_i, dt)
-                put(0, cta, -1, Op.STORE, DQ, i, -1, (base + q0) * row, r, row, row, r * row, 0)
+                rec.mem(0, cta, -1, LOAD, DQ_ACC, i, -1, (base + q0) * arow, r, arow, arow)
+                dq[b, h, blk] = to_dtype(dq_acc[b, h, blk], dt)
+                rec.mem(0, cta, -1, STORE, DQ, i, -1, (base + q0) * row, r, row, row)
         for t in range(10, -1, -1):
-            put(0, cta, -1, Op.FREE, Q_S + t, -1, -1, 0, 0, 0, 0, sizes[t], 0)
+            rec.buf(0, cta, FREE, Q_S + t, sizes[t])
     return dq, dk, dv

@@ -82,6 +82,17 @@ def _root_still_first(ht, hs, n, t, s):
     return True
 
 
+@njit(inline="always")
+def _sibling_first(t, s, sf, si, n_slots, stride):
+    """Whether another active CTA on the same SM (slots s mod stride) comes before (t, s)."""
+    s2 = s % stride
+    while s2 < n_slots:
+        if s2 != s and si[s2, S_CTA] >= 0 and _less(sf[s2, F_T], s2, t, s):
+            return True
+        s2 += stride
+    return False
+
+
 @njit
 def _start_cta(s, c, t, si, sf, cta_off, win_c0):
     si[s, S_CTA] = c
@@ -103,6 +114,7 @@ def run_window(
     win_c1,
     n_ctas,
     slot_sm,
+    sm_stride,
     space,
     smem_limit,
     cfg,
@@ -126,6 +138,7 @@ def run_window(
     (returns 1; ``reg[R_PENDING]`` holds the slot, which stays at the heap's root with its
     free time as key)."""
     n = hn[0]
+    n_slots = si.shape[0]
     frac = cfg[C_CTA_FRAC]
     if reg[R_PENDING] >= 0:  # resume: give the waiting slot (kept at the root) its CTA
         s = reg[R_PENDING]
@@ -140,7 +153,27 @@ def run_window(
         sm = slot_sm[s]
         while True:
             ptr = si[s, S_PTR]
-            if ptr == si[s, S_END]:  # the CTA is done once its loads and stores have landed
+            finished = ptr == si[s, S_END]
+            op = np.int64(ev[ptr].op) if not finished else -1
+            if op >= MMA and op <= SYNC and sf[s, F_READY] > t:
+                t = sf[s, F_READY]  # operands still in flight: wait for them
+            # Ordering gate: an event is replayed only once no other CTA could still issue an
+            # earlier request to the resource it uses. Memory events and CTA ends (dispatch)
+            # share global state: the CTA must be the earliest of all. Arithmetic uses its own
+            # SM's pipes: it must be the earliest of the CTAs on that SM. SYNC, ALLOC and FREE
+            # touch only the CTA.
+            if finished or op <= REDUCE:
+                wait = not _root_still_first(ht, hs, n, t, s)
+            elif op <= SHARED:
+                wait = _sibling_first(t, s, sf, si, n_slots, sm_stride)
+            else:
+                wait = False
+            if wait:
+                sf[s, F_T] = t
+                ht[0] = t
+                _sift_down(ht, hs, n, 0)
+                break
+            if finished:  # the CTA is done once its loads and stores have landed
                 fin = max(t, sf[s, F_READY], sf[s, F_STORES])
                 kernel_end[0] = max(kernel_end[0], fin)
                 if span.shape[0] > 0:  # timeline requested: start, end and SM of this CTA
@@ -159,21 +192,12 @@ def run_window(
                     _start_cta(s, c, fin, si, sf, cta_off, win_c0)
                     reg[R_NEXT] += 1
                 else:  # no CTA left for this slot: drop it from the heap
+                    si[s, S_CTA] = -1
                     n -= 1
                     ht[0], hs[0] = ht[n], hs[n]
                 _sift_down(ht, hs, n, 0)
                 break
             e = ev[ptr]
-            op = np.int64(e.op)
-            if op >= MMA and op <= SYNC and sf[s, F_READY] > t:
-                # operands still in flight: the CTA waits for them, then takes its turn, so
-                # the SM's pipes are booked in time order
-                t = sf[s, F_READY]
-                sf[s, F_T] = t
-                if not _root_still_first(ht, hs, n, t, s):
-                    ht[0] = t
-                    _sift_down(ht, hs, n, 0)
-                    break
             if op <= REDUCE:  # LOAD, STORE, REDUCE (inline: calls cost on this path)
                 nbytes = e.bytes
                 tensor = e.tensor
@@ -248,9 +272,5 @@ def run_window(
                     cnt[K_BAD_SMEM] += 1
             si[s, S_PTR] = ptr + 1
             sf[s, F_T] = t
-            if not _root_still_first(ht, hs, n, t, s):
-                ht[0] = t
-                _sift_down(ht, hs, n, 0)
-                break
     hn[0] = n
     return 0

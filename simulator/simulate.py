@@ -135,6 +135,7 @@ def simulate(
             c1,
             kinfo.ctas,
             slot_sm,
+            gpu.sm_count,
             space,
             kinfo.smem_bytes,
             cfg,

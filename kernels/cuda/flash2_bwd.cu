@@ -1,0 +1,337 @@
+// FlashAttention-2 backward (Dao 2023, Algorithm 2), the three kernels of kernels/flash2_bwd.py.
+//
+// 1. flash2_bwd_pre: one CTA per (b, h, Q block i), blockIdx.x = (b * H + h) * Tr + i:
+//    D_i = rowsum(dO_i * O_i) (fp32) and the fp32 dQ accumulator rows zeroed.
+// 2. flash2_bwd: one CTA per (b, key/value head, K/V block j), blockIdx.x = (b * KH + kh) * Tc
+//    + j. K_j, V_j are loaded once, dK_j, dV_j accumulate in registers; for every query head of
+//    the group and every Q block i (causal: from the block holding key k0 on) the CTA loads Q_i,
+//    dO_i, L_i, D_i, recomputes P_ij = exp(scale S_ij - L_i) from the forward's logsumexp and
+//    adds scale * dS_ij K_j into dQ_acc with fp32 atomic adds at L2.
+//    Warps split the keys: warp w owns keys w * BLOCK_KV / WARPS .. + BLOCK_KV / WARPS of the
+//    block, so S^T, dP^T, dS^T, dK and dV of its keys stay in its registers (S^T = K Q^T, the
+//    transposed product, puts P^T and dS^T directly into the A-operand layout of dV += P^T dO
+//    and dK += dS^T Q). dQ_i = dS_ij K_j needs all keys of a query row, which live in other
+//    warps: dS^T goes through shared memory (BLOCK_KV x BLOCK_Q elements). This buffer is the
+//    one difference from the schedule, which keeps S and dP in registers and counts
+//    (2 BLOCK_KV + 2 BLOCK_Q) HEAD_DIM * 2 + 2 BLOCK_Q * 4 bytes (K, V, Q, dO, L and D): this
+//    kernel asks for that plus BLOCK_KV * BLOCK_Q * 2 bytes (flash2_bwd_smem_bytes reports both).
+// 3. flash2_bwd_post: one CTA per (b, h, i): dQ_i = dQ_acc rows rounded to the input dtype.
+//
+// Compile-time parameters (defines injected by kernels/gpu.py): BLOCK_Q, BLOCK_KV, HEAD_DIM,
+// WARPS, DTYPE_BF16.
+#include "mma_tiles.cu"
+
+constexpr int NT = WARPS * 32;
+constexpr int WK = BLOCK_KV / WARPS;  // keys per warp
+constexpr int MK = WK / 16;           // m16 tiles of keys per warp
+constexpr int NQ = BLOCK_Q / 8;       // n8 tiles of S^T (query columns)
+constexpr int ND = HEAD_DIM / 8;      // n8 tiles of dK, dV
+
+// dQ_i = dS K_j (BLOCK_Q x HEAD_DIM) is split over a WARPS_M x WARPS_N grid of warps.
+constexpr int dq_warps_m(int w) {
+    return (w > 1 && (BLOCK_Q % (16 * w) != 0 || WARPS % w != 0)) ? dq_warps_m(w / 2) : w;
+}
+constexpr int WARPS_M = dq_warps_m(WARPS);
+constexpr int WARPS_N = WARPS / WARPS_M;
+constexpr int QMT = BLOCK_Q / WARPS_M / 16;      // m16 tiles of dQ per warp
+constexpr int QNT = HEAD_DIM / WARPS_N / 8;      // n8 tiles of dQ per warp
+constexpr int QCH = QNT > 8 ? 8 : QNT;           // dQ n8 tiles accumulated at a time
+
+constexpr long long SCHED_SMEM_BYTES = (2LL * BLOCK_KV + 2LL * BLOCK_Q) * HEAD_DIM * 2 + 2LL * BLOCK_Q * 4;
+constexpr long long DS_SMEM_BYTES = (long long)BLOCK_KV * BLOCK_Q * 2;
+constexpr long long SMEM_BYTES = SCHED_SMEM_BYTES + DS_SMEM_BYTES;
+
+static_assert(WARPS >= 1 && WARPS <= 32, "warps * 32 threads must be 32..1024");
+static_assert(BLOCK_KV % (16 * WARPS) == 0, "BLOCK_KV must be a multiple of 16 * WARPS (m16 key tiles per warp)");
+static_assert(BLOCK_Q % 16 == 0, "BLOCK_Q must be a multiple of 16 (k16 steps of dV, dK)");
+static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 256, "HEAD_DIM must be a multiple of 16, at most 256");
+static_assert(HEAD_DIM % (16 * WARPS_N) == 0, "HEAD_DIM must split into 16-column slices over the dQ warp grid");
+static_assert(QNT % QCH == 0, "dQ column slices must split into chunks of 8 n8 tiles");
+static_assert(SMEM_BYTES <= 227 * 1024, "K, V, Q, dO, L, D and dS tiles exceed 227 KiB of shared memory per CTA");
+
+extern "C" __global__ void flash2_bwd_smem_bytes(long long* out) {
+    out[0] = SCHED_SMEM_BYTES;
+    out[1] = DS_SMEM_BYTES;
+}
+
+extern "C" __global__ void __launch_bounds__(NT)
+    flash2_bwd_pre(const u16* __restrict__ O, const u16* __restrict__ dO, float* __restrict__ Dv,
+                   float* __restrict__ dQacc, int n) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int t_q = (n + BLOCK_Q - 1) / BLOCK_Q;
+    const int bh = blockIdx.x / t_q, q0 = (blockIdx.x % t_q) * BLOCK_Q, r = min(BLOCK_Q, n - q0);
+    const long base = (long)bh * n + q0;
+    for (int row = warp; row < r; row += WARPS) {  // D_i = rowsum(dO_i * O_i), one row per warp
+        const u32* o2 = reinterpret_cast<const u32*>(O + (base + row) * HEAD_DIM);
+        const u32* d2 = reinterpret_cast<const u32*>(dO + (base + row) * HEAD_DIM);
+        float acc = 0.f;
+        for (int c = lane; c < HEAD_DIM / 2; c += 32) {
+            const u32 x = o2[c], y = d2[c];
+            acc = fmaf(to_float((u16)(x & 0xffff)), to_float((u16)(y & 0xffff)), acc);
+            acc = fmaf(to_float((u16)(x >> 16)), to_float((u16)(y >> 16)), acc);
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+        if (lane == 0) Dv[base + row] = acc;
+    }
+    float4* z = reinterpret_cast<float4*>(dQacc + base * HEAD_DIM);
+    for (int idx = tid; idx < r * HEAD_DIM / 4; idx += NT) z[idx] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+extern "C" __global__ void __launch_bounds__(NT)
+    flash2_bwd_post(const float* __restrict__ dQacc, u16* __restrict__ dQ, int n) {
+    const int t_q = (n + BLOCK_Q - 1) / BLOCK_Q;
+    const int bh = blockIdx.x / t_q, q0 = (blockIdx.x % t_q) * BLOCK_Q, r = min(BLOCK_Q, n - q0);
+    const long base = ((long)bh * n + q0) * HEAD_DIM;
+    const float2* src = reinterpret_cast<const float2*>(dQacc + base);
+    u32* dst = reinterpret_cast<u32*>(dQ + base);
+    for (int idx = threadIdx.x; idx < r * HEAD_DIM / 2; idx += NT) {
+        const float2 x = src[idx];
+        dst[idx] = pack2(x.x, x.y);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(NT)
+    flash2_bwd(const u16* __restrict__ Q, const u16* __restrict__ K, const u16* __restrict__ V,
+               const u16* __restrict__ dO, const float* __restrict__ L,
+               const float* __restrict__ Dv, float* __restrict__ dQacc, u16* __restrict__ dK,
+               u16* __restrict__ dV, int heads, int kv_heads, int n, float scale, int causal) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    u16* sK = reinterpret_cast<u16*>(smem);
+    u16* sV = sK + BLOCK_KV * HEAD_DIM;
+    u16* sQ = sV + BLOCK_KV * HEAD_DIM;
+    u16* sdO = sQ + BLOCK_Q * HEAD_DIM;
+    float* sL = reinterpret_cast<float*>(sdO + BLOCK_Q * HEAD_DIM);
+    float* sD = sL + BLOCK_Q;
+    u16* sdS = reinterpret_cast<u16*>(sD + BLOCK_Q);  // dS^T, [key][query]
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int t_q = (n + BLOCK_Q - 1) / BLOCK_Q, t_kv = (n + BLOCK_KV - 1) / BLOCK_KV;
+    const int bkh = blockIdx.x / t_kv, j = blockIdx.x % t_kv;
+    const int b = bkh / kv_heads, kvh = bkh % kv_heads, grp = heads / kv_heads;
+    const int k0 = j * BLOCK_KV;
+    const long kvbase = ((long)bkh * n + k0) * HEAD_DIM;
+    const float sl2 = scale * LOG2E;
+
+    // K_j, V_j: HBM -> SRAM once per CTA
+    load_tile<BLOCK_KV, HEAD_DIM, NT>(sK, K + kvbase, HEAD_DIM, n - k0, tid);
+    load_tile<BLOCK_KV, HEAD_DIM, NT>(sV, V + kvbase, HEAD_DIM, n - k0, tid);
+    cp_async_commit();
+
+    float dk[MK][ND][4], dv[MK][ND][4];
+#pragma unroll
+    for (int mk = 0; mk < MK; ++mk)
+#pragma unroll
+        for (int nd = 0; nd < ND; ++nd)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dk[mk][nd][e] = dv[mk][nd][e] = 0.f;
+    const int wk = warp * WK;  // first key of this warp within the block
+    const int wm = warp / WARPS_N, wn = warp % WARPS_N;
+    const int i_start = causal ? k0 / BLOCK_Q : 0;
+
+    for (int g = 0; g < grp; ++g) {
+        const long bh = (long)b * heads + kvh * grp + g;
+        for (int i = i_start; i < t_q; ++i) {
+            const int q0 = i * BLOCK_Q, r = min(BLOCK_Q, n - q0);
+            const long qbase = (bh * n + q0) * HEAD_DIM;
+            __syncthreads();  // every warp is done with the previous Q, dO, L, D and dS tiles
+            // Q_i, dO_i, L_i, D_i: HBM -> SRAM once per (i, j)
+            load_tile<BLOCK_Q, HEAD_DIM, NT>(sQ, Q + qbase, HEAD_DIM, r, tid);
+            cp_async_commit();
+            load_tile<BLOCK_Q, HEAD_DIM, NT>(sdO, dO + qbase, HEAD_DIM, r, tid);
+            cp_async_commit();
+            for (int idx = tid; idx < BLOCK_Q; idx += NT) {
+                // rows past N: L = +inf makes P = 0, so they add nothing anywhere
+                sL[idx] = idx < r ? L[bh * n + q0 + idx] * LOG2E : POS_INF;
+                sD[idx] = idx < r ? Dv[bh * n + q0 + idx] : 0.f;
+            }
+            cp_async_wait<1>();
+            __syncthreads();  // K_j, V_j, Q_i, L_i, D_i visible
+
+            // S^T = K_j Q_i^T for this warp's keys
+            float s[MK][NQ][4];
+#pragma unroll
+            for (int mk = 0; mk < MK; ++mk)
+#pragma unroll
+                for (int nq = 0; nq < NQ; ++nq)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) s[mk][nq][e] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < HEAD_DIM; kk += 16) {
+                u32 a[MK][4];
+#pragma unroll
+                for (int mk = 0; mk < MK; ++mk) frag_a<HEAD_DIM>(a[mk], sK, wk + mk * 16, kk, lane);
+#pragma unroll
+                for (int np = 0; np < NQ / 2; ++np) {
+                    u32 bf[4];
+                    frag_b<HEAD_DIM>(bf, sQ, np * 16, kk, lane);
+#pragma unroll
+                    for (int mk = 0; mk < MK; ++mk) {
+                        mma16816(s[mk][2 * np], a[mk], bf);
+                        mma16816(s[mk][2 * np + 1], a[mk], bf + 2);
+                    }
+                }
+            }
+            // P^T = exp(scale S^T - L), zero for keys past N and (causal) keys after the query
+#pragma unroll
+            for (int mk = 0; mk < MK; ++mk)
+#pragma unroll
+                for (int nq = 0; nq < NQ; ++nq)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int key = k0 + wk + mk * 16 + (lane >> 2) + (e >= 2 ? 8 : 0);
+                        const int ql = nq * 8 + 2 * (lane & 3) + (e & 1);
+                        const bool off = key >= n || (causal && key > q0 + ql);
+                        s[mk][nq][e] = off ? 0.f : exp2f(fmaf(s[mk][nq][e], sl2, -sL[ql]));
+                    }
+
+            cp_async_wait<0>();
+            __syncthreads();  // dO_i visible
+
+            // dV_j += P^T dO_i, P rounded to the input dtype
+#pragma unroll
+            for (int kt = 0; kt < BLOCK_Q / 16; ++kt) {
+                u32 pa[MK][4];
+#pragma unroll
+                for (int mk = 0; mk < MK; ++mk) acc_to_a(pa[mk], s[mk][2 * kt], s[mk][2 * kt + 1]);
+#pragma unroll
+                for (int dp = 0; dp < ND / 2; ++dp) {
+                    u32 bf[4];
+                    frag_b_t<HEAD_DIM>(bf, sdO, dp * 16, kt * 16, lane);
+#pragma unroll
+                    for (int mk = 0; mk < MK; ++mk) {
+                        mma16816(dv[mk][2 * dp], pa[mk], bf);
+                        mma16816(dv[mk][2 * dp + 1], pa[mk], bf + 2);
+                    }
+                }
+            }
+
+            // dP^T = V_j dO_i^T
+            float dp[MK][NQ][4];
+#pragma unroll
+            for (int mk = 0; mk < MK; ++mk)
+#pragma unroll
+                for (int nq = 0; nq < NQ; ++nq)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) dp[mk][nq][e] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < HEAD_DIM; kk += 16) {
+                u32 a[MK][4];
+#pragma unroll
+                for (int mk = 0; mk < MK; ++mk) frag_a<HEAD_DIM>(a[mk], sV, wk + mk * 16, kk, lane);
+#pragma unroll
+                for (int np = 0; np < NQ / 2; ++np) {
+                    u32 bf[4];
+                    frag_b<HEAD_DIM>(bf, sdO, np * 16, kk, lane);
+#pragma unroll
+                    for (int mk = 0; mk < MK; ++mk) {
+                        mma16816(dp[mk][2 * np], a[mk], bf);
+                        mma16816(dp[mk][2 * np + 1], a[mk], bf + 2);
+                    }
+                }
+            }
+
+            // dS^T = P^T * (dP^T - D), rounded to the input dtype; -> shared memory for dQ
+#pragma unroll
+            for (int mk = 0; mk < MK; ++mk)
+#pragma unroll
+                for (int nq = 0; nq < NQ; ++nq) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int ql = nq * 8 + 2 * (lane & 3) + (e & 1);
+                        s[mk][nq][e] = s[mk][nq][e] * (dp[mk][nq][e] - sD[ql]);
+                    }
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf) {
+                        const int kl = wk + mk * 16 + (lane >> 2) + 8 * hf;
+                        *reinterpret_cast<u32*>(sdS + swz<BLOCK_Q>(kl, nq) + 2 * (lane & 3)) =
+                            pack2(s[mk][nq][2 * hf], s[mk][nq][2 * hf + 1]);
+                    }
+                }
+
+            // dK_j += dS^T Q_i (scaled once at the end)
+#pragma unroll
+            for (int kt = 0; kt < BLOCK_Q / 16; ++kt) {
+                u32 da[MK][4];
+#pragma unroll
+                for (int mk = 0; mk < MK; ++mk) acc_to_a(da[mk], s[mk][2 * kt], s[mk][2 * kt + 1]);
+#pragma unroll
+                for (int dp2 = 0; dp2 < ND / 2; ++dp2) {
+                    u32 bf[4];
+                    frag_b_t<HEAD_DIM>(bf, sQ, dp2 * 16, kt * 16, lane);
+#pragma unroll
+                    for (int mk = 0; mk < MK; ++mk) {
+                        mma16816(dk[mk][2 * dp2], da[mk], bf);
+                        mma16816(dk[mk][2 * dp2 + 1], da[mk], bf + 2);
+                    }
+                }
+            }
+
+            __syncthreads();  // dS^T complete in shared memory
+
+            // dQ_i += scale * dS_ij K_j: this warp's QMT x QNT tiles, QCH n-tiles at a time (fewer
+            // live registers next to dK and dV), atomic adds at L2
+            const int qr0 = wm * QMT * 16;
+#pragma unroll
+            for (int qc = 0; qc < QNT; qc += QCH) {
+                const int qc0 = (wn * QNT + qc) * 8;
+                float acc[QMT][QCH][4];
+#pragma unroll
+                for (int qm = 0; qm < QMT; ++qm)
+#pragma unroll
+                    for (int qn = 0; qn < QCH; ++qn)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) acc[qm][qn][e] = 0.f;
+#pragma unroll
+                for (int kt = 0; kt < BLOCK_KV / 16; ++kt) {
+                    u32 a[QMT][4];
+#pragma unroll
+                    for (int qm = 0; qm < QMT; ++qm)
+                        frag_a_t<BLOCK_Q>(a[qm], sdS, qr0 + qm * 16, kt * 16, lane);
+#pragma unroll
+                    for (int np = 0; np < QCH / 2; ++np) {
+                        u32 bf[4];
+                        frag_b_t<HEAD_DIM>(bf, sK, qc0 + np * 16, kt * 16, lane);
+#pragma unroll
+                        for (int qm = 0; qm < QMT; ++qm) {
+                            mma16816(acc[qm][2 * np], a[qm], bf);
+                            mma16816(acc[qm][2 * np + 1], a[qm], bf + 2);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int qm = 0; qm < QMT; ++qm)
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf) {
+                        const int row = qr0 + qm * 16 + (lane >> 2) + 8 * hf;
+                        if (row < r) {
+                            float* dst = dQacc + qbase + (long)row * HEAD_DIM + qc0 + 2 * (lane & 3);
+#pragma unroll
+                            for (int qn = 0; qn < QCH; ++qn) {
+                                atomicAdd(dst + qn * 8, acc[qm][qn][2 * hf] * scale);
+                                atomicAdd(dst + qn * 8 + 1, acc[qm][qn][2 * hf + 1] * scale);
+                            }
+                        }
+                    }
+            }
+        }
+    }
+
+    // dK_j (times the softmax scale), dV_j: registers -> HBM once per CTA
+#pragma unroll
+    for (int mk = 0; mk < MK; ++mk)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int kl = wk + mk * 16 + (lane >> 2) + 8 * hf;
+            if (k0 + kl < n) {
+                const long off = kvbase + (long)kl * HEAD_DIM + 2 * (lane & 3);
+#pragma unroll
+                for (int nd = 0; nd < ND; ++nd) {
+                    *reinterpret_cast<u32*>(dK + off + nd * 8) =
+                        pack2(dk[mk][nd][2 * hf] * scale, dk[mk][nd][2 * hf + 1] * scale);
+                    *reinterpret_cast<u32*>(dV + off + nd * 8) =
+                        pack2(dv[mk][nd][2 * hf], dv[mk][nd][2 * hf + 1]);
+                }
+            }
+        }
+}

@@ -1,0 +1,203 @@
+// FlashAttention-2 forward (Dao 2023, Algorithm 1), the loop order of kernels/flash2.py.
+//
+// One CTA per (batch, head, Q block i), blockIdx.x = (b * H + h) * Tr + i, the schedule's CTA
+// index. Q_i is loaded once; the CTA streams K_j, V_j (j < Tc, or up to the diagonal when
+// causal), keeps S_ij, P_ij, O_i, m_i and l_i in registers, and writes O_i (input dtype) and the
+// logsumexp L_i = m_i + log(l_i) (fp32) once. Warps split the Q rows (split-Q): warp w owns rows
+// w * BLOCK_Q / WARPS .. +BLOCK_Q / WARPS and never exchanges partial results.
+//
+// Shared memory: Q_i, K_j, V_j tiles, (BLOCK_Q + 2 * BLOCK_KV) * HEAD_DIM * 2 bytes: exactly
+// kernels/flash2.py's smem_bytes. K_{j+1} is fetched while P_ij V_j runs and V_j while S_ij is
+// computed (one buffer each; two barriers per step order the overwrites).
+//
+// Compile-time parameters (defines injected by kernels/gpu.py): BLOCK_Q, BLOCK_KV, HEAD_DIM,
+// WARPS, DTYPE_BF16.
+#include "mma_tiles.cu"
+
+constexpr int NT = WARPS * 32;
+constexpr int WM = BLOCK_Q / WARPS;  // Q rows per warp
+constexpr int MT = WM / 16;          // m16 tiles per warp
+constexpr int NS = BLOCK_KV / 8;     // n8 tiles of S per m-tile
+constexpr int ND = HEAD_DIM / 8;     // n8 tiles of O per m-tile
+constexpr long long SMEM_BYTES = (BLOCK_Q + 2LL * BLOCK_KV) * HEAD_DIM * 2;
+
+static_assert(WARPS >= 1 && WARPS <= 32, "warps * 32 threads must be 32..1024");
+static_assert(BLOCK_Q % (16 * WARPS) == 0, "BLOCK_Q must be a multiple of 16 * WARPS (m16 tiles per warp)");
+static_assert(BLOCK_KV % 16 == 0, "BLOCK_KV must be a multiple of 16 (k16 steps of P V)");
+static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 256, "HEAD_DIM must be a multiple of 16, at most 256");
+static_assert(SMEM_BYTES <= 227 * 1024, "Q, K, V tiles exceed 227 KiB of shared memory per CTA");
+
+extern "C" __global__ void flash2_fwd_smem_bytes(long long* out) { out[0] = SMEM_BYTES; }
+
+extern "C" __global__ void __launch_bounds__(NT)
+    flash2_fwd(const u16* __restrict__ Q, const u16* __restrict__ K, const u16* __restrict__ V,
+               u16* __restrict__ O, float* __restrict__ L, int heads, int kv_heads, int n,
+               float scale, int causal) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    u16* sQ = reinterpret_cast<u16*>(smem);
+    u16* sK = sQ + BLOCK_Q * HEAD_DIM;
+    u16* sV = sK + BLOCK_KV * HEAD_DIM;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int t_q = (n + BLOCK_Q - 1) / BLOCK_Q, t_kv = (n + BLOCK_KV - 1) / BLOCK_KV;
+    const int bh = blockIdx.x / t_q, i = blockIdx.x % t_q;
+    const int b = bh / heads, h = bh % heads, kvh = h / (heads / kv_heads);
+    const int q0 = i * BLOCK_Q, r = min(BLOCK_Q, n - q0);
+    const u16* gQ = Q + ((long)bh * n + q0) * HEAD_DIM;
+    const u16* gK = K + (long)(b * kv_heads + kvh) * n * HEAD_DIM;
+    const u16* gV = V + (long)(b * kv_heads + kvh) * n * HEAD_DIM;
+    const int last = causal ? min(t_kv, (q0 + r - 1) / BLOCK_KV + 1) : t_kv;
+    const float sl2 = scale * LOG2E;  // exp(x * scale) = exp2(x * sl2)
+
+    // Q_i: HBM -> SRAM once per CTA; K_0 with it
+    load_tile<BLOCK_Q, HEAD_DIM, NT>(sQ, gQ, HEAD_DIM, r, tid);
+    load_tile<BLOCK_KV, HEAD_DIM, NT>(sK, gK, HEAD_DIM, min(BLOCK_KV, n), tid);
+    cp_async_commit();
+
+    float o[MT][ND][4];
+    float m[MT][2], l[MT][2];  // running max (log2 units, scaled) and this thread's partial sum
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int nd = 0; nd < ND; ++nd)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[mt][nd][e] = 0.f;
+        m[mt][0] = m[mt][1] = NEG_INF;
+        l[mt][0] = l[mt][1] = 0.f;
+    }
+    const int wr = warp * WM;  // first row of this warp within the block
+
+    for (int j = 0; j < last; ++j) {
+        const int k0 = j * BLOCK_KV;
+        cp_async_wait<0>();
+        __syncthreads();  // K_j (and Q_i) landed; every warp is done with V_{j-1}
+        // V_j: HBM -> SRAM, overlapping S = Q K^T
+        load_tile<BLOCK_KV, HEAD_DIM, NT>(sV, gV + (long)k0 * HEAD_DIM, HEAD_DIM, n - k0, tid);
+        cp_async_commit();
+
+        float s[MT][NS][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int ns = 0; ns < NS; ++ns)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[mt][ns][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < HEAD_DIM; kk += 16) {
+            u32 a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) frag_a<HEAD_DIM>(a[mt], sQ, wr + mt * 16, kk, lane);
+#pragma unroll
+            for (int np = 0; np < NS / 2; ++np) {
+                u32 bf[4];
+                frag_b<HEAD_DIM>(bf, sK, np * 16, kk, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    mma16816(s[mt][2 * np], a[mt], bf);
+                    mma16816(s[mt][2 * np + 1], a[mt], bf + 2);
+                }
+            }
+        }
+
+        // mask keys past N (last block) and above the diagonal (causal)
+        const bool ragged = k0 + BLOCK_KV > n;
+        if (ragged || (causal && k0 + BLOCK_KV - 1 > q0)) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int ns = 0; ns < NS; ++ns)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        int row = q0 + wr + mt * 16 + (lane >> 2) + (e >= 2 ? 8 : 0);
+                        int col = k0 + ns * 8 + 2 * (lane & 3) + (e & 1);
+                        if (col >= n || (causal && col > row)) s[mt][ns][e] = NEG_INF;
+                    }
+        }
+
+        // online softmax: m_new = max(m, rowmax S), O and l rescaled by exp(m - m_new)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                float mx = NEG_INF;
+#pragma unroll
+                for (int ns = 0; ns < NS; ++ns)
+                    mx = fmaxf(mx, fmaxf(s[mt][ns][2 * hf], s[mt][ns][2 * hf + 1]));
+                mx = quad_max(mx) * sl2;
+                const float m_new = fmaxf(m[mt][hf], mx);
+                const float m_use = m_new == NEG_INF ? 0.f : m_new;  // a row with no key yet
+                const float alpha = exp2f(m[mt][hf] - m_use);
+                m[mt][hf] = m_new;
+                float sum = 0.f;
+#pragma unroll
+                for (int ns = 0; ns < NS; ++ns)
+#pragma unroll
+                    for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
+                        float p = exp2f(fmaf(s[mt][ns][e], sl2, -m_use));
+                        s[mt][ns][e] = p;
+                        sum += p;
+                    }
+                l[mt][hf] = l[mt][hf] * alpha + sum;
+#pragma unroll
+                for (int nd = 0; nd < ND; ++nd) {
+                    o[mt][nd][2 * hf] *= alpha;
+                    o[mt][nd][2 * hf + 1] *= alpha;
+                }
+            }
+        }
+
+        cp_async_wait<0>();
+        __syncthreads();  // V_j landed; every warp is done with K_j
+        if (j + 1 < last) {  // K_{j+1}: HBM -> SRAM, overlapping P V
+            const int k1 = k0 + BLOCK_KV;
+            load_tile<BLOCK_KV, HEAD_DIM, NT>(sK, gK + (long)k1 * HEAD_DIM, HEAD_DIM, n - k1, tid);
+            cp_async_commit();
+        }
+
+        // O += P V, P rounded to the input dtype as the tensor cores take it
+#pragma unroll
+        for (int kt = 0; kt < BLOCK_KV / 16; ++kt) {
+            u32 pa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) acc_to_a(pa[mt], s[mt][2 * kt], s[mt][2 * kt + 1]);
+#pragma unroll
+            for (int dp = 0; dp < ND / 2; ++dp) {
+                u32 bf[4];
+                frag_b_t<HEAD_DIM>(bf, sV, dp * 16, kt * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    mma16816(o[mt][2 * dp], pa[mt], bf);
+                    mma16816(o[mt][2 * dp + 1], pa[mt], bf + 2);
+                }
+            }
+        }
+    }
+
+    // O_i /= l_i, staged through this warp's own rows of the Q tile for 16-byte stores;
+    // L_i = m_i + log(l_i) in natural-log units
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const float lsum = quad_sum(l[mt][hf]);
+            const float inv = 1.f / lsum;
+            const int row = wr + mt * 16 + (lane >> 2) + 8 * hf;
+#pragma unroll
+            for (int nd = 0; nd < ND; ++nd) {
+                u32 v2 = pack2(o[mt][nd][2 * hf] * inv, o[mt][nd][2 * hf + 1] * inv);
+                *reinterpret_cast<u32*>(sQ + swz<HEAD_DIM>(row, nd) + 2 * (lane & 3)) = v2;
+            }
+            if ((lane & 3) == 0 && q0 + row < n)
+                L[(long)bh * n + q0 + row] = m[mt][hf] / LOG2E + logf(lsum);
+        }
+    }
+    __syncwarp();
+    constexpr int CH = HEAD_DIM / 8;
+    u16* gO = O + ((long)bh * n + q0 + wr) * HEAD_DIM;
+    for (int idx = lane; idx < WM * CH; idx += 32) {
+        const int rr = idx / CH, c = idx % CH;
+        if (q0 + wr + rr < n)
+            *reinterpret_cast<uint4*>(gO + rr * HEAD_DIM + c * 8) =
+                *reinterpret_cast<const uint4*>(sQ + swz<HEAD_DIM>(wr + rr, c));
+    }
+}

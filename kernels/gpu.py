@@ -1,0 +1,332 @@
+"""Run schedules as CUDA kernels on a GPU through CuPy, blocked by the same Schedule object.
+
+The CUDA sources live in ``kernels/cuda/``; block sizes, head dim, warps and the dtype are
+injected as defines, so one compiled variant exists per (source, defines) and every launch takes
+its grid (``sched.kernels[k].ctas``, one CTA per schedule CTA, ``blockIdx.x`` = the schedule's CTA
+index), its threads (``warps * 32``) and its shared memory from the schedule. Only the
+``flash2``, ``flash2_bwd`` and ``standard`` schedules have GPU versions, in fp16 and bf16.
+
+CuPy is imported inside the functions that need it; it is an optional extra.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kernels._numerics import to_dtype
+from kernels.schedule import Schedule
+
+__all__ = [
+    "GPU_SCHEDULES",
+    "CompiledSchedule",
+    "Launch",
+    "compile_schedule",
+    "launches",
+    "run_schedule",
+    "tiling_errors",
+]
+
+GPU_SCHEDULES = ("flash2", "flash2_bwd", "standard")
+CUDA_DIR = Path(__file__).parent / "cuda"
+INSTALL_HINT = "pip install -e '.[gpu]' (CuPy for CUDA 12) or pip install cupy-cuda13x"
+_SOURCES = {"flash2": "flash2_fwd.cu", "flash2_bwd": "flash2_bwd.cu", "standard": "standard.cu"}
+_FUNCTIONS = {
+    "flash2": ("flash2_fwd",),
+    "flash2_bwd": ("flash2_bwd_pre", "flash2_bwd", "flash2_bwd_post"),
+    "standard": ("std_qk", "std_softmax", "std_pv"),
+}
+SMEM_OPTIN_BYTES = 232448  # H100/H200 opt-in shared memory per block (227 KiB)
+STATIC_SMEM_BYTES = 49152  # above this a kernel must raise its dynamic shared-memory limit
+_NAN_BITS = {"fp16": 0x7E00, "bf16": 0x7FC0}  # quiet NaN, for poisoning outputs
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(f"kernels.gpu needs CuPy: {INSTALL_HINT}") from e
+    return cupy
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """One kernel launch: CUDA function, CTAs (1-D grid), threads per CTA, dynamic smem bytes."""
+
+    function: str
+    grid: int
+    block: int
+    smem_bytes: int
+
+
+def _fwd_warps(sched: Schedule) -> int:
+    """Warps of the forward pass a backward run needs for O and L: the schedule's, or fewer
+    where BLOCK_Q does not split into m16 tiles over that many warps (numerically the same)."""
+    w = sched.warps
+    while sched.block_q % (16 * w):
+        w -= 1
+    return w
+
+
+def tiling_errors(sched: Schedule) -> list[str]:
+    """What the CUDA kernels' static_asserts would reject for ``sched``, in words ([] = fine)."""
+    sh, w = sched.shape, sched.warps
+    bq, bkv, d = sched.block_q, sched.block_kv, sched.shape.head_dim
+    errs = []
+    if sched.name not in GPU_SCHEDULES:
+        return [f"schedule {sched.name!r} has no GPU version; choose one of {GPU_SCHEDULES}"]
+    if sh.dtype not in _NAN_BITS:
+        errs.append(f"dtype {sh.dtype!r} has no GPU version; use fp16 or bf16")
+    if d % 16 or d > 256:
+        errs.append(f"head_dim={d} must be a multiple of 16, at most 256 (k16 MMA steps)")
+    if bkv % 16:
+        errs.append(f"block_kv={bkv} must be a multiple of 16")
+    if sched.name == "flash2_bwd":
+        if bkv % (16 * w):
+            errs.append(f"block_kv={bkv} must be a multiple of 16 * warps = {16 * w}")
+        if bq % 16:
+            errs.append(f"block_q={bq} must be a multiple of 16")
+        wm = w  # dQ warp grid, as dq_warps_m in flash2_bwd.cu
+        while wm > 1 and (bq % (16 * wm) or w % wm):
+            wm //= 2
+        if d % (16 * (w // wm)):
+            errs.append(f"head_dim={d} must split into 16-column slices over {w // wm} warps (dQ)")
+    elif bq % (16 * w):
+        errs.append(f"block_q={bq} must be a multiple of 16 * warps = {16 * w}")
+    for ln in launches(sched):
+        if ln.smem_bytes > SMEM_OPTIN_BYTES:
+            errs.append(
+                f"{ln.function} needs {ln.smem_bytes} bytes of shared memory per CTA, more "
+                f"than {SMEM_OPTIN_BYTES}; use smaller blocks"
+                + (" or softmax_passes=2" if ln.function == "std_softmax" else "")
+            )
+    return errs
+
+
+def launches(sched: Schedule) -> tuple[Launch, ...]:
+    """The launches of ``sched``, taken from ``sched.kernels``: grid = ctas, block = warps * 32,
+    dynamic shared memory = the schedule's ``smem_bytes``, plus, for ``flash2_bwd``'s main
+    kernel, the dS^T tile (block_kv * block_q * elem bytes) that the schedule keeps in
+    registers and the kernel passes through shared memory (kernels/cuda/flash2_bwd.cu)."""
+    if sched.name not in _FUNCTIONS:
+        raise NotImplementedError(
+            f"schedule {sched.name!r} has no GPU version; "
+            f"GPU schedules: {', '.join(GPU_SCHEDULES)}"
+        )
+    extra = {"flash2_bwd": sched.block_kv * sched.block_q * sched.shape.elem_bytes}
+    out = []
+    for fn, k in zip(_FUNCTIONS[sched.name], sched.kernels, strict=True):
+        smem = k.smem_bytes + (extra.get(fn, 0))
+        out.append(Launch(fn, k.ctas, k.warps * 32, smem))
+    return tuple(out)
+
+
+def defines(sched: Schedule) -> tuple[tuple[str, int], ...]:
+    """Compile-time parameters injected into the CUDA source."""
+    d = {
+        "BLOCK_Q": sched.block_q,
+        "BLOCK_KV": sched.block_kv,
+        "HEAD_DIM": sched.shape.head_dim,
+        "WARPS": sched.warps,
+        "DTYPE_BF16": int(sched.shape.dtype == "bf16"),
+    }
+    if sched.name == "standard":
+        d["SOFTMAX_ROWS"] = sched.option("softmax_rows")
+        d["SOFTMAX_PASSES"] = sched.option("softmax_passes")
+    return tuple(sorted(d.items()))
+
+
+def source(sched: Schedule) -> str:
+    return (CUDA_DIR / _SOURCES[sched.name]).read_text()
+
+
+def compile_options(defs) -> tuple[str, ...]:
+    return ("-std=c++17", f"-I{CUDA_DIR}", *(f"-D{k}={v}" for k, v in defs))
+
+
+@functools.lru_cache(maxsize=64)
+def _module(code: str, options: tuple[str, ...]):
+    return _cupy().RawModule(code=code, options=options)
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledSchedule:
+    """A schedule's compiled kernels and launches; ``launch(bufs)`` runs them in order on
+    device buffers made by ``alloc`` (timing code launches repeatedly without host copies)."""
+
+    sched: Schedule
+    module: object
+    launches: tuple[Launch, ...]
+    forward: CompiledSchedule | None  # flash2_bwd: the forward that makes O and L
+
+    def function(self, name: str):
+        return self.module.get_function(name)
+
+    def alloc(self, q, k, v, grad_out=None) -> dict:
+        """Device buffers: inputs (16-bit storage), outputs poisoned with NaN; for flash2_bwd
+        also O and L from the GPU forward pass."""
+        cp, sh = _cupy(), self.sched.shape
+        b, h, n, d, kh = sh.batch, sh.heads, sh.seq_len, sh.head_dim, sh.n_kv_heads
+        bufs = {
+            "q": _to_bits(q, sh.dtype, (b, h, n, d)),
+            "k": _to_bits(k, sh.dtype, (b, kh, n, d)),
+            "v": _to_bits(v, sh.dtype, (b, kh, n, d)),
+        }
+        nan16 = np.uint16(_NAN_BITS[sh.dtype])
+
+        def poison16(shape):
+            return cp.full(shape, nan16, dtype=cp.uint16)
+
+        def poison32(shape):
+            return cp.full(shape, np.nan, dtype=cp.float32)
+
+        name = self.sched.name
+        if name == "flash2":
+            bufs.update(o=poison16((b, h, n, d)), lse=poison32((b, h, n)))
+        elif name == "standard":
+            nn = (b, h, n, n)
+            bufs.update(s=poison16(nn), p=poison16(nn), o=poison16((b, h, n, d)))
+        else:
+            if grad_out is None:
+                raise ValueError("flash2_bwd is a backward pass: pass grad_out (dO)")
+            fwd = self.forward.alloc(bufs["q"], bufs["k"], bufs["v"])
+            self.forward.launch(fwd)
+            bufs.update(
+                do=_to_bits(grad_out, sh.dtype, (b, h, n, d)),
+                o=fwd["o"],
+                lse=fwd["lse"],
+                dvec=poison32((b, h, n)),
+                dq_acc=poison32((b, h, n, d)),
+                dq=poison16((b, h, n, d)),
+                dk=poison16((b, kh, n, d)),
+                dv=poison16((b, kh, n, d)),
+            )
+        return bufs
+
+    def launch(self, bufs: dict, stream=None, events=None) -> None:
+        """Launch every kernel of the schedule, in order, on ``bufs`` (asynchronous).
+
+        ``events``: optional CUDA events, one more than kernels; event ``i`` is recorded before
+        kernel ``i`` and the last after the last kernel (per-kernel times for measurements)."""
+        sh = self.sched.shape
+        i32, f32 = np.int32, np.float32
+        heads, kvh, n = i32(sh.heads), i32(sh.n_kv_heads), i32(sh.seq_len)
+        scale, causal = f32(sh.scale), i32(sh.causal)
+        args = {
+            "flash2_fwd": ("q", "k", "v", "o", "lse", heads, kvh, n, scale, causal),
+            "flash2_bwd_pre": ("o", "do", "dvec", "dq_acc", n),
+            "flash2_bwd": (
+                "q",
+                "k",
+                "v",
+                "do",
+                "lse",
+                "dvec",
+                "dq_acc",
+                "dk",
+                "dv",
+                heads,
+                kvh,
+                n,
+                scale,
+                causal,
+            ),
+            "flash2_bwd_post": ("dq_acc", "dq", n),
+            "std_qk": ("q", "k", "s", heads, kvh, n, scale),
+            "std_softmax": ("s", "p", n, causal),
+            "std_pv": ("p", "v", "o", heads, kvh, n),
+        }
+        for i, ln in enumerate(self.launches):
+            if events is not None:
+                events[i].record(stream)
+            fn = self.function(ln.function)
+            big = ln.smem_bytes > STATIC_SMEM_BYTES
+            if big and fn.max_dynamic_shared_size_bytes < ln.smem_bytes:
+                fn.max_dynamic_shared_size_bytes = ln.smem_bytes  # opt in beyond 48 KiB
+            a = tuple(bufs[x] if isinstance(x, str) else x for x in args[ln.function])
+            fn((ln.grid,), (ln.block,), a, shared_mem=ln.smem_bytes, stream=stream)
+        if events is not None:
+            events[len(self.launches)].record(stream)
+
+    def outputs(self, bufs: dict) -> tuple[np.ndarray, ...]:
+        """Host copies of the results, in the storage dtype (bf16 values as float32)."""
+        dt = self.sched.shape.dtype
+        keys = {
+            "flash2": ("o", "lse"),
+            "standard": ("o", "p", "s"),
+            "flash2_bwd": ("dq", "dk", "dv"),
+        }[self.sched.name]
+        return tuple(_from_bits(bufs[x], dt) for x in keys)
+
+
+def compile_schedule(sched: Schedule) -> CompiledSchedule:
+    """Compile (cached per source and defines) the kernels of ``sched``."""
+    errs = tiling_errors(sched)
+    if sched.name not in GPU_SCHEDULES:
+        raise NotImplementedError(errs[0])
+    if errs:
+        raise ValueError(f"schedule {sched.name!r} cannot run on the GPU: " + "; ".join(errs))
+    fwd = None
+    if sched.name == "flash2_bwd":
+        s = sched
+        fwd = compile_schedule(Schedule("flash2", s.shape, s.block_q, s.block_kv, _fwd_warps(s)))
+    module = _module(source(sched), compile_options(defines(sched)))
+    return CompiledSchedule(sched, module, launches(sched), fwd)
+
+
+def run_schedule(sched: Schedule, q, k, v, grad_out=None) -> tuple[np.ndarray, ...]:
+    """Run ``sched`` on the GPU and return numpy arrays in the storage dtype.
+
+    Parameters
+    ----------
+    sched : kernels.Schedule
+        ``flash2``, ``flash2_bwd`` or ``standard``, fp16 or bf16.
+    q, k, v, grad_out : numpy or cupy arrays, (batch, heads or kv_heads, seq_len, head_dim)
+        fp16 as float16; bf16 as float32 holding bf16 values (rounded to nearest even here),
+        numpy ``bfloat16`` or raw uint16 bits.
+
+    Returns
+    -------
+    tuple
+        flash2: (O, L) with L the fp32 logsumexp (batch, heads, seq_len); standard: (O, P, S);
+        flash2_bwd: (dQ, dK, dV). Every output was filled with NaN before the kernels ran.
+    """
+    c = compile_schedule(sched)
+    bufs = c.alloc(q, k, v, grad_out)
+    c.launch(bufs)
+    _cupy().cuda.get_current_stream().synchronize()
+    return c.outputs(bufs)
+
+
+def _to_bits(x, dtype: str, shape: tuple[int, ...]):
+    """A device uint16 array of the fp16/bf16 bits of ``x``."""
+    cp = _cupy()
+    if tuple(x.shape) != shape:
+        raise ValueError(f"array has shape {tuple(x.shape)}, expected {shape}")
+    if x.dtype == np.uint16:
+        return cp.ascontiguousarray(cp.asarray(x))
+    if dtype == "fp16":
+        if x.dtype != np.float16:
+            raise ValueError(f"fp16 inputs must be float16 arrays, got {x.dtype}")
+        return cp.ascontiguousarray(cp.asarray(x)).view(cp.uint16)
+    if x.dtype.name == "bfloat16":
+        return cp.asarray(np.ascontiguousarray(x).view(np.uint16))
+    if x.dtype != np.float32:
+        raise ValueError(f"bf16 inputs must be float32 arrays of bf16 values, got {x.dtype}")
+    if isinstance(x, np.ndarray):
+        bits = to_dtype(x, "bf16").view(np.uint32) >> np.uint32(16)
+        return cp.asarray(bits.astype(np.uint16))
+    u = cp.ascontiguousarray(x).view(cp.uint32)  # round to nearest even on the device
+    return ((u + cp.uint32(0x7FFF) + ((u >> 16) & 1)) >> 16).astype(cp.uint16)
+
+
+def _from_bits(x, dtype: str) -> np.ndarray:
+    h = x.get()
+    if h.dtype == np.float32:
+        return h
+    if dtype == "fp16":
+        return h.view(np.float16)
+    return (h.astype(np.uint32) << np.uint32(16)).view(np.float32)
