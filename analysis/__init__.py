@@ -1,24 +1,69 @@
 """Analysis on top of the simulator and the schedules: comparisons, tiling, sweeps, plots."""
 
+from analysis import strategies
+from analysis.bounds import (
+    IORegime,
+    compulsory_bytes,
+    flash_order,
+    io_regime,
+    lower_bound_order,
+    on_chip_bytes,
+    schedule_lower_bound_bytes,
+    sram_elements,
+    standard_crossover,
+    standard_order,
+)
 from analysis.capacity import Capacity, Tile, tile_capacity
 from analysis.comparison import ComparisonRow, compare
+from analysis.flops import (
+    RecomputeRatios,
+    Roofline,
+    algorithmic_flops,
+    matmul_flops,
+    recompute_ratios,
+    ridge_point,
+    roofline,
+)
+from analysis.io import IOCounts, TensorIO, io_counts, io_counts_of
 from analysis.search import SearchPlan, TileResult, plan_search, search_notes, search_tiles
 from analysis.tiling import KernelFit, TilingForm, TilingRule, kernel_fit, tiling_rule
 
 __all__ = [
     "Capacity",
     "ComparisonRow",
+    "IOCounts",
+    "IORegime",
     "KernelFit",
+    "RecomputeRatios",
+    "Roofline",
     "SearchPlan",
+    "TensorIO",
     "Tile",
     "TileResult",
     "TilingForm",
     "TilingRule",
+    "algorithmic_flops",
     "compare",
+    "compulsory_bytes",
+    "flash_order",
+    "io_counts",
+    "io_counts_of",
+    "io_regime",
     "kernel_fit",
+    "lower_bound_order",
+    "matmul_flops",
+    "on_chip_bytes",
     "plan_search",
+    "recompute_ratios",
+    "ridge_point",
+    "roofline",
+    "schedule_lower_bound_bytes",
     "search_notes",
     "search_tiles",
+    "sram_elements",
+    "standard_crossover",
+    "standard_order",
+    "strategies",
     "tile_capacity",
     "tiling_rule",
 ]
