@@ -10,9 +10,10 @@ import numpy as np
 
 from simulator import _engine as E
 from simulator._l2 import LINES_PER_GRANULE, dirty_bytes, new_l2
-from simulator.gpu import GPUSpec, load_gpu
+from simulator.gpu import GPUSpec
 from simulator.occupancy import CapacityError, occupancy
 from simulator.result import KernelResult, SimResult, TensorTraffic
+from simulator.specfiles import load_gpu
 from simulator.trace import Space, TraceSource
 
 __all__ = ["simulate"]

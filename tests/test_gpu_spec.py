@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.gpu import GPUSpec, GPUSpecError, builtin_gpus, load_gpu
+from simulator.gpu import GPUSpec, GPUSpecError
+from simulator.specfiles import builtin_gpus, load_gpu
 
 BUILTINS = ("a100-40gb", "a100-80gb", "h100-sxm", "h200", "h200-2xsram", "h200-8tbs")
 
