@@ -165,8 +165,11 @@ def test_demo_writes_json_and_plots(tmp_path, capsys):
 
 def test_sweep_writes_csv_and_plot(tmp_path, capsys):
     out = tmp_path / "s.csv"
-    argv = ["sweep", "--seq-len", "128", "256", "--heads", "2", "--schedule", "flash2",
-            "--schedule", "standard", "--block", "64", "--out", str(out), "--json"]
+    argv = [
+        *"sweep --seq-len 128 256 --heads 2 --schedule flash2 --schedule standard".split(),
+        *"--block 64 --json --out".split(),
+        str(out),
+    ]
     summary = _json(capsys, argv)
     rows = summary["rows"]
     assert len(rows) == 4 and not any(r["error"] for r in rows)
@@ -178,8 +181,11 @@ def test_sweep_writes_csv_and_plot(tmp_path, capsys):
 
 def test_sweep_hypothetical_gpus(tmp_path, capsys):
     out = tmp_path / "h.csv"
-    argv = ["sweep", "--seq-len", "256", "--heads", "2", "--schedule", "flash2", "--block", "128",
-            "--sram-scale", "0.2", "1", "--hbm-scale", "1", "2", "--out", str(out), "--json"]
+    argv = [
+        *"sweep --seq-len 256 --heads 2 --schedule flash2 --block 128 --json".split(),
+        *"--sram-scale 0.2 1 --hbm-scale 1 2 --out".split(),
+        str(out),
+    ]
     rows = _json(capsys, argv)["rows"]
     names = sorted({r["gpu"] for r in rows})
     assert names == ["h200", "h200-hbm2x", "h200-sram0.2x", "h200-sram0.2x-hbm2x"]
