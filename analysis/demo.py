@@ -1,4 +1,11 @@
-"""``flashio demo``: the main job on one GPU, printed, saved as JSON and drawn."""
+"""``flashio demo``: the main job on one GPU, printed, saved as JSON and drawn.
+
+It compares standard attention with FlashAttention-1 and -2 (forward and backward) on a GPT-style
+shape, shows the tiling rule for that GPU, checks the seeds' headline claims against the model,
+and writes demo.json plus six plots: traffic and time per schedule, traffic against N (log-log,
+six schedules), a roofline, a per-SM timeline of FlashAttention-2, traffic and time against
+block size, and hypothetical GPUs (shared memory and HBM bandwidth scaled).
+"""
 
 from __future__ import annotations
 
@@ -10,12 +17,16 @@ from pathlib import Path
 import kernels
 import simulator
 from analysis import comparison as cmp
-from analysis import plots, report
+from analysis import plots, report, sweep
+from analysis.flops import recompute_ratios
+from analysis.tiling import tiling_rule
 
 # A GPT-2-medium-like layer: 16 heads of 64, 4k context, batch 2, fp16.
 DEMO_SHAPE = kernels.AttentionShape(batch=2, heads=16, seq_len=4096, head_dim=64, dtype="fp16")
-SCALING_NS = (512, 1024, 2048, 4096)  # sequence lengths of the traffic-vs-N picture
+SCALING_NS = (256, 512, 1024, 2048, 4096)  # sequence lengths of the traffic-vs-N picture
 SCALING_HEADS = 4
+BLOCKS = (16, 32, 64, 128, 256)  # block sizes of the Fig. 2 (middle) picture
+SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)  # hypothetical GPUs: shared memory or HBM bandwidth scaled
 
 
 def _say(text: str, quiet: bool) -> None:
@@ -29,26 +40,25 @@ def _regime(gpu: simulator.GPUSpec, shape: kernels.AttentionShape) -> str:
     nd = shape.seq_len * shape.head_dim
     if m >= nd:
         return (
-            f"M = {m:,} elements of SRAM per CTA >= N*d = {nd:,}: a whole K/V fits on chip, "
-            "so flash traffic is linear in N here."
+            f"M = {m:,} elements of SRAM per CTA >= N*d = {nd:,}: a whole K/V fits on chip, so "
+            "flash traffic is linear in N here."
         )
     return (
-        f"M = {m:,} elements of SRAM per CTA < N*d = {nd:,}: K and V are re-streamed, so "
-        "flash traffic is Theta(N^2 d^2 / M), quadratic in N with a constant ~M/d^2 times "
-        "smaller than standard attention's Theta(N^2) (the seeds' O(N) holds only when "
-        "M >= N*d)."
+        f"M = {m:,} elements of SRAM per CTA < N*d = {nd:,}: K and V are re-streamed, so flash "
+        "traffic is Theta(N^2 d^2 / M), quadratic in N with a constant ~M/d^2 times smaller than "
+        "standard attention's Theta(N^2) (the seeds' O(N) holds only when M >= N*d)."
     )
 
 
-def _scaling(gpu, seq_lens, quiet):
-    """Global bytes of standard and flash2 forward vs N (batch 1, 4 heads, d 64)."""
-    out = {"standard": [], "flash2": []}
+def _scaling(gpu, seq_lens, quiet) -> dict[str, list[dict]]:
+    """Global bytes of the six schedules vs N (batch 1, SCALING_HEADS heads, d 64)."""
+    out: dict[str, list[dict]] = {name: [] for name in cmp.FORWARD + cmp.BACKWARD}
     for n in seq_lens:
         shape = kernels.AttentionShape(1, SCALING_HEADS, n, 64, "fp16")
         for name in out:
             _say(f"  scaling: {name} N={n}", quiet)
-            sched = kernels.schedule(name, shape, block_q=min(128, n), block_kv=min(128, n))
-            res = simulator.simulate(sched, gpu)
+            b = min(64, n)
+            res = simulator.simulate(kernels.schedule(name, shape, b, b), gpu)
             out[name].append(
                 {
                     "seq_len": n,
@@ -60,26 +70,107 @@ def _scaling(gpu, seq_lens, quiet):
     return out
 
 
-def _plot(rows, scaling, gpu, shape, out: Path) -> list[Path]:
+def _block_sizes(gpu, shape, quiet) -> list[tuple[int, int, float]]:
+    """FlashAttention-2 forward traffic and time against its (square) block size."""
+    points = []
+    for b in BLOCKS:
+        _say(f"  block size {b}", quiet)
+        try:
+            res = simulator.simulate(kernels.schedule("flash2", shape, b, b), gpu)
+        except simulator.CapacityError:
+            continue
+        points.append((b, res.global_bytes, res.time_s))
+    return points
+
+
+def _hypothetical(gpu, shape, quiet) -> list[sweep.SweepRow]:
+    """Standard and flash2 forward on GPUs with scaled shared memory, blocks by the seed rule."""
+    rows = []
+    for g in sweep.gpu_variants(gpu, sram_scales=SCALES):
+        rule = tiling_rule(g, shape.head_dim, shape.dtype)
+        b = 1 << (min(rule.seed_block, shape.seq_len, 256).bit_length() - 1)
+        rows += sweep.run_sweep(
+            [g],
+            ["standard", "flash2"],
+            [shape],
+            [(b, b)],
+            progress=lambda i, n, s: _say(f"  hypothetical: {s}", quiet),
+        )
+    return rows
+
+
+def _claims(rows, gpu, shape) -> list[str]:
+    """The seeds' headline claims, next to what the model says for this GPU and shape."""
+    by = {r.schedule: r for r in rows if not r.error}
+    lines = []
+    if {"standard", "flash2"} <= by.keys():
+        s, f = by["standard"], by["flash2"]
+        lines.append(
+            f"flash vs standard 'IO O(N^2) -> O(N)', '2-4x faster': here "
+            f"{s.global_bytes / f.global_bytes:.1f}x fewer global bytes, "
+            f"{s.time_s / f.time_s:.1f}x faster (forward)."
+        )
+    if {"flash1", "flash2"} <= by.keys():
+        ratio = by["flash1"].time_s / by["flash2"].time_s
+        heads = shape.batch * shape.heads
+        text = f"'V2 about 2x faster than V1': here {ratio:.1f}x (forward)"
+        if heads < gpu.sm_count:  # FA1 has one CTA per head: too few to fill the GPU
+            full = kernels.AttentionShape(
+                max(1, gpu.sm_count // shape.heads),
+                shape.heads,
+                shape.seq_len,
+                shape.head_dim,
+                shape.dtype,
+            )
+            t1, t2 = (
+                simulator.simulate(
+                    kernels.schedule(n, full, by[n].block_q, by[n].block_kv, by[n].warps), gpu
+                ).time_s
+                for n in ("flash1", "flash2")
+            )
+            text += (
+                f" with FA1's {heads} CTAs (one per head) on {gpu.sm_count} SMs; "
+                f"{t1 / t2:.1f}x at batch {full.batch}, where they fill the GPU"
+            )
+        lines.append(text + ".")
+    rr = recompute_ratios()
+    lines.append(
+        f"'recompute adds about a third of the FLOPs': the backward recomputes S only, "
+        f"+{float(rr.of_standard_backward):.0%} of the backward, "
+        f"+{float(rr.of_standard_training):.1%} of training; a whole recomputed forward "
+        f"would add {float(rr.full_forward_recompute):.1%}."
+    )
+    lines.append(_regime(gpu, shape))
+    return lines
+
+
+def _plot(rows, scaling, blocks, hypo, gpu, shape, out: Path) -> list[Path]:
     title = (
         f"{gpu.name}: B={shape.batch}, H={shape.heads}, N={shape.seq_len}, "
         f"d={shape.head_dim}, {shape.dtype}"
     )
-    series = {
-        name: [(p["seq_len"], p["global_bytes"]) for p in pts] for name, pts in scaling.items()
-    }
+    series = {k: [(p["seq_len"], p["global_bytes"]) for p in v] for k, v in scaling.items()}
     fits = [r for r in rows if not r.error]
-    points = [(r.schedule, r.mma_flops / r.global_bytes, r.mma_flops / r.time_s) for r in fits]
+    points = [(r.schedule, r.mma_flops / r.hbm_bytes, r.mma_flops / r.time_s) for r in fits]
     fa2 = simulator.simulate(kernels.schedule("flash2", shape), gpu, timeline=True)
     return [
         plots.comparison_bars(rows, title, out / "demo_traffic_time.png"),
         plots.traffic_vs_n(
             series,
-            f"forward traffic vs N on {gpu.name} (batch 1, {SCALING_HEADS} heads, d=64)",
+            f"traffic vs N on {gpu.name} (batch 1, {SCALING_HEADS} heads, d=64, 64x64 blocks)",
             out / "demo_traffic_vs_n.png",
         ),
         plots.roofline(gpu, points, shape.dtype, out / "demo_roofline.png"),
         plots.timeline(fa2, out / "demo_flash2_timeline.png"),
+        plots.block_sweep(
+            blocks, f"flash2 forward vs block size, {title}", out / "demo_block_size.png"
+        ),
+        plots.gpu_sweep(
+            hypo,
+            "smem_per_cta_bytes",
+            out / "demo_hypothetical_sram.png",
+            f"scaled shared memory ({gpu.name}), blocks by B = M/(4d)",
+        ),
     ]
 
 
@@ -93,40 +184,48 @@ def run_demo(
     """Compare the six schedules on ``shape``, write demo.json and plots into ``out``."""
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    names = cmp.FORWARD + cmp.BACKWARD
+    quiet = as_json
     rows = cmp.compare(
-        shape, gpu, names, progress=lambda n: _say(f"  simulating {n} ...", as_json)
+        shape,
+        gpu,
+        cmp.FORWARD + cmp.BACKWARD,
+        progress=lambda n: _say(f"  simulating {n} ...", quiet),
     )
-    scaling = _scaling(gpu, seq_lens, as_json)
-    plots = _plot(rows, scaling, gpu, shape, out)
-    std, fa2 = rows[0], rows[2]
+    scaling = _scaling(gpu, seq_lens, quiet)
+    blocks = _block_sizes(gpu, shape, quiet)
+    hypo = _hypothetical(gpu, shape, quiet)
+    pictures = _plot(rows, scaling, blocks, hypo, gpu, shape, out)
+    rule = tiling_rule(gpu, shape.head_dim, shape.dtype)
     summary = {
         "gpu": gpu.name,
         "shape": shape.to_dict(),
+        "tiling_rule": {
+            "M_elements": rule.m_elements,
+            "seed_block": rule.seed_block,
+            "paper_block_q": rule.block_q,
+            "paper_block_kv": rule.block_kv,
+        },
         "rows": [r.to_dict() for r in rows],
         "scaling": scaling,
-        "flash2_vs_standard": {
-            "global_bytes_ratio": std.global_bytes / fa2.global_bytes,
-            "hbm_bytes_ratio": std.hbm_bytes / fa2.hbm_bytes,
-            "speedup": std.time_s / fa2.time_s,
-        },
-        "regime": _regime(gpu, shape),
-        "plots": [str(p) for p in plots],
+        "block_sizes": [{"block": b, "global_bytes": g, "time_s": t} for b, g, t in blocks],
+        "claims": _claims(rows, gpu, shape),
+        "plots": [str(p) for p in pictures],
     }
     (out / "demo.json").write_text(json.dumps(summary, indent=2))
     if as_json:
         print(json.dumps(summary, indent=2))
         return 0
     print(report.comparison_table(rows, shape, gpu))
-    r = summary["flash2_vs_standard"]
     print(
-        f"\nflash2 forward moves {r['global_bytes_ratio']:.1f}x fewer global bytes and "
-        f"{r['hbm_bytes_ratio']:.1f}x fewer HBM bytes than standard attention, and is "
-        f"{r['speedup']:.1f}x faster (simulated)."
+        f"\ntiling rule B = M/(4d) on {gpu.name}, d={shape.head_dim}: M = {rule.m_elements:,} "
+        f"{shape.dtype} elements; seed floor(M/4d) = {rule.seed_block}; paper "
+        f"Bc = {rule.block_kv}, Br = {rule.block_q} (flashio tiling explains)"
     )
-    print(summary["regime"])
+    print("\nthe seeds' claims, checked:")
+    for line in summary["claims"]:
+        print(f"  - {line}")
     print(f"\nwrote {out / 'demo.json'}")
-    for p in plots:
+    for p in pictures:
         print(f"wrote {p}")
     print(f"({time.perf_counter() - t0:.1f} s)")
     return 0

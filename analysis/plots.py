@@ -95,7 +95,7 @@ def block_sweep(points: list[tuple[int, int, float]], title: str, path: Path) ->
 def roofline(gpu, points: list[tuple[str, float, float]], dtype: str, path: Path) -> Path:
     """Roofline of ``gpu`` with schedules placed at (arithmetic intensity, achieved FLOP/s).
 
-    ``points``: (label, FLOPs per global byte, simulated FLOP/s).
+    ``points``: (label, FLOPs per HBM byte, simulated FLOP/s).
     """
     plt = _plt()
     peak = gpu.mma_flops_per_s(dtype)
@@ -111,7 +111,7 @@ def roofline(gpu, points: list[tuple[str, float, float]], dtype: str, path: Path
         ax.annotate(
             label, (ai, flops / 1e12), fontsize=8, xytext=(4, 4), textcoords="offset points"
         )
-    ax.set_xlabel("arithmetic intensity, FLOP per global byte")
+    ax.set_xlabel("arithmetic intensity, FLOP per HBM byte (after L2)")
     ax.set_ylabel(f"TFLOP/s ({dtype} matmul)")
     ax.set_title("roofline")
     ax.grid(True, which="both", alpha=0.3)

@@ -159,7 +159,9 @@ def test_demo_writes_json_and_plots(tmp_path, capsys):
     assert len(summary["rows"]) == 6
     for p in summary["plots"]:
         assert (tmp_path / p.split("/")[-1]).stat().st_size > 10_000
-    assert "M = " in summary["regime"]
+    assert len(summary["plots"]) == 6
+    claims = " ".join(summary["claims"])
+    assert "M = " in claims and "recompute" in claims and "V2" in claims
     assert "faster" in capsys.readouterr().out
 
 
