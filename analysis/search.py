@@ -175,7 +175,7 @@ def plan_search(
 
 
 def _why(r: TileResult, best: TileResult, sm_count: int, seq_len: int) -> str:
-    spill = f"{r.regs_per_thread} regs/thread, {r.spilled_regs_per_thread} spilled (not modelled)"
+    spill = f"{r.regs_per_thread} regs/thread, {r.spilled_regs_per_thread} spilled to local memory"
     if r is best:
         return "fastest" + (f"; {spill}" if r.spilled_regs_per_thread else "")
     out = []
@@ -249,8 +249,8 @@ def search_tiles(
     Notes
     -----
     Cost: the replay runs at roughly ``EVENTS_PER_S``; ``plan_search(...).estimated_s`` tells
-    the time before running. Register spills are reported, not simulated (docs/model.md), so a
-    spilling tiling ranks better here than it would run.
+    the time before running. Register spills are simulated as local-memory traffic, stored and
+    reloaded once per outer-loop step (docs/model.md): a first-order model of their cost.
     """
     if not isinstance(gpu, simulator.GPUSpec):
         gpu = simulator.load_gpu(gpu)
@@ -324,8 +324,9 @@ def search_notes(results: list[TileResult]) -> tuple[str, ...]:
     if best.spilled_regs_per_thread and clean:
         c = min(clean, key=lambda r: r.rank_time)
         out.append(
-            f"The fastest spills registers, which the simulator does not charge; the fastest "
-            f"without spills is {_label(c)} (rank {c.rank_time}, {c.slowdown:.2f}x)."
+            f"The fastest spills registers (charged as local-memory traffic, a first-order "
+            f"model); the fastest without spills is {_label(c)} (rank {c.rank_time}, "
+            f"{c.slowdown:.2f}x)."
         )
     least = min(ok, key=lambda r: r.rank_hbm)
     hbm = [r.hbm_bytes for r in ok]

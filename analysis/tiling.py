@@ -317,7 +317,7 @@ def _notes(m, d, dtype, eb, sram, seed, paper, gpu) -> tuple[str, ...]:
                     f"{k.kernel} fits shared memory but needs {k.regs_per_thread} registers per "
                     f"thread with {k.warps} warps, {k.spilled_regs_per_thread} above the "
                     f"{k.regs_per_thread_max} maximum: the compiler would spill them to local "
-                    "memory (reported, not charged, by the simulator)."
+                    "memory (the simulator charges them as local-memory traffic)."
                 )
             else:
                 line.append(f"{k.kernel} fits: {k.ctas_per_sm} CTA(s)/SM, limited by {k.limiter}.")

@@ -25,7 +25,8 @@ LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in 
 )
 N_CFG = 10
 # integer slot state columns
-S_CTA, S_PTR, S_END, S_LIVE_SMEM, S_LIVE_REGS = range(5)
+S_CTA, S_PTR, S_END, S_LIVE_SMEM, S_LIVE_REGS, S_STEP = range(6)
+N_SLOT_INT = 6
 # float slot state columns
 F_T, F_READY, F_STORES, F_START = range(4)
 # per-SM pipes
@@ -100,10 +101,52 @@ def _start_cta(s, c, t, si, sf, cta_off, win_c0):
     si[s, S_END] = cta_off[c - win_c0 + 1]
     si[s, S_LIVE_SMEM] = 0
     si[s, S_LIVE_REGS] = 0
+    si[s, S_STEP] = -1
     sf[s, F_T] = t
     sf[s, F_READY] = t
     sf[s, F_STORES] = t
     sf[s, F_START] = t
+
+
+@njit(inline="always")
+def _request(
+    op, tensor, offset, rows, row_bytes, stride, nbytes, t, cfg, l2_on, l2, srv, tstat, busy, cnt
+):
+    """One LOAD/STORE/REDUCE issued at ``t``: counts its bytes, runs it through the L2 and the
+    bandwidth servers, and returns when it completes."""
+    if op == LOAD:
+        tstat[tensor, T_GLOBAL_READ] += nbytes
+    else:
+        tstat[tensor, T_GLOBAL_WRITE] += nbytes
+    miss = 0
+    wb = 0
+    if l2_on:
+        is_read, writes = op != STORE, op != LOAD
+        if rows == 1 or row_bytes == stride:  # one contiguous range
+            rows, row_bytes = 1, nbytes
+        for r in range(rows):
+            lo = offset + r * stride
+            m, w, dd = access(l2, is_read, writes, tensor, lo, lo + row_bytes, tstat, T_HBM_WRITE)
+            miss += m
+            wb += w
+            cnt[K_DIRTIED] += dd
+        tstat[tensor, T_HBM_READ] += miss
+        srv[0] = max(srv[0], t) + nbytes / cfg[C_L2_BW]
+        busy[B_L2] += nbytes / cfg[C_L2_BW]
+        done = srv[0] + cfg[C_L2_LAT]
+    else:  # no L2: every global access is an HBM access (the FA paper's model)
+        if op == LOAD:
+            miss = nbytes
+            tstat[tensor, T_HBM_READ] += nbytes
+        else:
+            wb = nbytes
+            tstat[tensor, T_HBM_WRITE] += nbytes
+        done = t
+    if miss + wb > 0:  # the HBM request goes out at the CTA's time t
+        srv[1] = max(srv[1], t) + (miss + wb) / cfg[C_HBM_BW]
+        busy[B_HBM] += (miss + wb) / cfg[C_HBM_BW]
+        done = max(done, srv[1] + cfg[C_HBM_LAT])
+    return done
 
 
 @njit(cache=True)
@@ -115,6 +158,8 @@ def run_window(
     n_ctas,
     slot_sm,
     sm_stride,
+    spill_bytes,
+    local,
     space,
     smem_limit,
     cfg,
@@ -155,6 +200,54 @@ def run_window(
             ptr = si[s, S_PTR]
             finished = ptr == si[s, S_END]
             op = np.int64(ev[ptr].op) if not finished else -1
+            # register spills: each new step of the outer loop stores and reloads the registers
+            # the kernel needs beyond the per-thread limit (local memory, through the L2)
+            spill = spill_bytes > 0 and not finished and ev[ptr].step >= 0
+            spill = spill and ev[ptr].step != si[s, S_STEP]
+            if spill:
+                if not _root_still_first(ht, hs, n, t, s):
+                    sf[s, F_T] = t
+                    ht[0] = t
+                    _sift_down(ht, hs, n, 0)
+                    break
+                off = s * spill_bytes
+                done = _request(
+                    STORE,
+                    local,
+                    off,
+                    1,
+                    spill_bytes,
+                    spill_bytes,
+                    spill_bytes,
+                    t,
+                    cfg,
+                    l2_on,
+                    l2,
+                    srv,
+                    tstat,
+                    busy,
+                    cnt,
+                )
+                sf[s, F_STORES] = max(sf[s, F_STORES], done)
+                done = _request(
+                    LOAD,
+                    local,
+                    off,
+                    1,
+                    spill_bytes,
+                    spill_bytes,
+                    spill_bytes,
+                    t,
+                    cfg,
+                    l2_on,
+                    l2,
+                    srv,
+                    tstat,
+                    busy,
+                    cnt,
+                )
+                sf[s, F_READY] = max(sf[s, F_READY], done)
+                si[s, S_STEP] = ev[ptr].step
             if op >= MMA and op <= SYNC and sf[s, F_READY] > t:
                 t = sf[s, F_READY]  # operands still in flight: wait for them
             # Ordering gate: an event is replayed only once no other CTA could still issue an
@@ -198,44 +291,24 @@ def run_window(
                 _sift_down(ht, hs, n, 0)
                 break
             e = ev[ptr]
-            if op <= REDUCE:  # LOAD, STORE, REDUCE (inline: calls cost on this path)
-                nbytes = e.bytes
-                tensor = e.tensor
-                if op == LOAD:
-                    tstat[tensor, T_GLOBAL_READ] += nbytes
-                else:
-                    tstat[tensor, T_GLOBAL_WRITE] += nbytes
-                miss = 0
-                wb = 0
-                if l2_on:
-                    is_read, writes = op != STORE, op != LOAD
-                    rows, row_bytes, stride = e.rows, e.row_bytes, e.row_stride_bytes
-                    if rows == 1 or row_bytes == stride:  # one contiguous range
-                        rows, row_bytes = 1, nbytes
-                    for r in range(rows):
-                        lo = e.offset_bytes + r * stride
-                        m, w, dd = access(
-                            l2, is_read, writes, tensor, lo, lo + row_bytes, tstat, T_HBM_WRITE
-                        )
-                        miss += m
-                        wb += w
-                        cnt[K_DIRTIED] += dd
-                    tstat[tensor, T_HBM_READ] += miss
-                    srv[0] = max(srv[0], t) + nbytes / cfg[C_L2_BW]
-                    busy[B_L2] += nbytes / cfg[C_L2_BW]
-                    done = srv[0] + cfg[C_L2_LAT]
-                else:  # no L2: every global access is an HBM access (the FA paper's model)
-                    if op == LOAD:
-                        miss = nbytes
-                        tstat[tensor, T_HBM_READ] += nbytes
-                    else:
-                        wb = nbytes
-                        tstat[tensor, T_HBM_WRITE] += nbytes
-                    done = t
-                if miss + wb > 0:  # the HBM request goes out at the CTA's time t
-                    srv[1] = max(srv[1], t) + (miss + wb) / cfg[C_HBM_BW]
-                    busy[B_HBM] += (miss + wb) / cfg[C_HBM_BW]
-                    done = max(done, srv[1] + cfg[C_HBM_LAT])
+            if op <= REDUCE:  # LOAD, STORE, REDUCE
+                done = _request(
+                    op,
+                    e.tensor,
+                    e.offset_bytes,
+                    e.rows,
+                    e.row_bytes,
+                    e.row_stride_bytes,
+                    e.bytes,
+                    t,
+                    cfg,
+                    l2_on,
+                    l2,
+                    srv,
+                    tstat,
+                    busy,
+                    cnt,
+                )
                 if op == LOAD:
                     sf[s, F_READY] = max(sf[s, F_READY], done)
                 else:

@@ -19,6 +19,7 @@ from simulator.trace import Space, TraceSource
 __all__ = ["simulate"]
 
 WINDOW_EVENTS = 4_000_000  # events held per window of CTAs (bounds memory for long traces)
+LOCAL_NAME = "local (register spills)"  # the pseudo-tensor of spill traffic
 
 
 def _config(gpu: GPUSpec, dtype: str, warps: int) -> np.ndarray:
@@ -86,8 +87,10 @@ def simulate(
         gpu = load_gpu(gpu)
     meta = source.meta
     dtype = str(meta.params.get("dtype", "fp16"))
-    space = np.array([int(t.space) for t in meta.tensors] or [0], np.int64)
-    n_tensors = max(1, len(meta.tensors))
+    # one more row than the trace has tensors: local memory, where register spills go
+    local = len(meta.tensors)
+    space = np.array([int(t.space) for t in meta.tensors] + [int(Space.GLOBAL)], np.int64)
+    n_tensors = local + 1
     shared_buffers = tuple(t for t in meta.tensors if t.space != Space.GLOBAL)
     occs = [occupancy(k, gpu, shared_buffers) for k in meta.kernels]  # raises before any work
 
@@ -114,7 +117,7 @@ def simulate(
         srv[:] = np.maximum(srv, start)
         units = np.full((gpu.sm_count, 4), start)
         slot_sm = (np.arange(slots) % gpu.sm_count).astype(np.int64)  # CTA c -> SM c % SMs first
-        si = np.zeros((slots, 5), np.int64)
+        si = np.zeros((slots, E.N_SLOT_INT), np.int64)
         sf = np.zeros((slots, 4))
         span = np.zeros((kinfo.ctas if timeline else 0, 3))
         ht, hs, hn = np.zeros(slots), np.zeros(slots, np.int64), np.zeros(1, np.int64)
@@ -137,6 +140,8 @@ def simulate(
             kinfo.ctas,
             slot_sm,
             gpu.sm_count,
+            occ.spilled_regs_per_thread * 4 * kinfo.warps * gpu.warp_size,
+            local,
             space,
             kinfo.smem_bytes,
             cfg,
@@ -224,9 +229,10 @@ def _result(meta, gpu, tstat, busy, cnt, kernel_results, total_s, l2) -> SimResu
         hbm_write_bytes=int(total[E.T_HBM_WRITE]),
         l2_dirty_bytes_at_end=int(dirty_bytes(l2)) if l2 is not None else 0,
         tensors=tuple(
-            TensorTraffic(t.name, *(int(x) for x in tstat[i]))
-            for i, t in enumerate(meta.tensors)
-            if t.space == Space.GLOBAL
+            TensorTraffic(name, *(int(x) for x in tstat[i]))
+            for i, name in enumerate([t.name for t in meta.tensors] + [LOCAL_NAME])
+            if (i == len(meta.tensors) and tstat[i].any())
+            or (i < len(meta.tensors) and meta.tensors[i].space == Space.GLOBAL)
         ),
         kernels=tuple(kernel_results),
         sram_peak_bytes=max(kr.smem_peak_bytes for kr in kernel_results),

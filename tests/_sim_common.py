@@ -126,3 +126,9 @@ def random_traces(draw):
     for i, (k, c, op, t, off, n, rb, stride, nb, fl) in enumerate(rows):
         ev[i] = (k, c, -1, op, t, -1, -1, off, n, rb, stride, nb, fl)
     return Trace(ev, TraceMeta("random", {"dtype": dtype}, tuple(kinfos), tensors))
+
+
+def spills(trace, gpu) -> bool:
+    """Whether a kernel of ``trace`` needs more registers than ``gpu`` allows: the simulator
+    then adds register-spill traffic that the trace's own events do not show."""
+    return any(simulator.occupancy(k, gpu).spilled_regs_per_thread for k in trace.meta.kernels)

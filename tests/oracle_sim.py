@@ -101,6 +101,7 @@ class Cta:
         self.stores = t
         self.smem = 0
         self.regs = 0
+        self.last_step = -1  # the outer-loop step whose spilled registers are loaded
 
 
 def _events_by_cta(trace: Trace, kernel: int, ctas: int) -> list[list[dict]]:
@@ -110,6 +111,34 @@ def _events_by_cta(trace: Trace, kernel: int, ctas: int) -> list[list[dict]]:
         e = dict(zip(names, row, strict=True))
         out[e["cta"]].append(e)
     return out
+
+
+def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic):
+    """A LOAD/STORE/REDUCE of byte ranges of one tensor, issued at the CTA's clock."""
+
+    def request(cta, op, tensor, ranges, b):
+        traffic[tensor][0 if op == Op.LOAD else 1] += b
+        written_back: dict[int, int] = {}
+        if l2 is not None:
+            miss = sum(l2.access(op, tensor, lo, hi, written_back) for lo, hi in ranges)
+            done = l2_server.serve(cta.t, b) + l2_latency
+        else:  # no L2: loads miss, stores and atomics write through
+            miss = b if op == Op.LOAD else 0
+            if op != Op.LOAD:
+                written_back[tensor] = b
+            done = cta.t
+        wb = sum(written_back.values())
+        traffic[tensor][2] += miss
+        for owner, nbytes in written_back.items():
+            traffic[owner][3] += nbytes
+        if miss + wb > 0:
+            done = max(done, hbm_server.serve(cta.t, miss + wb) + hbm_latency)
+        if op == Op.LOAD:
+            cta.ready = max(cta.ready, done)
+        else:
+            cta.stores = max(cta.stores, done)
+
+    return request
 
 
 def simulate_oracle(trace: Trace, gpu: GPUSpec) -> dict:
@@ -152,8 +181,10 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec) -> dict:
     sync_latency = gpu.smem_latency_cycles / gpu.clock_hz
 
     n_t = len(meta.tensors)
-    traffic = [[0, 0, 0, 0] for _ in range(n_t)]  # global read, global write, hbm read, write
+    local = n_t  # pseudo-tensor of register spills (docs/model.md)
+    traffic = [[0, 0, 0, 0] for _ in range(n_t + 1)]  # global read, write, hbm read, write
     counts = {Op.MMA: 0, Op.ELEMENTWISE: 0, Op.EXP: 0, Op.SHARED: 0}
+    request = _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic)
     kernel_results = []
     t_now = 0.0
 
@@ -167,6 +198,7 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec) -> dict:
             for srv in per_sm.values():
                 srv.free = start
         frac = min(1.0, kinfo.warps / gpu.sm_sub_partitions)
+        spill = occ.spilled_regs_per_thread * 4 * kinfo.warps * gpu.warp_size
         slots = min(kinfo.ctas, occ.ctas_per_sm * sms)
         cta_events = _events_by_cta(trace, k, kinfo.ctas)
         resident = [Cta(cta_events[s], start) for s in range(slots)]  # CTA c in slot c
@@ -191,6 +223,12 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec) -> dict:
                     break
                 e = cta.events[cta.pos]
                 op = e["op"]
+                if spill and e["step"] >= 0 and e["step"] != cta.last_step:
+                    # a new outer-loop step: store and reload the spilled registers
+                    where = [(s * spill, (s + 1) * spill)]
+                    request(cta, Op.STORE, local, where, spill)
+                    request(cta, Op.LOAD, local, where, spill)
+                    cta.last_step = e["step"]
                 if (op in PIPE_OF or op == Op.SYNC) and cta.ready > cta.t:
                     # operands still in flight: wait for them, then queue in time order
                     cta.t = cta.ready
@@ -199,36 +237,18 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec) -> dict:
                         break
                 cta.pos += 1
                 if op in (Op.LOAD, Op.STORE, Op.REDUCE):
-                    b = e["rows"] * e["row_bytes"]
-                    tensor = e["tensor"]
-                    traffic[tensor][0 if op == Op.LOAD else 1] += b
-                    written_back: dict[int, int] = {}
-                    if l2 is not None:
-                        miss = 0
-                        if e["rows"] == 1 or e["row_bytes"] == e["row_stride_bytes"]:
-                            first = e["offset_bytes"]
-                            miss += l2.access(op, tensor, first, first + b, written_back)
-                        else:  # strided: row by row, rows in order
-                            for r in range(e["rows"]):
-                                first = e["offset_bytes"] + r * e["row_stride_bytes"]
-                                end = first + e["row_bytes"]
-                                miss += l2.access(op, tensor, first, end, written_back)
-                        done = l2_server.serve(cta.t, b) + l2_latency
-                    else:  # no L2: loads miss, stores and atomics write through
-                        miss = b if op == Op.LOAD else 0
-                        if op != Op.LOAD:
-                            written_back[tensor] = b
-                        done = cta.t
-                    wb = sum(written_back.values())
-                    traffic[tensor][2] += miss
-                    for owner, nbytes in written_back.items():
-                        traffic[owner][3] += nbytes
-                    if miss + wb > 0:
-                        done = max(done, hbm_server.serve(cta.t, miss + wb) + hbm_latency)
-                    if op == Op.LOAD:
-                        cta.ready = max(cta.ready, done)
-                    else:
-                        cta.stores = max(cta.stores, done)
+                    if e["rows"] == 1 or e["row_bytes"] == e["row_stride_bytes"]:
+                        first = e["offset_bytes"]
+                        ranges = [(first, first + e["rows"] * e["row_bytes"])]
+                    else:  # strided: row by row, rows in order
+                        ranges = [
+                            (
+                                e["offset_bytes"] + r * e["row_stride_bytes"],
+                                e["offset_bytes"] + r * e["row_stride_bytes"] + e["row_bytes"],
+                            )
+                            for r in range(e["rows"])
+                        ]
+                    request(cta, op, e["tensor"], ranges, e["rows"] * e["row_bytes"])
                 elif op in PIPE_OF:
                     w = e["bytes"] if op == Op.SHARED else e["flops"]
                     counts[op] += w
@@ -287,9 +307,12 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec) -> dict:
         "hbm_write_bytes": totals[3],
         "l2_dirty_bytes_at_end": l2.dirty_bytes() if l2 is not None else 0,
         "tensors": {
-            t.name: tuple(traffic[i])
-            for i, t in enumerate(meta.tensors)
-            if t.space == Space.GLOBAL
+            **{
+                t.name: tuple(traffic[i])
+                for i, t in enumerate(meta.tensors)
+                if t.space == Space.GLOBAL
+            },
+            **({"local (register spills)": tuple(traffic[local])} if any(traffic[local]) else {}),
         },
         "kernels": kernel_results,
         "sram_peak_bytes": max(kr["smem_peak_bytes"] for kr in kernel_results),
