@@ -206,8 +206,9 @@ class CompiledSchedule:
             )
         return bufs
 
-    def launch(self, bufs: dict, stream=None, events=None) -> None:
-        """Launch every kernel of the schedule, in order, on ``bufs`` (asynchronous).
+    def launch(self, bufs: dict, events=None) -> None:
+        """Launch every kernel of the schedule, in order, on ``bufs``, on CuPy's current stream
+        (asynchronous).
 
         ``events``: optional CUDA events, one more than kernels; event ``i`` is recorded before
         kernel ``i`` and the last after the last kernel (per-kernel times for measurements)."""
@@ -241,15 +242,15 @@ class CompiledSchedule:
         }
         for i, ln in enumerate(self.launches):
             if events is not None:
-                events[i].record(stream)
+                events[i].record()
             fn = self.function(ln.function)
             big = ln.smem_bytes > STATIC_SMEM_BYTES
             if big and fn.max_dynamic_shared_size_bytes < ln.smem_bytes:
                 fn.max_dynamic_shared_size_bytes = ln.smem_bytes  # opt in beyond 48 KiB
             a = tuple(bufs[x] if isinstance(x, str) else x for x in args[ln.function])
-            fn((ln.grid,), (ln.block,), a, shared_mem=ln.smem_bytes, stream=stream)
+            fn((ln.grid,), (ln.block,), a, shared_mem=ln.smem_bytes)
         if events is not None:
-            events[len(self.launches)].record(stream)
+            events[len(self.launches)].record()
 
     def outputs(self, bufs: dict) -> tuple[np.ndarray, ...]:
         """Host copies of the results, in the storage dtype (bf16 values as float32)."""

@@ -6,7 +6,8 @@
 //    + j. K_j, V_j are loaded once, dK_j, dV_j accumulate in registers; for every query head of
 //    the group and every Q block i (causal: from the block holding key k0 on) the CTA loads Q_i,
 //    dO_i, L_i, D_i, recomputes P_ij = exp(scale S_ij - L_i) from the forward's logsumexp and
-//    adds scale * dS_ij K_j into dQ_acc with fp32 atomic adds at L2.
+//    adds scale * dS_ij K_j into dQ_acc with fp32 atomic adds at L2 (red.global.add.v2.f32,
+//    two consecutive floats per lane).
 //    Warps split the keys: warp w owns keys w * BLOCK_KV / WARPS .. + BLOCK_KV / WARPS of the
 //    block, so S^T, dP^T, dS^T, dK and dV of its keys stay in its registers (S^T = K Q^T, the
 //    transposed product, puts P^T and dS^T directly into the A-operand layout of dV += P^T dO
@@ -28,7 +29,7 @@ constexpr int NQ = BLOCK_Q / 8;       // n8 tiles of S^T (query columns)
 constexpr int ND = HEAD_DIM / 8;      // n8 tiles of dK, dV
 
 // dQ_i = dS K_j (BLOCK_Q x HEAD_DIM) is split over a WARPS_M x WARPS_N grid of warps.
-constexpr int dq_warps_m(int w) {
+__host__ __device__ constexpr int dq_warps_m(int w) {
     return (w > 1 && (BLOCK_Q % (16 * w) != 0 || WARPS % w != 0)) ? dq_warps_m(w / 2) : w;
 }
 constexpr int WARPS_M = dq_warps_m(WARPS);
@@ -37,17 +38,22 @@ constexpr int QMT = BLOCK_Q / WARPS_M / 16;      // m16 tiles of dQ per warp
 constexpr int QNT = HEAD_DIM / WARPS_N / 8;      // n8 tiles of dQ per warp
 constexpr int QCH = QNT > 8 ? 8 : QNT;           // dQ n8 tiles accumulated at a time
 
-constexpr long long SCHED_SMEM_BYTES = (2LL * BLOCK_KV + 2LL * BLOCK_Q) * HEAD_DIM * 2 + 2LL * BLOCK_Q * 4;
+constexpr long long SCHED_SMEM_BYTES =
+    (2LL * BLOCK_KV + 2LL * BLOCK_Q) * HEAD_DIM * 2 + 2LL * BLOCK_Q * 4;
 constexpr long long DS_SMEM_BYTES = (long long)BLOCK_KV * BLOCK_Q * 2;
 constexpr long long SMEM_BYTES = SCHED_SMEM_BYTES + DS_SMEM_BYTES;
 
 static_assert(WARPS >= 1 && WARPS <= 32, "warps * 32 threads must be 32..1024");
-static_assert(BLOCK_KV % (16 * WARPS) == 0, "BLOCK_KV must be a multiple of 16 * WARPS (m16 key tiles per warp)");
+static_assert(BLOCK_KV % (16 * WARPS) == 0,
+              "BLOCK_KV must be a multiple of 16 * WARPS (m16 key tiles per warp)");
 static_assert(BLOCK_Q % 16 == 0, "BLOCK_Q must be a multiple of 16 (k16 steps of dV, dK)");
-static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 256, "HEAD_DIM must be a multiple of 16, at most 256");
-static_assert(HEAD_DIM % (16 * WARPS_N) == 0, "HEAD_DIM must split into 16-column slices over the dQ warp grid");
+static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 256,
+              "HEAD_DIM must be a multiple of 16, at most 256");
+static_assert(HEAD_DIM % (16 * WARPS_N) == 0,
+              "HEAD_DIM must split into 16-column slices over the dQ warp grid");
 static_assert(QNT % QCH == 0, "dQ column slices must split into chunks of 8 n8 tiles");
-static_assert(SMEM_BYTES <= 227 * 1024, "K, V, Q, dO, L, D and dS tiles exceed 227 KiB of shared memory per CTA");
+static_assert(SMEM_BYTES <= 227 * 1024,
+              "K, V, Q, dO, L, D and dS tiles exceed 227 KiB of shared memory per CTA");
 
 extern "C" __global__ void flash2_bwd_smem_bytes(long long* out) {
     out[0] = SCHED_SMEM_BYTES;
@@ -61,21 +67,29 @@ extern "C" __global__ void __launch_bounds__(NT)
     const int t_q = (n + BLOCK_Q - 1) / BLOCK_Q;
     const int bh = blockIdx.x / t_q, q0 = (blockIdx.x % t_q) * BLOCK_Q, r = min(BLOCK_Q, n - q0);
     const long base = (long)bh * n + q0;
-    for (int row = warp; row < r; row += WARPS) {  // D_i = rowsum(dO_i * O_i), one row per warp
-        const u32* o2 = reinterpret_cast<const u32*>(O + (base + row) * HEAD_DIM);
-        const u32* d2 = reinterpret_cast<const u32*>(dO + (base + row) * HEAD_DIM);
-        float acc = 0.f;
-        for (int c = lane; c < HEAD_DIM / 2; c += 32) {
-            const u32 x = o2[c], y = d2[c];
-            acc = fmaf(to_float((u16)(x & 0xffff)), to_float((u16)(y & 0xffff)), acc);
-            acc = fmaf(to_float((u16)(x >> 16)), to_float((u16)(y >> 16)), acc);
-        }
+    // D_i = rowsum(dO_i * O_i): each warp takes groups of 32 rows, reduces one row at a time
+    // across its lanes, and lane k keeps row k of the group, so D leaves in one 128-byte store
+    for (int g0 = warp * 32; g0 < r; g0 += WARPS * 32) {
+        float mine = 0.f;
+        for (int k = 0; k < 32 && g0 + k < r; ++k) {
+            const long row = base + g0 + k;
+            const u32* o2 = reinterpret_cast<const u32*>(O + row * HEAD_DIM);
+            const u32* d2 = reinterpret_cast<const u32*>(dO + row * HEAD_DIM);
+            float acc = 0.f;
+            for (int c = lane; c < HEAD_DIM / 2; c += 32) {
+                const u32 x = o2[c], y = d2[c];
+                acc = fmaf(to_float((u16)(x & 0xffff)), to_float((u16)(y & 0xffff)), acc);
+                acc = fmaf(to_float((u16)(x >> 16)), to_float((u16)(y >> 16)), acc);
+            }
 #pragma unroll
-        for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-        if (lane == 0) Dv[base + row] = acc;
+            for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+            if (lane == k) mine = acc;
+        }
+        if (g0 + lane < r) Dv[base + g0 + lane] = mine;
     }
     float4* z = reinterpret_cast<float4*>(dQacc + base * HEAD_DIM);
-    for (int idx = tid; idx < r * HEAD_DIM / 4; idx += NT) z[idx] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int idx = tid; idx < r * HEAD_DIM / 4; idx += NT)
+        z[idx] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
 extern "C" __global__ void __launch_bounds__(NT)
@@ -142,8 +156,10 @@ extern "C" __global__ void __launch_bounds__(NT)
             cp_async_commit();
             for (int idx = tid; idx < BLOCK_Q; idx += NT) {
                 // rows past N: L = +inf makes P = 0, so they add nothing anywhere
-                sL[idx] = idx < r ? L[bh * n + q0 + idx] * LOG2E : POS_INF;
-                sD[idx] = idx < r ? Dv[bh * n + q0 + idx] : 0.f;
+                // L2 only (ld.global.cg): every (i, j) reads L_i and D_i from global memory,
+                // as the schedule counts, rather than from another CTA's copy in L1
+                sL[idx] = idx < r ? ld_cg(L + bh * n + q0 + idx) * LOG2E : POS_INF;
+                sD[idx] = idx < r ? ld_cg(Dv + bh * n + q0 + idx) : 0.f;
             }
             cp_async_wait<1>();
             __syncthreads();  // K_j, V_j, Q_i, L_i, D_i visible
@@ -160,7 +176,8 @@ extern "C" __global__ void __launch_bounds__(NT)
             for (int kk = 0; kk < HEAD_DIM; kk += 16) {
                 u32 a[MK][4];
 #pragma unroll
-                for (int mk = 0; mk < MK; ++mk) frag_a<HEAD_DIM>(a[mk], sK, wk + mk * 16, kk, lane);
+                for (int mk = 0; mk < MK; ++mk)
+                    frag_a<HEAD_DIM>(a[mk], sK, wk + mk * 16, kk, lane);
 #pragma unroll
                 for (int np = 0; np < NQ / 2; ++np) {
                     u32 bf[4];
@@ -218,7 +235,8 @@ extern "C" __global__ void __launch_bounds__(NT)
             for (int kk = 0; kk < HEAD_DIM; kk += 16) {
                 u32 a[MK][4];
 #pragma unroll
-                for (int mk = 0; mk < MK; ++mk) frag_a<HEAD_DIM>(a[mk], sV, wk + mk * 16, kk, lane);
+                for (int mk = 0; mk < MK; ++mk)
+                    frag_a<HEAD_DIM>(a[mk], sV, wk + mk * 16, kk, lane);
 #pragma unroll
                 for (int np = 0; np < NQ / 2; ++np) {
                     u32 bf[4];
@@ -305,12 +323,12 @@ extern "C" __global__ void __launch_bounds__(NT)
                     for (int hf = 0; hf < 2; ++hf) {
                         const int row = qr0 + qm * 16 + (lane >> 2) + 8 * hf;
                         if (row < r) {
-                            float* dst = dQacc + qbase + (long)row * HEAD_DIM + qc0 + 2 * (lane & 3);
+                            float* dst =
+                                dQacc + qbase + (long)row * HEAD_DIM + qc0 + 2 * (lane & 3);
 #pragma unroll
-                            for (int qn = 0; qn < QCH; ++qn) {
-                                atomicAdd(dst + qn * 8, acc[qm][qn][2 * hf] * scale);
-                                atomicAdd(dst + qn * 8 + 1, acc[qm][qn][2 * hf + 1] * scale);
-                            }
+                            for (int qn = 0; qn < QCH; ++qn)
+                                red_add_v2(dst + qn * 8, acc[qm][qn][2 * hf] * scale,
+                                           acc[qm][qn][2 * hf + 1] * scale);
                         }
                     }
             }

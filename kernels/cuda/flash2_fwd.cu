@@ -22,9 +22,11 @@ constexpr int ND = HEAD_DIM / 8;     // n8 tiles of O per m-tile
 constexpr long long SMEM_BYTES = (BLOCK_Q + 2LL * BLOCK_KV) * HEAD_DIM * 2;
 
 static_assert(WARPS >= 1 && WARPS <= 32, "warps * 32 threads must be 32..1024");
-static_assert(BLOCK_Q % (16 * WARPS) == 0, "BLOCK_Q must be a multiple of 16 * WARPS (m16 tiles per warp)");
+static_assert(BLOCK_Q % (16 * WARPS) == 0,
+              "BLOCK_Q must be a multiple of 16 * WARPS (m16 tiles per warp)");
 static_assert(BLOCK_KV % 16 == 0, "BLOCK_KV must be a multiple of 16 (k16 steps of P V)");
-static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 256, "HEAD_DIM must be a multiple of 16, at most 256");
+static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 256,
+              "HEAD_DIM must be a multiple of 16, at most 256");
 static_assert(SMEM_BYTES <= 227 * 1024, "Q, K, V tiles exceed 227 KiB of shared memory per CTA");
 
 extern "C" __global__ void flash2_fwd_smem_bytes(long long* out) { out[0] = SMEM_BYTES; }

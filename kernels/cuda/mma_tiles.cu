@@ -79,6 +79,19 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// One fp32 from global memory through L2 only (not cached in L1).
+__device__ __forceinline__ float ld_cg(const float* p) {
+    float x;
+    asm volatile("ld.global.cg.f32 %0, [%1];\n" : "=f"(x) : "l"(p));
+    return x;
+}
+
+// Two consecutive fp32 added atomically at L2 (one 8-byte vector reduction, sm_90): the four
+// lanes of a quad then update one whole 32-byte sector per row, not half of two.
+__device__ __forceinline__ void red_add_v2(float* p, float a, float b) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+
 // ROWS x COLS tile of a row-major matrix (row stride ld elements, 16-byte aligned rows) into
 // swizzled shared memory; rows >= rows_valid are zero-filled and read nothing from HBM.
 template <int ROWS, int COLS, int NT>
@@ -152,7 +165,8 @@ __device__ __forceinline__ void frag_a(u32* a, const u16* s, int row0, int k0, i
 // A fragment (16 rows x 16 k) at (row0, k0) of a tile stored transposed, [k][row].
 template <int COLS>
 __device__ __forceinline__ void frag_a_t(u32* a, const u16* s, int row0, int k0, int lane) {
-    ldsm_x4_t(a, s + swz<COLS>(k0 + ((lane >> 4) << 3) + (lane & 7), (row0 >> 3) + ((lane >> 3) & 1)));
+    const int row = k0 + ((lane >> 4) << 3) + (lane & 7);
+    ldsm_x4_t(a, s + swz<COLS>(row, (row0 >> 3) + ((lane >> 3) & 1)));
 }
 
 // B fragments of two n-tiles (n0..n0+7 -> b[0..1], n0+8..n0+15 -> b[2..3]) for k0..k0+15, from a
@@ -165,7 +179,8 @@ __device__ __forceinline__ void frag_b(u32* b, const u16* s, int n0, int k0, int
 // The same from a tile stored [k][n] (V in O = P V).
 template <int COLS>
 __device__ __forceinline__ void frag_b_t(u32* b, const u16* s, int n0, int k0, int lane) {
-    ldsm_x4_t(b, s + swz<COLS>(k0 + (((lane >> 3) & 1) << 3) + (lane & 7), (n0 >> 3) + (lane >> 4)));
+    const int row = k0 + (((lane >> 3) & 1) << 3) + (lane & 7);
+    ldsm_x4_t(b, s + swz<COLS>(row, (n0 >> 3) + (lane >> 4)));
 }
 
 // Accumulator tiles c[2j], c[2j+1] (16 x 8 fp32 each) rounded into the A fragment of k-step j.

@@ -26,16 +26,23 @@ constexpr int NS = BLOCK_KV / 8;
 constexpr int ND = HEAD_DIM / 8;
 constexpr int RPW = (SOFTMAX_ROWS + WARPS - 1) / WARPS;  // softmax rows per warp
 constexpr long long QK_SMEM_BYTES = (BLOCK_Q + (long long)BLOCK_KV) * HEAD_DIM * 2;
-constexpr long long PV_SMEM_BYTES = ((long long)BLOCK_Q * BLOCK_KV + (long long)BLOCK_KV * HEAD_DIM) * 2;
+constexpr long long PV_SMEM_BYTES =
+    ((long long)BLOCK_Q * BLOCK_KV + (long long)BLOCK_KV * HEAD_DIM) * 2;
 // S_ij leaves through the Q_i/K_j bytes when it fits there, else straight from registers
 constexpr bool QK_STAGE = (BLOCK_Q + BLOCK_KV) * HEAD_DIM >= BLOCK_Q * BLOCK_KV;
+// O_i leaves through the P_ij/V_j bytes when it fits there, else straight from registers
+constexpr bool PV_STAGE = (BLOCK_Q + HEAD_DIM) * BLOCK_KV >= BLOCK_Q * HEAD_DIM;
 
 static_assert(WARPS >= 1 && WARPS <= 32, "warps * 32 threads must be 32..1024");
-static_assert(BLOCK_Q % (16 * WARPS) == 0, "BLOCK_Q must be a multiple of 16 * WARPS (m16 tiles per warp)");
+static_assert(BLOCK_Q % (16 * WARPS) == 0,
+              "BLOCK_Q must be a multiple of 16 * WARPS (m16 tiles per warp)");
 static_assert(BLOCK_KV % 16 == 0, "BLOCK_KV must be a multiple of 16");
-static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 256, "HEAD_DIM must be a multiple of 16, at most 256");
-static_assert(QK_SMEM_BYTES <= 227 * 1024, "Q_i, K_j tiles exceed 227 KiB of shared memory per CTA");
-static_assert(PV_SMEM_BYTES <= 227 * 1024, "P_ij, V_j tiles exceed 227 KiB of shared memory per CTA");
+static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 256,
+              "HEAD_DIM must be a multiple of 16, at most 256");
+static_assert(QK_SMEM_BYTES <= 227 * 1024,
+              "Q_i, K_j tiles exceed 227 KiB of shared memory per CTA");
+static_assert(PV_SMEM_BYTES <= 227 * 1024,
+              "P_ij, V_j tiles exceed 227 KiB of shared memory per CTA");
 static_assert(SOFTMAX_PASSES == 1 || SOFTMAX_PASSES == 2, "SOFTMAX_PASSES must be 1 or 2");
 static_assert(SOFTMAX_ROWS >= 1, "SOFTMAX_ROWS must be positive");
 static_assert(SOFTMAX_PASSES == 1 || (long long)SOFTMAX_ROWS * BLOCK_KV * 2 <= 227 * 1024,
@@ -137,7 +144,8 @@ extern "C" __global__ void __launch_bounds__(NT)
                 for (int e = 0; e < 4; ++e) {
                     const int row = wr + mt * 16 + (lane >> 2) + (e >= 2 ? 8 : 0);
                     const int col = ns * 8 + 2 * (lane & 3) + (e & 1);
-                    if (row < r && col < c) gS[(long)row * n + col] = to_elem(s[mt][ns][e] * scale);
+                    if (row < r && col < c)
+                        gS[(long)row * n + col] = to_elem(s[mt][ns][e] * scale);
                 }
     }
 }
@@ -290,7 +298,8 @@ extern "C" __global__ void __launch_bounds__(NT)
         for (int kt = 0; kt < BLOCK_KV / 16; ++kt) {
             u32 a[MT][4];
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) frag_a<BLOCK_KV>(a[mt], sP, wr + mt * 16, kt * 16, lane);
+            for (int mt = 0; mt < MT; ++mt)
+                frag_a<BLOCK_KV>(a[mt], sP, wr + mt * 16, kt * 16, lane);
 #pragma unroll
             for (int dp = 0; dp < ND / 2; ++dp) {
                 u32 bf[4];
@@ -304,18 +313,43 @@ extern "C" __global__ void __launch_bounds__(NT)
         }
     }
 
-    // O_i: registers -> HBM once per CTA
+    // O_i: registers -> HBM once per CTA, staged through this warp's rows of the P_ij/V_j bytes
+    // for 16-byte stores where the O tile fits there
+    u16* gO = O + ((long)bh * n + q0) * HEAD_DIM;
+    if (PV_STAGE) {
+        __syncthreads();  // every warp is done with the last P_ij and V_j
+        u16* sO = sP;
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            const int row = wr + mt * 16 + (lane >> 2) + 8 * hf;
-            if (row < r) {
-                u16* dst = O + ((long)bh * n + q0 + row) * HEAD_DIM + 2 * (lane & 3);
+            for (int hf = 0; hf < 2; ++hf) {
+                const int row = wr + mt * 16 + (lane >> 2) + 8 * hf;
 #pragma unroll
                 for (int nd = 0; nd < ND; ++nd)
-                    *reinterpret_cast<u32*>(dst + nd * 8) =
+                    *reinterpret_cast<u32*>(sO + swz<HEAD_DIM>(row, nd) + 2 * (lane & 3)) =
                         pack2(o[mt][nd][2 * hf], o[mt][nd][2 * hf + 1]);
             }
+        __syncwarp();
+        constexpr int CH = HEAD_DIM / 8;
+        for (int idx = lane; idx < WM * CH; idx += 32) {
+            const int rr = wr + idx / CH, c = idx % CH;
+            if (rr < r)
+                *reinterpret_cast<uint4*>(gO + (long)rr * HEAD_DIM + c * 8) =
+                    *reinterpret_cast<const uint4*>(sO + swz<HEAD_DIM>(rr, c));
         }
+    } else {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int row = wr + mt * 16 + (lane >> 2) + 8 * hf;
+                if (row < r) {
+                    u16* dst = gO + (long)row * HEAD_DIM + 2 * (lane & 3);
+#pragma unroll
+                    for (int nd = 0; nd < ND; ++nd)
+                        *reinterpret_cast<u32*>(dst + nd * 8) =
+                            pack2(o[mt][nd][2 * hf], o[mt][nd][2 * hf + 1]);
+                }
+            }
+    }
 }

@@ -1,0 +1,191 @@
+"""The CUDA kernels (kernels/cuda, run by kernels.gpu) compute attention under the
+flash-attention error rule, write every output element, and launch exactly what the schedule
+describes. Every test needs a GPU visible to CuPy (tests/conftest.py skips them otherwise)."""
+
+import numpy as np
+import pytest
+
+import kernels
+from kernels import gpu
+from kernels._numerics import to_dtype
+from tests._util import random_inputs
+from tests.test_schedules import _quantum
+
+pytestmark = pytest.mark.gpu
+
+# (head_dim, block_q, block_kv, warps): one tiling per head dim for each kernel family
+FWD_TILES = [(64, 64, 64, 4), (128, 128, 64, 8)]
+BWD_TILES = [(64, 64, 64, 4), (128, 64, 64, 4)]
+# ragged N (not a multiple of any block); 333 is not a multiple of 8 either, so standard
+# attention's S and P rows are not 16-byte aligned there
+CASES = [(1000, False, None), (333, True, 2)]  # (seq_len, causal, kv_heads)
+
+
+def _fresh_seed() -> int:
+    """A new seed per check (fresh inputs every run), reported on failure."""
+    return int(np.random.SeedSequence().entropy % 2**32)
+
+
+def _check_rule(name, got, exact, same_prec, dtype, seed):
+    """flash-attention rule (tests/test_schedules.py): max error vs fp64 at most twice that of
+    the dense reference in the same precision, plus twice the dtype's rounding step."""
+    assert np.all(np.isfinite(got)), f"{name}: unwritten (NaN-poisoned) or non-finite, seed {seed}"
+    exact = np.asarray(exact, np.float64)
+    ref_err = np.abs(np.asarray(same_prec, np.float64) - exact).max()
+    err = np.abs(got.astype(np.float64) - exact).max()
+    floor = _quantum(exact, dtype)
+    assert err <= 2 * ref_err + floor, (
+        f"{name}: {err:.3e} > 2 * {ref_err:.3e} + {floor:.1e} (seed {seed})"
+    )
+
+
+def _shape(d, n, causal, kv_heads, dtype, batch=2, heads=4):
+    return kernels.AttentionShape(batch, heads, n, d, dtype, causal=causal, kv_heads=kv_heads)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("tiles", FWD_TILES)
+@pytest.mark.parametrize("case", CASES)
+def test_flash2_forward(dtype, tiles, case):
+    (d, bq, bkv, w), (n, causal, kvh) = tiles, case
+    sched = kernels.schedule("flash2", _shape(d, n, causal, kvh, dtype), bq, bkv, w)
+    seed = _fresh_seed()
+    q, k, v = random_inputs(sched.shape, seed=seed)
+    o, lse = gpu.run_schedule(sched, q, k, v)
+    exact, m, l, _ = kernels.attention_forward(q, k, v, causal=causal)
+    same = kernels.attention_forward(q, k, v, causal=causal, dtype=dtype)[0]
+    _check_rule("O", o, exact, same, dtype, seed)
+    # L = m + log(l) in fp32 from the same rounded inputs: only fp32 arithmetic separates it
+    # from the fp64 value (|L| ~ 10 here, fp32 steps ~ 1e-6; ex2.approx adds 2 ulp per term)
+    assert np.all(np.isfinite(lse)), f"L: unwritten, seed {seed}"
+    np.testing.assert_allclose(lse, m + np.log(l), rtol=0, atol=1e-4, err_msg=f"seed {seed}")
+
+
+def test_flash2_forward_deterministic_and_takes_cupy_arrays():
+    """Same inputs, same bits (a race would move them); cupy inputs give the numpy result."""
+    import cupy
+
+    sched = kernels.schedule("flash2", _shape(64, 777, True, None, "fp16"), 64, 64, 4)
+    q, k, v = random_inputs(sched.shape, seed=_fresh_seed())
+    first = gpu.run_schedule(sched, q, k, v)
+    again = gpu.run_schedule(sched, *(cupy.asarray(x) for x in (q, k, v)))
+    for a, b in zip(first, again, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("tiles", FWD_TILES)
+@pytest.mark.parametrize("case", CASES)
+def test_standard_forward(dtype, tiles, case):
+    (d, bq, bkv, w), (n, causal, kvh) = tiles, case
+    sched = kernels.schedule("standard", _shape(d, n, causal, kvh, dtype, batch=1), bq, bkv, w)
+    _check_standard(sched, dtype)
+
+
+@pytest.mark.parametrize("passes", [1, 2])
+def test_standard_softmax_passes(passes):
+    """Both softmax variants, with more rows per CTA than warps (each warp takes several)."""
+    shape = _shape(64, 333, True, None, "bf16", batch=1, heads=2)
+    sched = kernels.schedule("standard", shape, 64, 64, 4, softmax_passes=passes, softmax_rows=6)
+    _check_standard(sched, "bf16")
+
+
+def _check_standard(sched, dtype):
+    seed = _fresh_seed()
+    q, k, v = random_inputs(sched.shape, seed=seed)
+    causal = sched.shape.causal
+    o, p, s = gpu.run_schedule(sched, q, k, v)
+    exact_o, _, _, exact_p = kernels.attention_forward(q, k, v, causal=causal)
+    same_o, _, _, same_p = kernels.attention_forward(q, k, v, causal=causal, dtype=dtype)
+    kk = np.repeat(k, sched.shape.group, axis=1)
+    exact_s = (q.astype(np.float64) @ np.swapaxes(kk, -1, -2)) * sched.shape.scale
+    prod = q.astype(np.float32) @ np.swapaxes(kk.astype(np.float32), -1, -2)
+    same_s = to_dtype(prod * np.float32(sched.shape.scale), dtype)
+    _check_rule("S", s, exact_s, same_s, dtype, seed)
+    _check_rule("P", p, exact_p, same_p, dtype, seed)
+    _check_rule("O", o, exact_o, same_o, dtype, seed)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("tiles", BWD_TILES)
+@pytest.mark.parametrize("case", [(517, False, None), (333, True, 2)])
+def test_flash2_backward(dtype, tiles, case):
+    (d, bq, bkv, w), (n, causal, kvh) = tiles, case
+    sched = kernels.schedule("flash2_bwd", _shape(d, n, causal, kvh, dtype, batch=1), bq, bkv, w)
+    seed = _fresh_seed()
+    arrays = random_inputs(sched.shape, seed=seed, backward=True)
+    got = gpu.run_schedule(sched, *arrays)
+    exact = kernels.attention_backward(*arrays, causal=causal)
+    same = kernels.attention_backward(*arrays, causal=causal, dtype=dtype)
+    for name, g, e, p in zip(("dQ", "dK", "dV"), got, exact, same, strict=True):
+        _check_rule(name, g, e, p, dtype, seed)
+
+
+SMEM_CASES = [
+    ("flash2", 128, 128, 64, 8),
+    ("flash2", 64, 64, 64, 4),
+    ("flash2_bwd", 128, 64, 64, 4),
+    ("flash2_bwd", 64, 64, 128, 8),
+    ("standard", 128, 128, 64, 4),
+    ("standard", 64, 64, 128, 4),
+]
+
+
+@pytest.mark.parametrize(("name", "d", "bq", "bkv", "w"), SMEM_CASES)
+def test_shared_memory_is_the_schedules(name, d, bq, bkv, w):
+    """The bytes each kernel carves out of shared memory (its own constexpr, read back from the
+    GPU) equal what the runner requests and what the schedule counts; flash2_bwd's main kernel
+    adds exactly its dS^T tile (block_kv x block_q elements), which the schedule keeps in
+    registers."""
+    import cupy
+
+    sched = kernels.schedule(name, _shape(d, 1000, False, None, "fp16"), bq, bkv, w)
+    c = gpu.compile_schedule(sched)
+    out = cupy.zeros(3, cupy.int64)
+    fn = {"flash2": "flash2_fwd_smem_bytes", "flash2_bwd": "flash2_bwd_smem_bytes"}
+    args = (out,) if name != "standard" else (out, np.int32(sched.shape.seq_len))
+    c.function(fn.get(name, "std_smem_bytes"))((1,), (1,), args)
+    cuda = [int(x) for x in out.get()]
+    requested = [ln.smem_bytes for ln in c.launches]
+    modelled = [k.smem_bytes for k in sched.kernels]
+    if name == "flash2":
+        assert requested == modelled == cuda[:1]
+    elif name == "standard":
+        assert requested == modelled == cuda
+    else:
+        ds = bkv * bq * sched.shape.elem_bytes
+        assert cuda[:2] == [modelled[1], ds]
+        assert requested == [0, modelled[1] + ds, 0] and modelled[0] == modelled[2] == 0
+    assert [ln.grid for ln in c.launches] == [k.ctas for k in sched.kernels]
+    assert [ln.block for ln in c.launches] == [32 * k.warps for k in sched.kernels]
+
+
+BAD_TILINGS = [
+    ("flash2", 64, 64, 64, 8),  # 64 Q rows over 8 warps: not whole m16 tiles
+    ("flash2", 64, 64, 40, 4),  # block_kv not a multiple of 16
+    ("flash2_bwd", 64, 64, 32, 4),  # 32 keys over 4 warps
+    ("standard", 48, 48, 64, 4),  # 48 Q rows over 4 warps (head_dim 48 itself is fine)
+    ("flash2", 256, 256, 256, 4),  # Q, K, V tiles: 384 KiB > 227 KiB of shared memory
+]
+
+
+@pytest.mark.parametrize(("name", "d", "bq", "bkv", "w"), BAD_TILINGS)
+def test_static_asserts_agree_with_tiling_errors(name, d, bq, bkv, w):
+    """kernels.gpu.tiling_errors rejects what the kernels' static_asserts reject, and the
+    runner refuses before compiling."""
+    import cupy
+
+    sched = kernels.schedule(name, _shape(d, max(bq, bkv), False, None, "fp16"), bq, bkv, w)
+    assert gpu.tiling_errors(sched)
+    with pytest.raises(ValueError, match="cannot run on the GPU"):
+        gpu.compile_schedule(sched)
+    code, options = gpu.source(sched), gpu.compile_options(gpu.defines(sched))
+    with pytest.raises(cupy.cuda.compiler.CompileException, match="static assertion failed"):
+        cupy.RawModule(code=code, options=options).get_function(gpu.launches(sched)[0].function)
+
+
+@pytest.mark.parametrize("name", ["flash1", "flash1_bwd", "standard_bwd"])
+def test_other_schedules_have_no_gpu_version(name):
+    sched = kernels.schedule(name, _shape(64, 128, False, None, "fp16"), 64, 64, 4)
+    with pytest.raises(NotImplementedError, match="no GPU version"):
+        gpu.run_schedule(sched, *random_inputs(sched.shape, backward=name.endswith("_bwd")))
