@@ -1,7 +1,7 @@
 """The schedule DAG of a trace (networkx), a trace validator, and work/span statistics.
 
 A trace lists what each CTA does in program order but names no operands of its compute events,
-so the DAG is inferred, conservatively, from four kinds of evidence (docs/dag.md):
+so the DAG is inferred, conservatively, from three kinds of evidence (docs/dag.md):
 
 - program order inside a CTA: compute events (MMA, ELEMENTWISE, EXP, SHARED, SYNC) form a chain,
   since every schedule carries its on-chip accumulators (O_i, m, l, dK_j, ...) from one compute
@@ -69,8 +69,10 @@ def _mask(e, g: int) -> int:
     off, width, step = int(e["offset_bytes"]) // g, rb // g, int(e["row_stride_bytes"]) // g
     if rows == 1 or step == width:  # contiguous: one run of granules
         return ((1 << (width * rows)) - 1) << off
-    row = (1 << width) - 1
-    return sum(row << (off + r * step) for r in range(rows))
+    row, out = (1 << width) - 1, 0
+    for r in range(rows):
+        out |= row << (off + r * step)
+    return out
 
 
 def _region_end(e) -> int:
@@ -119,6 +121,8 @@ def schedule_dag(trace: Trace, *, prefetch: bool = True) -> nx.DiGraph:
     g.graph["kernels"] = tuple(ki.name for ki in meta.kernels)
     for k in range(len(meta.kernels)):
         g.add_node(("end", k), op=None, kernel=k, cta=-1, step=-1, tensor=None, bytes=0, flops=0)
+        if k > 0:  # kernels stay ordered even when one has no events
+            g.add_edge(("end", k - 1), ("end", k), kind="kernel")
     prev_cta, last_compute, loads = None, None, []
     for i, e in enumerate(ev):
         op, k, cta, t = int(e["op"]), int(e["kernel"]), int(e["cta"]), int(e["tensor"])
@@ -462,3 +466,37 @@ class _Validator:
                          "no earlier kernel and no earlier event of this CTA wrote",
                          i, k, c, t)  # fmt: skip
         self.cur[(kind, t)] = self.cur.get((kind, t), 0) | m
+
+
+# The example of docs/dag.md: `python -m analysis.dag`
+def _main() -> None:
+    import kernels
+    import simulator
+
+    gpu = simulator.load_gpu("h200")
+    shape = kernels.AttentionShape(batch=1, heads=2, seq_len=8, head_dim=16)
+    print(f"{shape}, block_q = block_kv = 2, 1 warp; validate_trace(trace, h200)")
+    print("| schedule | kernel | CTAs | events | work | span | parallelism | problems |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in kernels.SCHEDULES:
+        trace = kernels.schedule(name, shape, 2, 2, warps=1).trace()
+        problems = len(validate_trace(trace, gpu))
+        st = dag_stats(schedule_dag(trace))
+        for k in (*st.kernels, None):
+            label, row = ("all", st) if k is None else (k.name, k)
+            ctas = sum(x.ctas for x in st.kernels) if k is None else k.ctas
+            events = sum(x.events for x in st.kernels) if k is None else k.events
+            print(f"| {name} | {label} | {ctas} | {events} | {row.work} | {row.span} | "
+                  f"{row.parallelism:.2f} | {problems if k is None else ''} |")  # fmt: skip
+    print("\nweights='bytes' and 'flops', flash1 vs flash2 (same shape and blocks):")
+    print("| schedule | weights | work | span | parallelism |")
+    print("|---|---|---|---|---|")
+    for name in ("flash1", "flash2"):
+        g = schedule_dag(kernels.schedule(name, shape, 2, 2, warps=1).trace())
+        for w in ("bytes", "flops"):
+            st = dag_stats(g, w)
+            print(f"| {name} | {w} | {st.work:,} | {st.span:,} | {st.parallelism:.2f} |")
+
+
+if __name__ == "__main__":
+    _main()

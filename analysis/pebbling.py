@@ -14,14 +14,22 @@ import heapq
 import itertools
 from dataclasses import dataclass
 
+import numpy as np
+from numba import njit, types
+from numba.typed import Dict
+
 __all__ = [
+    "FlashIO",
     "PebbleDag",
     "Pebbling",
+    "PebblingRow",
     "attention_dag",
     "chain_dag",
     "diamond_dag",
+    "flash_io",
     "min_io",
     "min_red",
+    "pebbling_table",
     "replay",
     "tree_dag",
     "trivial_lower_bound",
@@ -33,11 +41,15 @@ class PebbleDag:
     """A computation DAG: vertex ``v`` has predecessors ``preds[v]``, all numbered below ``v``.
 
     Vertices without predecessors are the inputs (they start blue); ``outputs`` must end blue.
+    ``symmetries`` are automorphisms (``perm[v]`` is the image of ``v``; checked) that the search
+    uses to merge configurations that are images of each other; any subset of the automorphism
+    group is correct, the whole group merges the most.
     """
 
     names: tuple[str, ...]
     preds: tuple[tuple[int, ...], ...]
     outputs: tuple[int, ...]
+    symmetries: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self):
         if len(self.names) != len(self.preds):
@@ -53,6 +65,14 @@ class PebbleDag:
         for o in self.outputs:
             if not 0 <= o < len(self.preds) or not self.preds[o]:
                 raise ValueError(f"output {o} must be a computed vertex (not an input)")
+        n, outs = len(self.preds), set(self.outputs)
+        for perm in self.symmetries:
+            ok = sorted(perm) == list(range(n)) and {perm[o] for o in outs} == outs
+            if not ok or any(
+                {perm[p] for p in ps} != set(self.preds[perm[v]])
+                for v, ps in enumerate(self.preds)
+            ):
+                raise ValueError(f"symmetry {perm} is not an automorphism of the DAG")
 
     @property
     def inputs(self) -> tuple[int, ...]:
@@ -77,7 +97,7 @@ def chain_dag(length: int) -> PebbleDag:
         raise ValueError(f"a chain needs length >= 2 (an input and an output), got {length}")
     return PebbleDag(
         tuple(f"x{i}" for i in range(length)),
-        ((),) + tuple((i - 1,) for i in range(1, length)),
+        ((), *((i - 1,) for i in range(1, length))),
         (length - 1,),
     )
 
@@ -161,7 +181,35 @@ def attention_dag(seq_len: int, head_dim: int, *, granularity: str = "node") -> 
         l_ = reduce(f"l[{i}]", [(x,) for x in e])
         p = [add(f"P[{i},{j}]", (e[j], l_)) for j in range(n)]
         outs += [reduce(f"O[{i},{c}]", [(p[j], v[j][c]) for j in range(n)]) for c in range(d)]
-    return PebbleDag(tuple(names), tuple(preds), tuple(outs))
+    return PebbleDag(
+        tuple(names), tuple(preds), tuple(outs), _symmetries(names, n, d, granularity)
+    )
+
+
+def _symmetries(names, n, d, granularity) -> tuple[tuple[int, ...], ...]:
+    """Automorphisms of ``attention_dag``: permute query rows i and output columns c; with
+    ``node`` granularity also keys j (rows of K and V) and the dot-product index t (a chain
+    fixes the order in which j and t are summed)."""
+    roles = {"Q": "it", "K": "jt", "V": "jc", "S": "ij", "m": "i", "E": "ij", "l": "i"}
+    roles |= {"P": "ij", "O": "ic"}
+    index = {name: v for v, name in enumerate(names)}
+    ident = tuple(range(n))
+    js = itertools.permutations(range(n)) if granularity == "node" else [ident]
+    ts = itertools.permutations(range(d)) if granularity == "node" else [tuple(range(d))]
+    out = []
+    for pi, pj, pt, pc in itertools.product(
+        itertools.permutations(range(n)), list(js), list(ts), itertools.permutations(range(d))
+    ):
+        image = {"i": pi, "j": pj, "t": pt, "c": pc}
+        perm = []
+        for name in names:
+            base, _, step = name.partition("#")
+            head, args = base[0], base[2:-1].split(",")
+            moved = ",".join(str(image[r][int(a)]) for r, a in zip(roles[head], args, strict=True))
+            perm.append(index[f"{head}[{moved}]" + (f"#{step}" if step else "")])
+        if perm != list(range(len(names))):
+            out.append(tuple(perm))
+    return tuple(out)
 
 
 def min_red(dag: PebbleDag) -> int:
@@ -175,83 +223,187 @@ def trivial_lower_bound(dag: PebbleDag) -> int:
     return sum(1 for v in dag.inputs if v in used) + len(dag.outputs)
 
 
-class _Game:
-    """Bitset view of a DAG for the search: vertex v is bit 1 << v."""
+# ----------------------------------------------------------------- the search (numba, bitsets)
 
-    def __init__(self, dag: PebbleDag):
-        n = len(dag.preds)
-        self.n, self.preds = n, dag.preds
-        self.pmask = [sum(1 << p for p in ps) for ps in dag.preds]
-        self.succs = [[] for _ in range(n)]
-        for v, ps in enumerate(dag.preds):
-            for p in ps:
-                self.succs[p].append(v)
-        self.inputs = sum(1 << v for v in dag.inputs)
-        self.outputs = sum(1 << o for o in dag.outputs)
-        self._dead: dict[int, int] = {}
+JIT = {"cache": True}  # as kernels._emit.JIT, without nogil (the search holds typed containers)
+_KEY = types.UniTuple(types.int64, 2)  # (red, blue) bitsets: vertex v is bit 1 << v
+# parent red, parent blue, kind, vertex, evicted, spilled, symmetry applied (-1: none), raw red
+_LINK = types.UniTuple(types.int64, 8)
+_COMPUTE, _LOAD = 0, 1
+MAX_VERTICES = 62  # bitsets are int64
 
-    def dead(self, blue: int) -> int:
-        """Vertices a red pebble can no longer help: stored outputs and whatever only feeds them
-        (or feeds nothing and is not an output). Depends only on which outputs are blue."""
-        key = blue & self.outputs
-        if key not in self._dead:
-            dead = 0
-            for v in reversed(range(self.n)):
-                if (not self.outputs >> v & 1 or key >> v & 1) and all(
-                    dead >> s & 1 for s in self.succs[v]
-                ):
-                    dead |= 1 << v
-            self._dead[key] = dead
-        return self._dead[key]
 
-    def h(self, red: int, blue: int) -> int:
-        """Admissible and consistent lower bound on the I/O still to pay (docs/dag.md): one
-        store per output not yet blue, one load per input that a pending output needs through
-        vertices holding no pebble (such an input cannot be recomputed)."""
-        need = self.outputs & ~blue
-        cost, seen, stack = need.bit_count(), need, [v for v in range(self.n) if need >> v & 1]
-        while stack:
-            for p in self.preds[stack.pop()]:
-                if (seen | red) >> p & 1:
-                    continue
-                seen |= 1 << p
-                if self.inputs >> p & 1:
-                    cost += 1
-                elif not blue >> p & 1:  # a blue vertex may be reloaded: count nothing
-                    stack.append(p)
-        return cost
+@njit(**JIT)
+def _count(x):
+    c = 0
+    while x:
+        x &= x - 1
+        c += 1
+    return c
 
-    def moves(self, red: int, blue: int, m: int):
-        """(cost, kind, vertex, evicted or -1, stored-before-evicting, red', blue') from a
-        canonical configuration, under the reductions of ``min_io``'s Notes."""
-        full, dead = red.bit_count() >= m, self.dead(blue)
-        computable = [
-            v
-            for v in range(self.n)
-            if not (red | dead | self.inputs) >> v & 1 and self.pmask[v] & red == self.pmask[v]
-        ]
-        if not full and computable:  # a free compute into a free pebble loses nothing
-            computable = computable[:1]
-        for v, kind in [(v, "compute") for v in computable] + [
-            (v, "load")
-            for v in range(self.n)
-            if blue >> v & 1 and not (red | dead) >> v & 1 and v not in computable
-        ]:
-            b = 1 << v
-            cost, nblue = (0 if kind == "compute" else 1), blue
-            if self.outputs & b:  # an output is stored as soon as it is red (it must be once)
-                cost, nblue = cost + 1, blue | b
-            if not full:
-                yield cost, kind, v, -1, False, (red | b) & ~self.dead(nblue), nblue
+
+@njit(**JIT)
+def _dead(blue, outputs, succ, memo):
+    """Vertices a red pebble can no longer help: stored outputs and whatever feeds only them (or
+    nothing, when not an output). Depends only on which outputs are blue."""
+    key = blue & outputs
+    if key in memo:
+        return memo[key]
+    dead = 0
+    for v in range(succ.size - 1, -1, -1):
+        if ((outputs >> v) & 1 == 0 or (key >> v) & 1) and succ[v] & dead == succ[v]:
+            dead |= 1 << v
+    memo[key] = dead
+    return dead
+
+
+@njit(**JIT)
+def _h(red, blue, pmask, inputs, outputs):
+    """Admissible, consistent lower bound on the I/O still to pay: a store per output not yet
+    blue, a load per input a pending output needs through vertices with no pebble (an input
+    cannot be recomputed; a blue vertex might be reloaded, so the search stops there)."""
+    need = outputs & ~blue
+    reach = need
+    frontier = need
+    while frontier:
+        preds = 0
+        for v in range(pmask.size):
+            if (frontier >> v) & 1:
+                preds |= pmask[v]
+        preds &= ~(reach | red)
+        reach |= preds
+        frontier = preds & ~blue
+    return _count(need) + _count(reach & inputs)
+
+
+def _byte_tables(perms: np.ndarray) -> np.ndarray:
+    """tables[p, k, x]: the image under symmetry p of byte value x at bits 8k..8k+7, so that a
+    bitset is permuted with one lookup per byte."""
+    g, n = perms.shape
+    tables = np.zeros((g, (n + 7) // 8, 256), np.int64)
+    for k in range(tables.shape[1]):
+        for bit in range(8):
+            v = 8 * k + bit
+            if v < n:
+                has = (np.arange(256) >> bit) & 1 == 1
+                tables[:, k, has] |= np.left_shift(np.int64(1), perms[:, v])[:, None]
+    return tables
+
+
+@njit(**JIT)
+def _permute(mask, table):
+    out = 0
+    for k in range(table.shape[0]):
+        out |= table[k, (mask >> (8 * k)) & 255]
+    return out
+
+
+@njit(**JIT)
+def _canonical(red, blue, tables):
+    """The least (red, blue) among the configuration's images, and which symmetry gave it."""
+    best_r, best_b, which = red, blue, -1
+    for p in range(tables.shape[0]):
+        r = _permute(red, tables[p])
+        if r > best_r:
+            continue
+        b = _permute(blue, tables[p])
+        if r < best_r or b < best_b:
+            best_r, best_b, which = r, b, p
+    return best_r, best_b, which
+
+
+@njit(**JIT)
+def _place(st, red, blue, g, v, kind, evictable, m, pmask, inputs, outputs, succ, memo, tables):
+    """Push the configurations reached by putting a red pebble on ``v``, evicting one of
+    ``evictable`` when fast memory is full."""
+    heap, best, link = st
+    b = 1 << v
+    cost = 0 if kind == _COMPUTE else 1
+    nblue = blue
+    if outputs & ~blue & b:  # an output is stored as soon as it is red (it must be, once)
+        cost += 1
+        nblue = blue | b
+    full = _count(red) >= m
+    for r in range(-1, pmask.size):
+        # evict only when fast memory is full (deleting later is never worse)
+        if (r < 0) == full or (r >= 0 and ((red & evictable) >> r) & 1 == 0):
+            continue
+        for spill in range(2):
+            if spill and (r < 0 or (nblue >> r) & 1):
                 continue
-            rest = red & ~(self.pmask[v] if kind == "compute" else 0)
-            while rest:  # evict only when fast memory is full (deleting later is never worse)
-                r = rest & -rest
-                rest ^= r
-                for spill in (False, True) if not nblue & r else (False,):
-                    nb = nblue | r if spill else nblue
-                    nr = (red & ~r | b) & ~self.dead(nb)
-                    yield cost + spill, kind, v, r.bit_length() - 1, spill, nr, nb
+            evict = 0 if r < 0 else 1 << r
+            nb = nblue | evict if spill else nblue
+            raw = (red & ~evict | b) & ~_dead(nb, outputs, succ, memo)
+            nr, nb, p = _canonical(raw, nb, tables)
+            ng = g + cost + spill
+            key = (nr, nb)
+            if key not in best or ng < best[key]:
+                best[key] = ng
+                link[key] = (red, blue, kind, v, r, spill, p, raw)
+                f = ng + _h(nr, nb, pmask, inputs, outputs)
+                heapq.heappush(heap, (f, -ng, -len(best), nr, nb))  # then newest: depth first
+
+
+@njit(**JIT)
+def _search(pmask, inputs, outputs, succ, m, max_states, tables):
+    """A* from (no red, inputs blue) to (all outputs blue). Returns (io, expanded, links of
+    the optimal path as rows (kind, vertex, evicted, spilled, red and blue before, red after,
+    symmetry applied after the move), in the frame of the configuration the move starts from);
+    io is -1
+    when ``max_states`` configurations were expanded without reaching the goal."""
+    memo = Dict.empty(types.int64, types.int64)
+    best = Dict.empty(_KEY, types.int64)
+    link = Dict.empty(_KEY, _LINK)
+    start = (np.int64(0), np.int64(inputs))
+    best[start] = 0
+    heap = [(np.int64(_h(0, inputs, pmask, inputs, outputs)), np.int64(0), np.int64(0), start[0],
+             start[1])]  # fmt: skip
+    st = (heap, best, link)
+    expanded = 0
+    while heap:
+        _, neg_g, _, red, blue = heapq.heappop(heap)
+        g = -neg_g  # on equal f, the configuration with more I/O paid (nearer the goal) first
+        if g > best[(red, blue)]:
+            continue
+        if blue & outputs == outputs:
+            return g, expanded, _path(link, start, (red, blue))
+        expanded += 1
+        if expanded > max_states:
+            break
+        full = _count(red) >= m
+        dead = _dead(blue, outputs, succ, memo)
+        computed = False
+        for v in range(pmask.size):
+            if ((red | dead | inputs) >> v) & 1 == 0 and pmask[v] & red == pmask[v]:
+                # a compute keeps its operands red: it may evict anything else
+                _place(st, red, blue, g, v, _COMPUTE, ~pmask[v], m, pmask, inputs, outputs,
+                       succ, memo, tables)  # fmt: skip
+                computed = True
+                if not full:
+                    break  # a free compute into a free pebble loses nothing: no other move
+        if computed and not full:
+            continue
+        for v in range(pmask.size):
+            if (blue >> v) & 1 and ((red | dead) >> v) & 1 == 0:
+                # a load of a vertex that could be computed pays only to evict an operand
+                can = (inputs >> v) & 1 == 0 and pmask[v] & red == pmask[v]
+                _place(st, red, blue, g, v, _LOAD, pmask[v] if can else -1, m, pmask, inputs,
+                       outputs, succ, memo, tables)  # fmt: skip
+    return -1, expanded, np.zeros((0, 8), np.int64)
+
+
+@njit(**JIT)
+def _path(link, start, state):
+    rows = []
+    while state != start:
+        pr, pb, kind, v, r, spill, p, raw = link[state]
+        rows.append((kind, v, r, spill, pr, pb, raw, p))
+        state = (pr, pb)
+    out = np.zeros((len(rows), 8), np.int64)
+    for i in range(len(rows)):
+        for j in range(8):
+            out[len(rows) - 1 - i, j] = rows[i][j]
+    return out
 
 
 def min_io(dag: PebbleDag, red: int, *, max_states: int = 2_000_000) -> Pebbling:
@@ -260,6 +412,7 @@ def min_io(dag: PebbleDag, red: int, *, max_states: int = 2_000_000) -> Pebbling
     Parameters
     ----------
     dag : PebbleDag
+        At most 62 vertices.
     red : int
         M, the number of red pebbles (fast memory in elements); at least ``min_red(dag)``.
     max_states : int
@@ -268,67 +421,73 @@ def min_io(dag: PebbleDag, red: int, *, max_states: int = 2_000_000) -> Pebbling
     Returns
     -------
     Pebbling
-        The optimum and one optimal sequence of moves (checked by ``replay`` in the tests).
+        The optimum and one optimal sequence of moves (the tests replay it with ``replay``).
 
     Notes
     -----
-    Hong & Kung (1981), with recomputation. A* over configurations (red set, blue set) with
-    0/1 move costs and the consistent heuristic ``_Game.h``, so the first time the goal is
-    popped its cost is optimal. Three reductions keep the search exact (docs/dag.md): a red
-    pebble is deleted only when a new one needs its place; an output is stored when computed;
-    pebbles on dead vertices are deleted at once.
+    Hong & Kung (1981), recomputation allowed. A* over configurations (red set, blue set) with
+    0/1 move costs and a consistent heuristic, so the first goal popped is optimal. Reductions
+    that keep it exact (docs/dag.md): a pebble is deleted only when a new one needs its place,
+    and an intermediate is stored only just before its pebble is deleted; an output is stored
+    when computed; pebbles on dead vertices are deleted at once; when a pebble is free and
+    some vertex can be computed, computing it is the only move tried (the configuration with
+    one more red pebble dominates).
     """
     lo = min_red(dag)
     if isinstance(red, bool) or not isinstance(red, int) or red < lo:
         raise ValueError(f"red={red!r}: this DAG needs at least {lo} red pebbles (in-degree + 1)")
-    game = _Game(dag)
-    start = (0, game.inputs)
-    best, parent = {start: 0}, {start: None}
-    tie = itertools.count()
-    heap = [(game.h(*start), 0, next(tie), start)]
-    expanded = 0
-    while heap:
-        _, neg_g, _, state = heapq.heappop(heap)
-        g = -neg_g  # ties on f go to the deepest configuration first
-        if g > best[state]:
-            continue
-        if state[1] & game.outputs == game.outputs:
-            return _result(dag, red, g, state, parent, expanded)
-        expanded += 1
-        if expanded > max_states:
-            raise ValueError(
-                f"min_io gave up after {max_states:,} configurations (M={red}, "
-                f"{len(dag.preds)} vertices); use a smaller DAG or raise max_states"
-            )
-        for cost, kind, v, r, spill, nred, nblue in game.moves(*state, red):
-            nxt, ng = (nred, nblue), g + cost
-            if ng < best.get(nxt, ng + 1):
-                best[nxt], parent[nxt] = ng, (state, kind, v, r, spill)
-                heapq.heappush(heap, (ng + game.h(nred, nblue), -ng, next(tie), nxt))
-    raise AssertionError("unreachable: every DAG can be pebbled with min_red pebbles")
+    n = len(dag.preds)
+    if n > MAX_VERTICES:
+        raise ValueError(f"{n} vertices; min_io takes at most {MAX_VERTICES} (int64 bitsets)")
+    pmask = np.array([sum(1 << p for p in ps) for ps in dag.preds], np.int64)
+    succ = np.zeros(n, np.int64)
+    for v, ps in enumerate(dag.preds):
+        for p in ps:
+            succ[p] |= 1 << v
+    inputs = sum(1 << v for v in dag.inputs)
+    outputs = sum(1 << o for o in dag.outputs)
+    perms = np.array(dag.symmetries, np.int64).reshape(len(dag.symmetries), n)
+    tables = _byte_tables(perms)
+    io, expanded, rows = _search(pmask, inputs, outputs, succ, red, max_states, tables)
+    if io < 0:
+        raise ValueError(
+            f"min_io gave up after {max_states:,} configurations (M={red}, {n} vertices); "
+            "use a smaller DAG or raise max_states"
+        )
+    return _result(dag, red, io, rows, expanded)
 
 
-def _result(dag, red, io, state, parent, expanded) -> Pebbling:
-    """Rebuild the move list, with every deletion written out, from the parent links."""
-    steps = []
-    while parent[state] is not None:
-        prev, kind, v, r, spill = parent[state]
-        steps.append((prev, kind, v, r, spill, state))
-        state = prev
-    moves, nm = [], dag.names
-    for (pred_red, _), kind, v, r, spill, (nred, _) in reversed(steps):
+def _result(dag, red, io, rows, expanded) -> Pebbling:
+    """The move list, every deletion written out, from the search's path.
+
+    The search stores each configuration as its least symmetric image, so the path's moves are
+    in shifting frames; ``sigma`` maps the current frame's vertices to the real ones.
+    """
+    n = len(dag.names)
+    sigma, moves = list(range(n)), []
+
+    def name(u):
+        return dag.names[sigma[u]]
+
+    for kind, v, r, spill, pred_red, pred_blue, raw, p in rows.tolist():
         if spill:
-            moves.append(("store", nm[r]))
+            moves.append(("store", name(r)))
         if r >= 0:
-            moves.append(("delete", nm[r]))
-        moves.append((kind, nm[v]))
-        if v in dag.outputs:
-            moves.append(("store", nm[v]))
+            moves.append(("delete", name(r)))
+        moves.append(("compute" if kind == _COMPUTE else "load", name(v)))
+        if v in dag.outputs and not (pred_blue >> v) & 1:
+            moves.append(("store", name(v)))
         after = (pred_red & ~(1 << r if r >= 0 else 0)) | 1 << v
-        moves += [("delete", nm[u]) for u in range(len(nm)) if (after & ~nred) >> u & 1]
+        moves += [("delete", name(u)) for u in range(n) if (after & ~raw) >> u & 1]
+        if p >= 0:  # the next configuration is pi(this frame's): sigma <- sigma o pi^-1
+            inverse = [0] * n
+            for u, w in enumerate(dag.symmetries[p]):
+                inverse[w] = u
+            sigma = [sigma[inverse[u]] for u in range(n)]
     loads = sum(1 for kind, _ in moves if kind == "load")
     stores = sum(1 for kind, _ in moves if kind == "store")
-    assert loads + stores == io, "move list disagrees with the search's cost"
+    if loads + stores != io:
+        raise AssertionError(f"move list costs {loads + stores}, the search said {io}")
     return Pebbling(red, io, loads, stores, tuple(moves), expanded)
 
 
@@ -359,3 +518,157 @@ def replay(dag: PebbleDag, red: int, moves) -> int:
     if missing := [dag.names[o] for o in dag.outputs if o not in blues]:
         raise ValueError(f"outputs {missing} end without a blue pebble")
     return io
+
+
+# ------------------------------------------------------------------ comparison with FlashAttention
+
+
+@dataclass(frozen=True, slots=True)
+class FlashIO:
+    """Elements a flash2 trace moves for one head, with blocks whose on-chip tiles fit M."""
+
+    block_q: int
+    block_kv: int
+    on_chip_elements: int  # every on-chip tile of the schedule: Q_i, K_j, V_j, O_i, S_ij, m, l
+    q: int
+    k: int
+    v: int
+    o: int
+    lse: int  # the logsumexp flash2 also writes (not an output of the pebbling DAG)
+
+    @property
+    def total(self) -> int:
+        """Q + K + V reads and O writes: the pebbling DAG's inputs and outputs."""
+        return self.q + self.k + self.v + self.o
+
+
+def flash_io(seq_len: int, head_dim: int, red: int) -> FlashIO | None:
+    """The least Q/K/V/O traffic (elements) of flash2 with on-chip tiles of at most ``red``
+    elements, over all block sizes; None when even 1 x 1 blocks do not fit.
+
+    Notes
+    -----
+    Counts come from ``kernels.schedule("flash2", ...).trace()`` (batch = heads = 1, fp32, so
+    bytes / 4 = elements): Q read once, K and V read Tr times, O written once (Dao 2023, Alg. 1).
+    """
+    import kernels  # analysis sits above kernels; imported here to keep the search standalone
+    from simulator.trace import Op, Space
+
+    shape = kernels.AttentionShape(1, 1, seq_len, head_dim, dtype="fp32")
+    best = None
+    for bq, bkv in itertools.product(range(1, seq_len + 1), repeat=2):
+        sched = kernels.schedule("flash2", shape, block_q=bq, block_kv=bkv, warps=1)
+        tiles = sum(
+            int(np.prod(t.shape)) for t in sched.tensors if t.space != Space.GLOBAL
+        )  # fmt: skip
+        if tiles > red:
+            continue
+        trace, eb = sched.trace(), shape.elem_bytes
+        rd, wr = trace.bytes_by(Op.LOAD), trace.bytes_by(Op.STORE)
+        row = FlashIO(
+            bq, bkv, tiles, rd["Q"] // eb, rd["K"] // eb, rd["V"] // eb, wr["O"] // eb,
+            wr["L"] // shape.acc_bytes,
+        )  # fmt: skip
+        if best is None or (row.total, tiles) < (best.total, best.on_chip_elements):
+            best = row  # the least traffic, then the smallest tiles
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class PebblingRow:
+    """One line of the pebbling table (``io`` is None when the search gave up)."""
+
+    seq_len: int
+    head_dim: int
+    granularity: str
+    vertices: int
+    red: int
+    io: int | None
+    states: int
+    trivial: int
+    flash: FlashIO | None
+
+
+def pebbling_table(cases, *, max_states: int = 300_000) -> list[PebblingRow]:
+    """Rows for ``cases`` = iterable of (seq_len, head_dim, granularity, red values)."""
+    rows = []
+    for n, d, gran, reds in cases:
+        dag = attention_dag(n, d, granularity=gran)
+        for m in reds:
+            try:
+                res = min_io(dag, m, max_states=max_states)
+                io, states = res.io, res.states
+            except ValueError:
+                io, states = None, max_states
+            rows.append(
+                PebblingRow(
+                    n, d, gran, len(dag.names), m, io, states, trivial_lower_bound(dag),
+                    flash_io(n, d, m),
+                )
+            )  # fmt: skip
+    return rows
+
+
+# The table of docs/dag.md: `python -m analysis.pebbling [--max-states N] [N,d,DAG,M0-M1 ...]`
+DOC_CASES = (
+    (1, 1, "node", range(3, 8)),
+    (1, 2, "node", range(5, 12)),
+    (1, 3, "node", range(7, 16)),
+    (2, 1, "node", range(5, 9)),
+    (2, 1, "chain", range(4, 8)),
+    (3, 1, "node", range(10, 13)),
+    (2, 2, "node", range(7, 19)),
+    (2, 2, "chain", range(7, 12)),
+)
+
+
+def _main(argv=None) -> None:
+    import argparse
+    import time
+
+    ap = argparse.ArgumentParser(description="Exact red-blue pebbling of tiny attention DAGs.")
+    ap.add_argument("--max-states", type=int, default=300_000)
+    ap.add_argument("cases", nargs="*", help="N,d,node|chain,M0-M1 (default: docs/dag.md's)")
+    args = ap.parse_args(argv)
+    cases = DOC_CASES
+    if args.cases:
+        cases = []
+        for c in args.cases:
+            n, d, gran, ms = c.split(",")
+            lo, _, hi = ms.partition("-")
+            cases.append((int(n), int(d), gran, range(int(lo), int(hi or lo) + 1)))
+    print("| N | d | DAG | vertices | M | optimum I/O | trivial bound | flash2 I/O (Br, Bc) "
+          "| states (most) | seconds (most) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    group = []  # consecutive M with the same figures share a row
+
+    def flush():
+        if group:
+            r, lo, hi = group[0][0], group[0][0].red, group[-1][0].red
+            ms = str(lo) if lo == hi else f"{lo}-{hi}"
+            opt = f"> {r.states:,} states" if r.io is None else str(r.io)
+            states = f"{max(x.states for x, _ in group):,}" if r.io is not None else "-"
+            fl = "no block fits" if r.flash is None else (
+                f"{r.flash.total} ({r.flash.block_q}, {r.flash.block_kv})"
+            )  # fmt: skip
+            secs = max(s for _, s in group)
+            print(f"| {r.seq_len} | {r.head_dim} | {r.granularity} | {r.vertices} | {ms} | "
+                  f"{opt} | {r.trivial} | {fl} | {states} | {secs:.1f} |")  # fmt: skip
+        group.clear()
+
+    for n, d, gran, reds in cases:
+        for m in reds:
+            t0 = time.perf_counter()
+            (row,) = pebbling_table([(n, d, gran, [m])], max_states=args.max_states)
+            sec = time.perf_counter() - t0
+            if group:
+                prev = group[-1][0]
+                key = (prev.seq_len, prev.head_dim, prev.granularity, prev.io, prev.flash)
+                if key != (row.seq_len, row.head_dim, row.granularity, row.io, row.flash):
+                    flush()
+            group.append((row, sec))
+        flush()
+
+
+if __name__ == "__main__":
+    _main()
