@@ -12,6 +12,7 @@ import kernels
 import simulator
 from analysis import comparison as cmp
 from analysis import report
+from analysis._crosscheck_cli import add_crosscheck_command
 from analysis._tiling_cli import add_tiling_command
 
 DEFAULT_GPU = "h200"
@@ -20,6 +21,7 @@ EPILOG = """examples:
   flashio demo                                   the main job on the default GPU (h200)
   flashio gpus                                   built-in GPU specs
   flashio tiling --gpu h200 --head-dim 64        B = M/(4d) in both forms, capacity; --search
+  flashio crosscheck                             predictions vs the committed H200 measurements
   flashio simulate flash2 --seq-len 8192 --head-dim 128 --block-q 128 --block-kv 64
   flashio simulate standard --gpu my_gpu.toml --json
   flashio compare --seq-len 1024 --batch 64 --backward --gpu a100-40gb
@@ -308,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sweep)
 
     add_tiling_command(sub)
+    add_crosscheck_command(sub)
     return parser
 
 

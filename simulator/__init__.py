@@ -3,7 +3,7 @@
 from simulator.gpu import GPUSpec, GPUSpecError
 from simulator.occupancy import CapacityError, Occupancy, occupancy
 from simulator.result import KernelResult, SimResult, TensorTraffic
-from simulator.simulate import simulate
+from simulator.simulate import ModelOptions, simulate
 from simulator.specfiles import builtin_gpus, load_gpu
 from simulator.trace import EVENT_DTYPE, KernelInfo, Op, Space, TensorInfo, Trace, TraceMeta
 
@@ -14,6 +14,7 @@ __all__ = [
     "GPUSpecError",
     "KernelInfo",
     "KernelResult",
+    "ModelOptions",
     "Occupancy",
     "Op",
     "SimResult",

@@ -6,7 +6,8 @@ running CTAs reach the shared L2 and bandwidth servers in simulated-time order.
 
 Servers are first-come-first-served virtual clocks: a request of w units on a server of rate R
 issued at time t finishes at max(t, free) + w / R, and the server is then free from that time.
-L2 and HBM are global servers; the tensor, FP32, SFU and shared-memory pipes are per SM.
+L2 and HBM are global servers; the tensor, FP32, SFU and shared-memory pipes are per SM (or one
+arithmetic server per SM, with ``ModelOptions.shared_issue``).
 """
 
 from __future__ import annotations
@@ -20,15 +21,27 @@ from simulator.trace import Op
 LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in Op)
 
 # float configuration vector
-(C_L2_BW, C_HBM_BW, C_L2_LAT, C_HBM_LAT, C_TENSOR, C_FP32, C_SFU, C_SMEM, C_CTA_FRAC, C_SYNC) = (
-    range(10)
-)
-N_CFG = 10
-# integer slot state columns
-S_CTA, S_PTR, S_END, S_LIVE_SMEM, S_LIVE_REGS, S_STEP = range(6)
-N_SLOT_INT = 6
-# float slot state columns
-F_T, F_READY, F_STORES, F_START = range(4)
+(
+    C_L2_BW,
+    C_HBM_BW,
+    C_L2_LAT,
+    C_HBM_LAT,
+    C_TENSOR,
+    C_FP32,
+    C_SFU,
+    C_SMEM,
+    C_CTA_FRAC,
+    C_SYNC,
+    C_SHARED_ISSUE,
+    C_PREFETCH,
+) = range(12)
+N_CFG = 12
+# integer slot state columns; S_PF_* mark the LOADs of the next step issued early (prefetch)
+S_CTA, S_PTR, S_END, S_LIVE_SMEM, S_LIVE_REGS, S_STEP, S_PF_STEP, S_PF_LO, S_PF_HI = range(9)
+N_SLOT_INT = 9
+# float slot state columns; F_READY_NEXT: when the prefetched loads have arrived
+F_T, F_READY, F_STORES, F_START, F_READY_NEXT = range(5)
+N_SLOT_FLOAT = 5
 # per-SM pipes
 U_TENSOR, U_FP32, U_SFU, U_SMEM = range(4)
 # per-tensor counters
@@ -102,10 +115,31 @@ def _start_cta(s, c, t, si, sf, cta_off, win_c0):
     si[s, S_LIVE_SMEM] = 0
     si[s, S_LIVE_REGS] = 0
     si[s, S_STEP] = -1
+    si[s, S_PF_STEP] = -1
+    si[s, S_PF_LO] = -1
+    si[s, S_PF_HI] = -1
     sf[s, F_T] = t
     sf[s, F_READY] = t
     sf[s, F_STORES] = t
     sf[s, F_START] = t
+    sf[s, F_READY_NEXT] = t
+
+
+@njit(inline="always")
+def _next_step_loads(ev, ptr, end, step):
+    """The LOAD events that open the outer-loop step after ``step``: (lo, hi) indices into
+    ``ev`` (hi == lo: none). The next step is that of the first later event whose step differs
+    from ``step``; it must be >= 0, and its leading events must be LOADs."""
+    i = ptr
+    while i < end and ev[i].step == step:
+        i += 1
+    if i == end or ev[i].step < 0:
+        return i, i
+    nxt = ev[i].step
+    j = i
+    while j < end and ev[j].step == nxt and np.int64(ev[j].op) == LOAD:
+        j += 1
+    return i, j
 
 
 @njit(inline="always")
@@ -248,8 +282,49 @@ def run_window(
                 )
                 sf[s, F_READY] = max(sf[s, F_READY], done)
                 si[s, S_STEP] = ev[ptr].step
+            if ptr == si[s, S_PF_LO] and ptr < si[s, S_PF_HI]:
+                # the step whose loads were prefetched begins: they are this step's operands
+                sf[s, F_READY] = max(sf[s, F_READY], sf[s, F_READY_NEXT])
+            if ptr >= si[s, S_PF_LO] and ptr < si[s, S_PF_HI]:
+                si[s, S_PTR] = ptr + 1  # issued already, at the prefetch
+                continue
             if op >= MMA and op <= SYNC and sf[s, F_READY] > t:
                 t = sf[s, F_READY]  # operands still in flight: wait for them
+            # prefetch: at the first arithmetic event of a step, the loads that open the next
+            # step are issued (cp.async double buffering); they are memory requests, so the CTA
+            # must be the earliest of all
+            pf = cfg[C_PREFETCH] > 0 and op >= MMA and op <= SHARED and ev[ptr].step >= 0
+            if pf and si[s, S_PF_STEP] != ev[ptr].step:
+                if not _root_still_first(ht, hs, n, t, s):
+                    sf[s, F_T] = t
+                    ht[0] = t
+                    _sift_down(ht, hs, n, 0)
+                    break
+                si[s, S_PF_STEP] = ev[ptr].step
+                lo, hi = _next_step_loads(ev, ptr, si[s, S_END], ev[ptr].step)
+                si[s, S_PF_LO] = lo
+                si[s, S_PF_HI] = hi
+                sf[s, F_READY_NEXT] = t
+                for i in range(lo, hi):
+                    e = ev[i]
+                    done = _request(
+                        LOAD,
+                        e.tensor,
+                        e.offset_bytes,
+                        e.rows,
+                        e.row_bytes,
+                        e.row_stride_bytes,
+                        e.bytes,
+                        t,
+                        cfg,
+                        l2_on,
+                        l2,
+                        srv,
+                        tstat,
+                        busy,
+                        cnt,
+                    )
+                    sf[s, F_READY_NEXT] = max(sf[s, F_READY_NEXT], done)
             # Ordering gate: an event is replayed only once no other CTA could still issue an
             # earlier request to the resource it uses. Memory events and CTA ends (dispatch)
             # share global state: the CTA must be the earliest of all. Arithmetic uses its own
@@ -327,10 +402,12 @@ def run_window(
                     u, rate, work = U_SMEM, cfg[C_SMEM], e.bytes
                     cnt[K_SHARED_BYTES] += work
                 start = t  # operands have arrived (see above)
-                units[sm, u] = max(units[sm, u], start) + work / rate
+                # with shared issue, every kind of arithmetic queues at one server per SM
+                q = 0 if cfg[C_SHARED_ISSUE] > 0 else u
+                units[sm, q] = max(units[sm, q], start) + work / rate
                 busy[B_TENSOR + u] += work / rate
                 # a CTA with fewer warps than sub-partitions cannot use the whole pipe
-                t = max(start + work / (rate * frac), units[sm, u])
+                t = max(start + work / (rate * frac), units[sm, q])
             elif op == SYNC:
                 t = t + cfg[C_SYNC]
             elif op == ALLOC or op == FREE:

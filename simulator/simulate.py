@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -16,25 +17,86 @@ from simulator.result import KernelResult, SimResult, TensorTraffic
 from simulator.specfiles import load_gpu
 from simulator.trace import Space, TraceSource
 
-__all__ = ["simulate"]
+__all__ = ["ModelOptions", "simulate"]
 
 WINDOW_EVENTS = 4_000_000  # events held per window of CTAs (bounds memory for long traces)
 LOCAL_NAME = "local (register spills)"  # the pseudo-tensor of spill traffic
 
 
-def _config(gpu: GPUSpec, dtype: str, warps: int) -> np.ndarray:
+@dataclass(frozen=True, slots=True)
+class ModelOptions:
+    """Switches of the time model beyond docs/model.md's defaults (all off by default).
+
+    Attributes
+    ----------
+    shared_issue : bool
+        One arithmetic server per SM instead of four pipes: MMA, ELEMENTWISE, EXP and SHARED
+        work of all CTAs on an SM queue at one server, each at its own rate (docs/model.md,
+        "Model options"). For kernels whose warps wait on their own instructions most of the
+        time, so that the pipes do not work concurrently.
+    prefetch_kernels : tuple of str
+        Kernels whose CTAs issue the LOADs that open outer-loop step s+1 when they begin step
+        s's arithmetic (``cp.async`` double buffering).
+    issue_efficiency : tuple of (str, float)
+        Per kernel name, the fraction in (0, 1] of the arithmetic rates (tensor, FP32, SFU,
+        shared memory) that the kernel's instruction stream achieves; kernels not named get 1.
+        A dict is accepted and stored as sorted pairs.
+    """
+
+    shared_issue: bool = False
+    prefetch_kernels: tuple[str, ...] = ()
+    issue_efficiency: tuple[tuple[str, float], ...] = ()
+
+    def __post_init__(self):
+        names = self.prefetch_kernels
+        if isinstance(names, str) or not all(isinstance(k, str) for k in names):
+            raise ValueError(
+                "ModelOptions.prefetch_kernels must be a tuple of kernel names, e.g. "
+                f"('flash2_fwd',), got {names!r}"
+            )
+        object.__setattr__(self, "prefetch_kernels", tuple(names))
+        eff = self.issue_efficiency
+        pairs = sorted(eff.items() if isinstance(eff, dict) else eff)
+        for name, value in pairs:
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if not isinstance(name, str) or not ok or not 0 < value <= 1:
+                raise ValueError(
+                    "ModelOptions.issue_efficiency maps kernel names to fractions in (0, 1], "
+                    f"e.g. {{'flash2_fwd': 0.55}}; got {name!r}: {value!r}"
+                )
+        object.__setattr__(self, "issue_efficiency", tuple((n, float(v)) for n, v in pairs))
+
+    def efficiency(self, kernel: str) -> float:
+        """The issue efficiency of ``kernel`` (1.0 when not named)."""
+        return dict(self.issue_efficiency).get(kernel, 1.0)
+
+
+DEFAULT_OPTIONS = ModelOptions()
+
+
+def _config(
+    gpu: GPUSpec,
+    dtype: str,
+    warps: int,
+    shared_issue: bool = False,
+    prefetch: bool = False,
+    efficiency: float = 1.0,
+) -> np.ndarray:
     cfg = np.zeros(E.N_CFG)
     n = gpu.sm_count
     cfg[E.C_L2_BW] = gpu.l2_bandwidth_bytes_per_s
     cfg[E.C_HBM_BW] = gpu.effective_hbm_bandwidth_bytes_per_s
     cfg[E.C_L2_LAT] = gpu.cycles_to_s(gpu.l2_latency_cycles)
     cfg[E.C_HBM_LAT] = gpu.cycles_to_s(gpu.hbm_latency_cycles)
-    cfg[E.C_TENSOR] = gpu.mma_flops_per_s(dtype) / n
-    cfg[E.C_FP32] = (gpu.fp64_flops_per_s if dtype == "fp64" else gpu.fp32_flops_per_s) / n
-    cfg[E.C_SFU] = gpu.sfu_ops_per_s / n
-    cfg[E.C_SMEM] = gpu.smem_bandwidth_bytes_per_cycle_per_sm * gpu.clock_hz
+    fp32 = gpu.fp64_flops_per_s if dtype == "fp64" else gpu.fp32_flops_per_s
+    cfg[E.C_TENSOR] = gpu.mma_flops_per_s(dtype) / n * efficiency
+    cfg[E.C_FP32] = fp32 / n * efficiency
+    cfg[E.C_SFU] = gpu.sfu_ops_per_s / n * efficiency
+    cfg[E.C_SMEM] = gpu.smem_bandwidth_bytes_per_cycle_per_sm * gpu.clock_hz * efficiency
     cfg[E.C_CTA_FRAC] = min(1.0, warps / gpu.sm_sub_partitions)
     cfg[E.C_SYNC] = gpu.cycles_to_s(gpu.smem_latency_cycles)
+    cfg[E.C_SHARED_ISSUE] = float(shared_issue)
+    cfg[E.C_PREFETCH] = float(prefetch)
     return cfg
 
 
@@ -51,6 +113,7 @@ def simulate(
     window_events: int = WINDOW_EVENTS,
     progress: Callable[[int, int, int], None] | None = None,
     timeline: bool = False,
+    options: ModelOptions = DEFAULT_OPTIONS,
 ) -> SimResult:
     """Replay ``source`` on ``gpu``: bytes through L2 and HBM, time, occupancy.
 
@@ -68,6 +131,9 @@ def simulate(
     timeline : bool
         Also record when and on which SM every CTA ran (``SimResult.timeline``: one
         ``(ctas, 3)`` array per kernel of start seconds, end seconds and SM index).
+    options : ModelOptions
+        Switches of the time model (shared arithmetic issue, prefetching kernels, per-kernel
+        issue efficiency); the default is docs/model.md's model without them.
 
     Returns
     -------
@@ -118,7 +184,7 @@ def simulate(
         units = np.full((gpu.sm_count, 4), start)
         slot_sm = (np.arange(slots) % gpu.sm_count).astype(np.int64)  # CTA c -> SM c % SMs first
         si = np.zeros((slots, E.N_SLOT_INT), np.int64)
-        sf = np.zeros((slots, 4))
+        sf = np.zeros((slots, E.N_SLOT_FLOAT))
         span = np.zeros((kinfo.ctas if timeline else 0, 3))
         ht, hs, hn = np.zeros(slots), np.zeros(slots, np.int64), np.zeros(1, np.int64)
         reg = np.array([0, -1], np.int64)
@@ -131,7 +197,14 @@ def simulate(
             E._start_cta(s, s, start, si, sf, cta_off, c0)
             ht[s], hs[s] = start, s
         hn[0], reg[E.R_NEXT] = slots, slots
-        cfg = _config(gpu, dtype, kinfo.warps)
+        cfg = _config(
+            gpu,
+            dtype,
+            kinfo.warps,
+            options.shared_issue,
+            kinfo.name in options.prefetch_kernels,
+            options.efficiency(kinfo.name),
+        )
         while E.run_window(
             ev,
             cta_off,
@@ -170,6 +243,13 @@ def simulate(
             new_ev, new_off = _window(source, k, c0, c1)
             pos = 0
             for s, part in zip(live, carried, strict=True):
+                # prefetched events still ahead move with the CTA's other events
+                shift = pos - si[s, E.S_PTR]
+                if si[s, E.S_PF_HI] > si[s, E.S_PTR]:
+                    si[s, E.S_PF_LO] += shift
+                    si[s, E.S_PF_HI] += shift
+                else:
+                    si[s, E.S_PF_LO] = si[s, E.S_PF_HI] = -1
                 si[s, E.S_PTR], si[s, E.S_END] = pos, pos + len(part)
                 pos += len(part)
             ev = np.concatenate([*carried, new_ev]) if carried else new_ev

@@ -14,6 +14,7 @@ from collections import OrderedDict
 
 from simulator.gpu import GPUSpec
 from simulator.occupancy import CapacityError, occupancy
+from simulator.simulate import ModelOptions
 from simulator.trace import Op, Space, Trace
 
 __all__ = ["simulate_oracle"]
@@ -102,6 +103,11 @@ class Cta:
         self.smem = 0
         self.regs = 0
         self.last_step = -1  # the outer-loop step whose spilled registers are loaded
+        # prefetch (docs/model.md "Model options"): the step whose arithmetic issued the next
+        # step's loads, their positions [pf_lo, pf_hi), and when they have all arrived
+        self.pf_step = -1
+        self.pf_lo = self.pf_hi = -1
+        self.ready_next = t
 
 
 def _events_by_cta(trace: Trace, kernel: int, ctas: int) -> list[list[dict]]:
@@ -116,7 +122,7 @@ def _events_by_cta(trace: Trace, kernel: int, ctas: int) -> list[list[dict]]:
 def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic):
     """A LOAD/STORE/REDUCE of byte ranges of one tensor, issued at the CTA's clock."""
 
-    def request(cta, op, tensor, ranges, b):
+    def request(cta, op, tensor, ranges, b, early=False):
         traffic[tensor][0 if op == Op.LOAD else 1] += b
         written_back: dict[int, int] = {}
         if l2 is not None:
@@ -133,7 +139,9 @@ def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic):
             traffic[owner][3] += nbytes
         if miss + wb > 0:
             done = max(done, hbm_server.serve(cta.t, miss + wb) + hbm_latency)
-        if op == Op.LOAD:
+        if op == Op.LOAD and early:  # a prefetched load: an operand of the next step
+            cta.ready_next = max(cta.ready_next, done)
+        elif op == Op.LOAD:
             cta.ready = max(cta.ready, done)
         else:
             cta.stores = max(cta.stores, done)
@@ -141,8 +149,43 @@ def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic):
     return request
 
 
-def simulate_oracle(trace: Trace, gpu: GPUSpec) -> dict:
+def _ranges(e: dict) -> list[tuple[int, int]]:
+    """Byte ranges of a memory event: one when contiguous, else row by row, rows in order."""
+    if e["rows"] == 1 or e["row_bytes"] == e["row_stride_bytes"]:
+        first = e["offset_bytes"]
+        return [(first, first + e["rows"] * e["row_bytes"])]
+    return [
+        (
+            e["offset_bytes"] + r * e["row_stride_bytes"],
+            e["offset_bytes"] + r * e["row_stride_bytes"] + e["row_bytes"],
+        )
+        for r in range(e["rows"])
+    ]
+
+
+def _next_step_loads(events: list, pos: int) -> tuple[int, int]:
+    """Positions [lo, hi) of the LOADs that open the step after events[pos]'s step: the next
+    step is that of the first later event with another step; it must be >= 0 and its leading
+    events must be LOADs (docs/model.md "Model options")."""
+    step = events[pos]["step"]
+    i = pos
+    while i < len(events) and events[i]["step"] == step:
+        i += 1
+    if i == len(events) or events[i]["step"] < 0:
+        return i, i
+    j = i
+    while (
+        j < len(events) and events[j]["step"] == events[i]["step"] and events[j]["op"] == Op.LOAD
+    ):
+        j += 1
+    return i, j
+
+
+def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = None) -> dict:
     """Replay ``trace`` on ``gpu`` as docs/model.md says; return SimResult's quantities.
+
+    ``options`` (simulator.simulate.ModelOptions) switches on the model options of
+    docs/model.md: one arithmetic server per SM, prefetching kernels, issue efficiency.
 
     Returns
     -------
@@ -160,6 +203,7 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec) -> dict:
         Like simulate: tiles above the per-CTA limit, or live shared memory above a kernel's
         declared ``smem_bytes``.
     """
+    options = options or ModelOptions()
     meta = trace.meta
     dtype = str(meta.params.get("dtype", "fp16"))
     sms = gpu.sm_count
@@ -193,10 +237,18 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec) -> dict:
         start = t_now + gpu.kernel_launch_s  # "starts kernel_launch_s after" the previous one
         for srv in (l2_server, hbm_server):  # free times raised to the kernel's start
             srv.free = max(srv.free, start)
-        pipes = [{p: Server(rates[p]) for p in PIPES} for _ in range(sms)]
+        eff = options.efficiency(kinfo.name)  # "the fraction of the arithmetic rates achieved"
+        if options.shared_issue:  # "one arithmetic server per SM", each op at its own rate
+            pipes = []
+            for _ in range(sms):
+                one = Server(1.0)
+                pipes.append(dict.fromkeys(PIPES, one))
+        else:
+            pipes = [{p: Server(1.0) for p in PIPES} for _ in range(sms)]
         for per_sm in pipes:
             for srv in per_sm.values():
                 srv.free = start
+        prefetch = kinfo.name in options.prefetch_kernels
         frac = min(1.0, kinfo.warps / gpu.sm_sub_partitions)
         spill = occ.spilled_regs_per_thread * 4 * kinfo.warps * gpu.warp_size
         slots = min(kinfo.ctas, occ.ctas_per_sm * sms)
@@ -229,34 +281,37 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec) -> dict:
                     request(cta, Op.STORE, local, where, spill)
                     request(cta, Op.LOAD, local, where, spill)
                     cta.last_step = e["step"]
+                if cta.pf_lo <= cta.pos < cta.pf_hi:
+                    if cta.pos == cta.pf_lo:  # the prefetched step begins: its operands
+                        cta.ready = max(cta.ready, cta.ready_next)
+                    cta.pos += 1  # issued already
+                    continue
                 if (op in PIPE_OF or op == Op.SYNC) and cta.ready > cta.t:
                     # operands still in flight: wait for them, then queue in time order
                     cta.t = cta.ready
                     if heap and (cta.t, s) > heap[0]:
                         heapq.heappush(heap, (cta.t, s))
                         break
+                if prefetch and op in PIPE_OF and e["step"] >= 0 and cta.pf_step != e["step"]:
+                    # the first arithmetic of a step issues the loads that open the next one
+                    cta.pf_step = e["step"]
+                    cta.pf_lo, cta.pf_hi = _next_step_loads(cta.events, cta.pos)
+                    cta.ready_next = cta.t
+                    for nxt in cta.events[cta.pf_lo : cta.pf_hi]:
+                        b = nxt["rows"] * nxt["row_bytes"]
+                        request(cta, Op.LOAD, nxt["tensor"], _ranges(nxt), b, early=True)
                 cta.pos += 1
                 if op in (Op.LOAD, Op.STORE, Op.REDUCE):
-                    if e["rows"] == 1 or e["row_bytes"] == e["row_stride_bytes"]:
-                        first = e["offset_bytes"]
-                        ranges = [(first, first + e["rows"] * e["row_bytes"])]
-                    else:  # strided: row by row, rows in order
-                        ranges = [
-                            (
-                                e["offset_bytes"] + r * e["row_stride_bytes"],
-                                e["offset_bytes"] + r * e["row_stride_bytes"] + e["row_bytes"],
-                            )
-                            for r in range(e["rows"])
-                        ]
-                    request(cta, op, e["tensor"], ranges, e["rows"] * e["row_bytes"])
+                    request(cta, op, e["tensor"], _ranges(e), e["rows"] * e["row_bytes"])
                 elif op in PIPE_OF:
                     w = e["bytes"] if op == Op.SHARED else e["flops"]
                     counts[op] += w
                     pipe = pipes[sm][PIPE_OF[op]]
+                    rate = rates[PIPE_OF[op]] * eff
                     begin = max(cta.t, cta.ready)  # operands must have arrived
-                    pipe.free = max(pipe.free, begin) + w / pipe.rate
-                    pipe_busy[PIPE_OF[op]] += w / pipe.rate
-                    cta.t = max(begin + w / (pipe.rate * frac), pipe.free)
+                    pipe.free = max(pipe.free, begin) + w / rate
+                    pipe_busy[PIPE_OF[op]] += w / rate
+                    cta.t = max(begin + w / (rate * frac), pipe.free)
                 elif op == Op.SYNC:
                     cta.t = max(cta.t, cta.ready) + sync_latency
                 elif op in (Op.ALLOC, Op.FREE):
