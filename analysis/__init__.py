@@ -15,6 +15,7 @@ from analysis.bounds import (
 )
 from analysis.capacity import Capacity, Tile, tile_capacity
 from analysis.comparison import ComparisonRow, compare
+from analysis.dag import DagStats, Problem, dag_stats, schedule_dag, validate_trace
 from analysis.flops import (
     RecomputeRatios,
     Roofline,
@@ -31,9 +32,11 @@ from analysis.tiling import KernelFit, TilingForm, TilingRule, kernel_fit, tilin
 __all__ = [
     "Capacity",
     "ComparisonRow",
+    "DagStats",
     "IOCounts",
     "IORegime",
     "KernelFit",
+    "Problem",
     "RecomputeRatios",
     "Roofline",
     "SearchPlan",
@@ -45,6 +48,7 @@ __all__ = [
     "algorithmic_flops",
     "compare",
     "compulsory_bytes",
+    "dag_stats",
     "flash_order",
     "io_counts",
     "io_counts_of",
@@ -57,6 +61,7 @@ __all__ = [
     "recompute_ratios",
     "ridge_point",
     "roofline",
+    "schedule_dag",
     "schedule_lower_bound_bytes",
     "search_notes",
     "search_tiles",
@@ -66,4 +71,5 @@ __all__ = [
     "strategies",
     "tile_capacity",
     "tiling_rule",
+    "validate_trace",
 ]
