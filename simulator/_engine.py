@@ -13,7 +13,10 @@ arithmetic server per SM, with ``ModelOptions.shared_issue``).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from simulator._l2 import access
 from simulator.trace import Op
@@ -63,16 +66,17 @@ B_L2, B_HBM, B_TENSOR, B_FP32, B_SFU, B_SMEM = range(6)
 R_NEXT, R_PENDING = range(2)
 
 
-@njit(inline="always")
+@njit(inline="always", _nrt=False)
 def _less(t1, s1, t2, s2):
     return t1 < t2 or (t1 == t2 and s1 < s2)
 
 
 ARITY = 4  # children per heap node: a shallower heap, fewer unpredictable branches per sink
+NO_SLOT = 1 << 62  # slot number of an empty key (sorts after every slot)
 
 
-@njit
-def _sift_down(ht, hs, n, i):
+@njit(_nrt=False)
+def _sift_down(ht, hs, hm, n, i):
     """Restore the heap below position i after its key grew."""
     while True:
         m = i
@@ -84,30 +88,53 @@ def _sift_down(ht, hs, n, i):
             return
         ht[i], ht[m] = ht[m], ht[i]
         hs[i], hs[m] = hs[m], hs[i]
+        hm[i], hm[m] = hm[m], hm[i]
         i = m
 
 
-@njit(inline="always")
-def _root_still_first(ht, hs, n, t, s):
-    """Whether (t, s) is still below every child of the root."""
-    for c in range(1, min(ARITY + 1, n)):
-        if _less(ht[c], hs[c], t, s):
-            return False
-    return True
+@intrinsic
+def _prefetch(typingctx, arr, idx):
+    """Ask the CPU to bring ``arr[idx]`` into its caches (LLVM prefetch); results are unchanged."""
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(
+            context, builder, sig.args[0], ary, [args[1]], wraparound=False, boundscheck=False
+        )
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        # read, keep in all cache levels, data
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, idx), codegen
 
 
-@njit(inline="always")
-def _sibling_first(t, s, sf, si, n_slots, stride):
-    """Whether another active CTA on the same SM (slots s mod stride) comes before (t, s)."""
-    s2 = s % stride
-    while s2 < n_slots:
-        if s2 != s and si[s2, S_CTA] >= 0 and _less(sf[s2, F_T], s2, t, s):
-            return True
-        s2 += stride
-    return False
+# Events read ahead when a CTA stops: by the time it runs again (after the other resident CTAs'
+# events) they are in the CPU's caches. Resident CTAs read the trace at hundreds of places at
+# once, more streams than the hardware prefetcher follows.
+PREFETCH_EVENTS = 12
 
 
-@njit
+@njit(inline="always", _nrt=False)
+def _prefetch_ahead(ev, ptr, end):
+    for i in range(ptr, min(ptr + PREFETCH_EVENTS, end)):
+        _prefetch(ev, i)
+
+
+@njit(inline="always", _nrt=False)
+def _wait(ht, hs, hm, n, ev, si, sf, s, t, lt, ls):
+    """CTA s stops at time t for an earlier CTA. If none is on its own SM (it stays the SM's
+    earliest), the SM's key grows to (t, s) and it sinks in the heap."""
+    sf[s, F_T] = t
+    _prefetch_ahead(ev, si[s, S_PTR], si[s, S_END])
+    if _less(t, s, lt, ls):
+        ht[0], hs[0] = t, s
+        _sift_down(ht, hs, hm, n, 0)
+
+
+@njit(_nrt=False)
 def _start_cta(s, c, t, si, sf, cta_off, win_c0):
     si[s, S_CTA] = c
     si[s, S_PTR] = cta_off[c - win_c0]
@@ -125,7 +152,7 @@ def _start_cta(s, c, t, si, sf, cta_off, win_c0):
     sf[s, F_READY_NEXT] = t
 
 
-@njit(inline="always")
+@njit(inline="always", _nrt=False)
 def _next_step_loads(ev, ptr, end, step):
     """The LOAD events that open the outer-loop step after ``step``: (lo, hi) indices into
     ``ev`` (hi == lo: none). The next step is that of the first later event whose step differs
@@ -142,7 +169,7 @@ def _next_step_loads(ev, ptr, end, step):
     return i, j
 
 
-@njit(inline="always")
+@njit(inline="always", _nrt=False)
 def _request(
     op, tensor, offset, rows, row_bytes, stride, nbytes, t, cfg, l2_on, l2, srv, tstat, busy, cnt
 ):
@@ -183,14 +210,13 @@ def _request(
     return done
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def run_window(
     ev,
     cta_off,
     win_c0,
     win_c1,
     n_ctas,
-    slot_sm,
     sm_stride,
     spill_bytes,
     local,
@@ -205,6 +231,7 @@ def run_window(
     sf,
     ht,
     hs,
+    hm,
     hn,
     reg,
     tstat,
@@ -214,132 +241,102 @@ def run_window(
     span,
 ):
     """Replay until the kernel ends (returns 0) or a slot needs a CTA beyond the loaded window
-    (returns 1; ``reg[R_PENDING]`` holds the slot, which stays at the heap's root with its
-    free time as key)."""
+    (returns 1; ``reg[R_PENDING]`` holds the slot, whose SM stays at the heap's root)."""
     n = hn[0]
     n_slots = si.shape[0]
     frac = cfg[C_CTA_FRAC]
-    if reg[R_PENDING] >= 0:  # resume: give the waiting slot (kept at the root) its CTA
+    prefetch = cfg[C_PREFETCH] > 0
+    if reg[R_PENDING] >= 0:  # resume: give the waiting slot its CTA
         s = reg[R_PENDING]
         reg[R_PENDING] = -1
         _start_cta(s, reg[R_NEXT], sf[s, F_T], si, sf, cta_off, win_c0)
         reg[R_NEXT] += 1
-    # The heap holds every active slot; its root is the CTA being replayed. When the root's
-    # clock passes a child's, the root sinks and the earliest CTA surfaces.
+    # Two levels of order. The heap holds the SMs, keyed by the (time, slot) of their earliest
+    # CTA; the root SM is being replayed. Within it, its earliest CTA runs until it passes its
+    # earliest sibling (a cheap switch within the SM) or, at an event that needs the global
+    # order, the earliest CTA of another SM (the root sinks with its new key).
     while n > 0:
-        s = hs[0]
-        t = sf[s, F_T]
-        sm = slot_sm[s]
+        sm = hm[0]
+        # the SM's earliest CTA (s, t) and the earliest of the others (lt, ls)
+        t, s, lt, ls = np.inf, NO_SLOT, np.inf, NO_SLOT
+        s2 = sm
+        while s2 < n_slots:
+            if si[s2, S_CTA] >= 0:
+                t2 = sf[s2, F_T]
+                if _less(t2, s2, t, s):
+                    lt, ls, t, s = t, s, t2, s2
+                elif _less(t2, s2, lt, ls):
+                    lt, ls = t2, s2
+            s2 += sm_stride
+        if s == NO_SLOT:  # no CTA left on this SM: it leaves the heap
+            n -= 1
+            ht[0], hs[0], hm[0] = ht[n], hs[n], hm[n]
+            _sift_down(ht, hs, hm, n, 0)
+            continue
+        # (gt, gs): the earliest CTA on any other SM or on this one, bar s
+        gt, gs = lt, ls
+        for c in range(1, min(ARITY + 1, n)):
+            if _less(ht[c], hs[c], gt, gs):
+                gt, gs = ht[c], hs[c]
         while True:
             ptr = si[s, S_PTR]
             finished = ptr == si[s, S_END]
             op = np.int64(ev[ptr].op) if not finished else -1
+            step = ev[ptr].step if not finished else -1
+            # Ordering gate: an event is replayed only once no other CTA could still issue an
+            # earlier request to the resource it uses. Memory requests and CTA ends (dispatch)
+            # share global state: the CTA must be the earliest of all, (t, s) < (gt, gs).
+            # Arithmetic uses its own SM's pipes: it must be the earliest CTA on that SM,
+            # (t, s) < (lt, ls). SYNC, ALLOC and FREE touch only the CTA.
             # register spills: each new step of the outer loop stores and reloads the registers
             # the kernel needs beyond the per-thread limit (local memory, through the L2)
-            spill = spill_bytes > 0 and not finished and ev[ptr].step >= 0
-            spill = spill and ev[ptr].step != si[s, S_STEP]
-            if spill:
-                if not _root_still_first(ht, hs, n, t, s):
-                    sf[s, F_T] = t
-                    ht[0] = t
-                    _sift_down(ht, hs, n, 0)
+            if spill_bytes > 0 and step >= 0 and step != si[s, S_STEP]:
+                if not _less(t, s, gt, gs):
+                    _wait(ht, hs, hm, n, ev, si, sf, s, t, lt, ls)
                     break
                 off = s * spill_bytes
-                done = _request(
-                    STORE,
-                    local,
-                    off,
-                    1,
-                    spill_bytes,
-                    spill_bytes,
-                    spill_bytes,
-                    t,
-                    cfg,
-                    l2_on,
-                    l2,
-                    srv,
-                    tstat,
-                    busy,
-                    cnt,
-                )
-                sf[s, F_STORES] = max(sf[s, F_STORES], done)
-                done = _request(
-                    LOAD,
-                    local,
-                    off,
-                    1,
-                    spill_bytes,
-                    spill_bytes,
-                    spill_bytes,
-                    t,
-                    cfg,
-                    l2_on,
-                    l2,
-                    srv,
-                    tstat,
-                    busy,
-                    cnt,
-                )
-                sf[s, F_READY] = max(sf[s, F_READY], done)
-                si[s, S_STEP] = ev[ptr].step
-            if ptr == si[s, S_PF_LO] and ptr < si[s, S_PF_HI]:
+                for o in (STORE, LOAD):
+                    done = _request(
+                        o, local, off, 1, spill_bytes, spill_bytes, spill_bytes, t, cfg,
+                        l2_on, l2, srv, tstat, busy, cnt,
+                    )  # fmt: skip
+                    col = F_STORES if o == STORE else F_READY
+                    sf[s, col] = max(sf[s, col], done)
+                si[s, S_STEP] = step
+            if prefetch and ptr == si[s, S_PF_LO] and ptr < si[s, S_PF_HI]:
                 # the step whose loads were prefetched begins: they are this step's operands
                 sf[s, F_READY] = max(sf[s, F_READY], sf[s, F_READY_NEXT])
-            if ptr >= si[s, S_PF_LO] and ptr < si[s, S_PF_HI]:
+            if prefetch and ptr >= si[s, S_PF_LO] and ptr < si[s, S_PF_HI]:
                 si[s, S_PTR] = ptr + 1  # issued already, at the prefetch
                 continue
             if op >= MMA and op <= SYNC and sf[s, F_READY] > t:
                 t = sf[s, F_READY]  # operands still in flight: wait for them
             # prefetch: at the first arithmetic event of a step, the loads that open the next
-            # step are issued (cp.async double buffering); they are memory requests, so the CTA
-            # must be the earliest of all
-            pf = cfg[C_PREFETCH] > 0 and op >= MMA and op <= SHARED and ev[ptr].step >= 0
-            if pf and si[s, S_PF_STEP] != ev[ptr].step:
-                if not _root_still_first(ht, hs, n, t, s):
-                    sf[s, F_T] = t
-                    ht[0] = t
-                    _sift_down(ht, hs, n, 0)
+            # step are issued (cp.async double buffering); they are memory requests
+            if prefetch and op >= MMA and op <= SHARED and step >= 0 and si[s, S_PF_STEP] != step:
+                if not _less(t, s, gt, gs):
+                    _wait(ht, hs, hm, n, ev, si, sf, s, t, lt, ls)
                     break
-                si[s, S_PF_STEP] = ev[ptr].step
-                lo, hi = _next_step_loads(ev, ptr, si[s, S_END], ev[ptr].step)
+                si[s, S_PF_STEP] = step
+                lo, hi = _next_step_loads(ev, ptr, si[s, S_END], step)
                 si[s, S_PF_LO] = lo
                 si[s, S_PF_HI] = hi
                 sf[s, F_READY_NEXT] = t
                 for i in range(lo, hi):
                     e = ev[i]
                     done = _request(
-                        LOAD,
-                        e.tensor,
-                        e.offset_bytes,
-                        e.rows,
-                        e.row_bytes,
-                        e.row_stride_bytes,
-                        e.bytes,
-                        t,
-                        cfg,
-                        l2_on,
-                        l2,
-                        srv,
-                        tstat,
-                        busy,
-                        cnt,
-                    )
+                        LOAD, e.tensor, e.offset_bytes, e.rows, e.row_bytes,
+                        e.row_stride_bytes, e.bytes, t, cfg, l2_on, l2, srv, tstat, busy, cnt,
+                    )  # fmt: skip
                     sf[s, F_READY_NEXT] = max(sf[s, F_READY_NEXT], done)
-            # Ordering gate: an event is replayed only once no other CTA could still issue an
-            # earlier request to the resource it uses. Memory events and CTA ends (dispatch)
-            # share global state: the CTA must be the earliest of all. Arithmetic uses its own
-            # SM's pipes: it must be the earliest of the CTAs on that SM. SYNC, ALLOC and FREE
-            # touch only the CTA.
             if finished or op <= REDUCE:
-                wait = not _root_still_first(ht, hs, n, t, s)
+                first = _less(t, s, gt, gs)
             elif op <= SHARED:
-                wait = _sibling_first(t, s, sf, si, n_slots, sm_stride)
+                first = _less(t, s, lt, ls)
             else:
-                wait = False
-            if wait:
-                sf[s, F_T] = t
-                ht[0] = t
-                _sift_down(ht, hs, n, 0)
+                first = True
+            if not first:
+                _wait(ht, hs, hm, n, ev, si, sf, s, t, lt, ls)
                 break
             if finished:  # the CTA is done once its loads and stores have landed
                 fin = max(t, sf[s, F_READY], sf[s, F_STORES])
@@ -350,45 +347,28 @@ def run_window(
                     span[c_done, 1] = fin
                     span[c_done, 2] = sm
                 c = reg[R_NEXT]
+                sf[s, F_T] = fin
                 if c < n_ctas:
-                    sf[s, F_T] = fin
-                    ht[0] = fin
                     if c >= win_c1:
                         reg[R_PENDING] = s
                         hn[0] = n
                         return 1
                     _start_cta(s, c, fin, si, sf, cta_off, win_c0)
                     reg[R_NEXT] += 1
-                else:  # no CTA left for this slot: drop it from the heap
+                else:  # no CTA left for this slot
                     si[s, S_CTA] = -1
-                    n -= 1
-                    ht[0], hs[0] = ht[n], hs[n]
-                _sift_down(ht, hs, n, 0)
-                break
+                break  # the SM's earliest CTA may have changed
             e = ev[ptr]
             if op <= REDUCE:  # LOAD, STORE, REDUCE
                 done = _request(
-                    op,
-                    e.tensor,
-                    e.offset_bytes,
-                    e.rows,
-                    e.row_bytes,
-                    e.row_stride_bytes,
-                    e.bytes,
-                    t,
-                    cfg,
-                    l2_on,
-                    l2,
-                    srv,
-                    tstat,
-                    busy,
-                    cnt,
-                )
+                    op, e.tensor, e.offset_bytes, e.rows, e.row_bytes, e.row_stride_bytes,
+                    e.bytes, t, cfg, l2_on, l2, srv, tstat, busy, cnt,
+                )  # fmt: skip
                 if op == LOAD:
                     sf[s, F_READY] = max(sf[s, F_READY], done)
                 else:
                     sf[s, F_STORES] = max(sf[s, F_STORES], done)
-            elif op == MMA or op == EW or op == EXP or op == SHARED:
+            elif op <= SHARED:  # MMA, ELEMENTWISE, EXP, SHARED
                 if op == MMA:
                     u, rate, work = U_TENSOR, cfg[C_TENSOR], e.flops
                     cnt[K_MMA_FLOPS] += work
@@ -410,7 +390,7 @@ def run_window(
                 t = max(start + work / (rate * frac), units[sm, q])
             elif op == SYNC:
                 t = t + cfg[C_SYNC]
-            elif op == ALLOC or op == FREE:
+            else:  # ALLOC, FREE
                 sign = 1 if op == ALLOC else -1
                 col = S_LIVE_SMEM if space[e.tensor] == 1 else S_LIVE_REGS
                 si[s, col] += sign * e.bytes

@@ -40,13 +40,13 @@ def new_l2(l2_bytes: int, line_bytes: int) -> np.ndarray:
     return state
 
 
-@njit(inline="always")
+@njit(inline="always", _nrt=False)
 def _home(key, mask):
     x = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
     return np.int64(x >> np.uint64(33)) & mask
 
 
-@njit(inline="always")
+@njit(inline="always", _nrt=False)
 def popcount(x):
     x = np.uint64(x)
     x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
@@ -55,7 +55,7 @@ def popcount(x):
     return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
-@njit(inline="always")
+@njit(inline="always", _nrt=False)
 def _unlink(st, s):
     prev, nxt = st[H_PREV], st[H_NEXT]
     p, n = st[prev + s], st[nxt + s]
@@ -69,7 +69,7 @@ def _unlink(st, s):
         st[H_TAIL] = p
 
 
-@njit(inline="always")
+@njit(inline="always", _nrt=False)
 def _push_front(st, s):
     prev, nxt = st[H_PREV], st[H_NEXT]
     st[prev + s] = EMPTY
@@ -81,7 +81,7 @@ def _push_front(st, s):
         st[H_TAIL] = s
 
 
-@njit
+@njit(_nrt=False)
 def _table_delete(st, key):
     mask, tkey, tslot = st[H_MASK], st[H_TKEY], st[H_TSLOT]
     i = _home(key, mask)
@@ -102,7 +102,7 @@ def _table_delete(st, key):
     st[tkey + i] = EMPTY
 
 
-@njit
+@njit(_nrt=False)
 def _granule_slot(st, key, tensor, wb_table, wb_col):
     """Slot of granule ``key``, made most recent; inserted (evicting the LRU one) if absent.
     Returns (slot, bytes written back by the eviction)."""
@@ -139,7 +139,7 @@ def _granule_slot(st, key, tensor, wb_table, wb_col):
     return s, wb
 
 
-@njit
+@njit(_nrt=False)
 def access(st, op_is_read, op_writes, tensor, start, end, wb_table, wb_col):
     """One contiguous byte range [start, end) of ``tensor`` through the L2.
 
@@ -185,7 +185,7 @@ def access(st, op_is_read, op_writes, tensor, start, end, wb_table, wb_col):
     return miss, wb, dirtied
 
 
-@njit
+@njit(_nrt=False)
 def dirty_bytes(st):
     """Bytes in dirty lines still held by the cache."""
     total = 0

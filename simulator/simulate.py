@@ -11,6 +11,7 @@ import numpy as np
 
 from simulator import _engine as E
 from simulator._l2 import LINES_PER_GRANULE, dirty_bytes, new_l2
+from simulator._windows import Windows
 from simulator.gpu import GPUSpec
 from simulator.occupancy import CapacityError, occupancy
 from simulator.result import KernelResult, SimResult, TensorTraffic
@@ -100,12 +101,6 @@ def _config(
     return cfg
 
 
-def _window(source: TraceSource, kernel: int, c0: int, c1: int):
-    ev = source.cta_events(kernel, c0, c1)
-    counts = np.bincount(ev["cta"] - c0, minlength=c1 - c0)
-    return ev, np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-
-
 def simulate(
     source: TraceSource,
     gpu: GPUSpec | str | os.PathLike,
@@ -178,25 +173,8 @@ def simulate(
     for k, (kinfo, occ) in enumerate(zip(meta.kernels, occs, strict=True)):
         before = tstat.sum(axis=0)
         cnt[E.K_PEAK_SMEM] = cnt[E.K_PEAK_REGS] = 0
-        slots = min(kinfo.ctas, occ.ctas_per_sm * gpu.sm_count)
         start = t_now + gpu.kernel_launch_s
         srv[:] = np.maximum(srv, start)
-        units = np.full((gpu.sm_count, 4), start)
-        slot_sm = (np.arange(slots) % gpu.sm_count).astype(np.int64)  # CTA c -> SM c % SMs first
-        si = np.zeros((slots, E.N_SLOT_INT), np.int64)
-        sf = np.zeros((slots, E.N_SLOT_FLOAT))
-        span = np.zeros((kinfo.ctas if timeline else 0, 3))
-        ht, hs, hn = np.zeros(slots), np.zeros(slots, np.int64), np.zeros(1, np.int64)
-        reg = np.array([0, -1], np.int64)
-        kernel_end = np.array([start])
-        per_cta = max(1, len(source.cta_events(k, 0, 1)))
-        width = max(2 * slots, window_events // per_cta)
-        c0, c1 = 0, min(kinfo.ctas, width)
-        ev, cta_off = _window(source, k, c0, c1)
-        for s in range(slots):  # the first wave, in CTA order; equal times form a valid heap
-            E._start_cta(s, s, start, si, sf, cta_off, c0)
-            ht[s], hs[s] = start, s
-        hn[0], reg[E.R_NEXT] = slots, slots
         cfg = _config(
             gpu,
             dtype,
@@ -205,55 +183,10 @@ def simulate(
             kinfo.name in options.prefetch_kernels,
             options.efficiency(kinfo.name),
         )
-        while E.run_window(
-            ev,
-            cta_off,
-            c0,
-            c1,
-            kinfo.ctas,
-            slot_sm,
-            gpu.sm_count,
-            occ.spilled_regs_per_thread * 4 * kinfo.warps * gpu.warp_size,
-            local,
-            space,
-            kinfo.smem_bytes,
-            cfg,
-            l2_on,
-            l2,
-            srv,
-            units,
-            si,
-            sf,
-            ht,
-            hs,
-            hn,
-            reg,
-            tstat,
-            busy,
-            cnt,
-            kernel_end,
-            span,
-        ):
-            if progress:
-                progress(k, c1, kinfo.ctas)
-            # next window; resident CTAs keep their remaining events, copied to the front
-            live = hs[: hn[0]]
-            carried = [ev[si[s, E.S_PTR] : si[s, E.S_END]] for s in live]
-            c0, c1 = c1, min(kinfo.ctas, c1 + width)
-            new_ev, new_off = _window(source, k, c0, c1)
-            pos = 0
-            for s, part in zip(live, carried, strict=True):
-                # prefetched events still ahead move with the CTA's other events
-                shift = pos - si[s, E.S_PTR]
-                if si[s, E.S_PF_HI] > si[s, E.S_PTR]:
-                    si[s, E.S_PF_LO] += shift
-                    si[s, E.S_PF_HI] += shift
-                else:
-                    si[s, E.S_PF_LO] = si[s, E.S_PF_HI] = -1
-                si[s, E.S_PTR], si[s, E.S_END] = pos, pos + len(part)
-                pos += len(part)
-            ev = np.concatenate([*carried, new_ev]) if carried else new_ev
-            cta_off = new_off + pos
+        engine_state = (local, space, l2_on, l2, srv, tstat, busy, cnt)
+        end_s, span = _replay_kernel(
+            source, k, kinfo, occ, gpu, cfg, start, engine_state, window_events, timeline, progress
+        )
         if progress:
             progress(k, kinfo.ctas, kinfo.ctas)
         if cnt[E.K_BAD_SMEM]:
@@ -269,7 +202,7 @@ def simulate(
                 waves=math.ceil(kinfo.ctas / (occ.ctas_per_sm * gpu.sm_count)),
                 occupancy=occ,
                 start_s=t_now,
-                time_s=float(kernel_end[0] - t_now),
+                time_s=end_s - t_now,
                 smem_peak_bytes=int(cnt[E.K_PEAK_SMEM]),
                 reg_tile_peak_bytes=int(cnt[E.K_PEAK_REGS]),
                 global_read_bytes=int(moved[E.T_GLOBAL_READ]),
@@ -278,12 +211,63 @@ def simulate(
                 hbm_write_bytes=int(moved[E.T_HBM_WRITE]),
             )
         )
-        t_now = float(kernel_end[0])
+        t_now = end_s
         spans.append(span)
     res = _result(meta, gpu, tstat, busy, cnt, kernel_results, t_now, l2 if l2_on else None)
     if timeline:
         object.__setattr__(res, "timeline", tuple(spans))
     return res
+
+
+def _replay_kernel(
+    source, k, kinfo, occ, gpu, cfg, start, engine_state, window_events, timeline, progress
+):
+    """Replay kernel ``k`` from ``start``: returns its end time and (with ``timeline``) the
+    start, end and SM of each CTA. Updates the shared engine state (L2, servers, counters)."""
+    local, space, l2_on, l2, srv, tstat, busy, cnt = engine_state
+    slots = min(kinfo.ctas, occ.ctas_per_sm * gpu.sm_count)
+    units = np.full((gpu.sm_count, 4), start)
+    si = np.zeros((slots, E.N_SLOT_INT), np.int64)  # slot s runs on SM s % sm_count
+    sf = np.zeros((slots, E.N_SLOT_FLOAT))
+    span = np.zeros((kinfo.ctas if timeline else 0, 3))
+    # the heap of SMs with CTAs: key (time, slot) of each SM's earliest CTA, and the SM
+    busy_sms = min(slots, gpu.sm_count)
+    ht, hs = np.full(busy_sms, start), np.arange(busy_sms, dtype=np.int64)
+    hm, hn = np.arange(busy_sms, dtype=np.int64), np.array([busy_sms], np.int64)
+    reg = np.array([slots, -1], np.int64)  # the first wave takes CTAs 0..slots-1
+    kernel_end = np.array([start])
+    spill_bytes = occ.spilled_regs_per_thread * 4 * kinfo.warps * gpu.warp_size
+    per_cta = max(1, len(source.cta_events(k, 0, 1)))
+    width = max(2 * slots, window_events // per_cta)
+    windows = Windows(source, k, kinfo.ctas, width, slots)
+    try:
+        ev, cta_off, c0, c1 = windows.current
+        for s in range(slots):  # the first wave, in CTA order; equal times form a valid heap
+            E._start_cta(s, s, start, si, sf, cta_off, c0)
+        while E.run_window(
+            ev, cta_off, c0, c1, kinfo.ctas, gpu.sm_count, spill_bytes, local, space,
+            kinfo.smem_bytes, cfg, l2_on, l2, srv, units, si, sf, ht, hs, hm, hn, reg, tstat,
+            busy, cnt, kernel_end, span,
+        ):  # fmt: skip
+            if progress:
+                progress(k, c1, kinfo.ctas)
+            # next window; resident CTAs keep their remaining events, copied to the front
+            live = np.flatnonzero(si[:, E.S_CTA] >= 0)
+            starts = windows.advance([ev[si[s, E.S_PTR] : si[s, E.S_END]] for s in live])
+            for s, pos in zip(live, starts, strict=True):
+                # prefetched events still ahead move with the CTA's other events
+                shift = pos - si[s, E.S_PTR]
+                if si[s, E.S_PF_HI] > si[s, E.S_PTR]:
+                    si[s, E.S_PF_LO] += shift
+                    si[s, E.S_PF_HI] += shift
+                else:
+                    si[s, E.S_PF_LO] = si[s, E.S_PF_HI] = -1
+                si[s, E.S_END] += shift
+                si[s, E.S_PTR] = pos
+            ev, cta_off, c0, c1 = windows.current
+    finally:
+        windows.close()
+    return float(kernel_end[0]), span
 
 
 def _result(meta, gpu, tstat, busy, cnt, kernel_results, total_s, l2) -> SimResult:
