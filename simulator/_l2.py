@@ -6,10 +6,21 @@ recently used granule is evicted whole); presence and dirtiness are kept per lin
 fetched from HBM once and written back only if it was written. Capacity is
 ``l2_bytes // granule_bytes`` granules (docs/model.md).
 
-All state lives in one flat int64 array (``new_l2``): a header, a hash table (open addressing,
-linear probing, backward-shift deletion) from granule key to slot, and per slot the granule key,
-present mask, dirty mask, owner tensor and the links of an LRU doubly linked list. One array,
-not several, because every array a jitted call receives costs reference counting on the hot path.
+The state (``new_l2``) is a tuple of int64 arrays laid out for the CPU's caches, since the cost of
+a look-up is the cache lines it touches:
+
+- ``scalars``: counters (see the column names below);
+- ``table``: a hash table of (granule key, slot) pairs, open addressing with linear probing and
+  backward-shift deletion;
+- ``slots``: one 64-byte row per slot: granule key, present mask, dirty mask, owner tensor and the
+  time of its last use;
+- ``queue``: (use time, slot) in order of use. Its first entry whose time is still its slot's is
+  the least recently used granule, so a hit writes its own row and appends to the queue instead
+  of rewiring a linked list (exact LRU). The queue is compacted when it fills.
+
+The jitted functions here and in the engine take ``_nrt=False``: they allocate nothing, and
+without reference counting a call that passes arrays costs a few cycles instead of atomic
+increments and decrements.
 """
 
 from __future__ import annotations
@@ -17,27 +28,37 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-LINES_PER_GRANULE = 64
+LINES_SHIFT = 6
+LINES_PER_GRANULE = 1 << LINES_SHIFT
 EMPTY = -1
-# header fields
-H_HEAD, H_TAIL, H_COUNT, H_CAP, H_MASK, H_LINE, H_GRANULE = range(7)
-# offsets of the sections, stored in the header after the fields above
-H_TKEY, H_TSLOT, H_GKEY, H_PRESENT, H_DIRTY, H_OWNER, H_PREV, H_NEXT = range(7, 15)
-HEADER = 15
+# scalars: slots in use, capacity, table mask, log2 of the line bytes, use clock, queue state
+COUNT, CAP, MASK, LINE_SHIFT, CLOCK, Q_HEAD, Q_TAIL, Q_CAP = range(8)
+# columns of a slot's row
+KEY, PRESENT, DIRTY, OWNER, USED = range(5)
+ROW = 8  # int64 per row: 64 bytes, one cache line
+SLOT_BITS = 24  # a queue entry is use time << SLOT_BITS | slot: up to 16M granules (128 GiB)
+QUEUE_PER_SLOT = 4  # queue room per slot; compaction leaves at most one entry per slot
 
 
-def new_l2(l2_bytes: int, line_bytes: int) -> np.ndarray:
-    """Empty cache state for an L2 of ``l2_bytes`` with ``line_bytes`` lines."""
-    granule = line_bytes * LINES_PER_GRANULE
-    cap = max(1, l2_bytes // granule)
+def _aligned(rows: int, cols: int, fill: int) -> np.ndarray:
+    """A (rows, cols) int64 array starting on a 64-byte boundary."""
+    raw = np.full(rows * cols + 8, fill, np.int64)
+    skip = (-raw.ctypes.data % 64) // 8
+    return raw[skip : skip + rows * cols].reshape(rows, cols)
+
+
+def new_l2(l2_bytes: int, line_bytes: int):
+    """Empty cache state for an L2 of ``l2_bytes`` with ``line_bytes`` lines (a power of two)."""
+    if line_bytes <= 0 or line_bytes & (line_bytes - 1):
+        raise ValueError(f"L2 lines must be a power of two bytes, got {line_bytes}")
+    cap = max(1, l2_bytes // (line_bytes * LINES_PER_GRANULE))
+    if cap >= 1 << SLOT_BITS:
+        raise ValueError(f"an L2 of {l2_bytes} B has more than 2**{SLOT_BITS} granules")
     size = 1 << (2 * cap).bit_length()  # hash table at most half full
-    sections = [size, size, cap, cap, cap, cap, cap, cap]
-    offsets = np.cumsum([HEADER, *sections[:-1]])
-    state = np.zeros(HEADER + sum(sections), np.int64)
-    state[:HEADER] = [EMPTY, EMPTY, 0, cap, size - 1, line_bytes, granule, *offsets]
-    state[offsets[0] : offsets[0] + size] = EMPTY  # table keys
-    state[offsets[6] : offsets[6] + 2 * cap] = EMPTY  # prev and next links
-    return state
+    qcap = QUEUE_PER_SLOT * cap
+    scalars = np.array([0, cap, size - 1, line_bytes.bit_length() - 1, 0, 0, 0, qcap], np.int64)
+    table = _aligned(size, 2, EMPTY)
+    return scalars, table, _aligned(cap, ROW, 0), np.zeros(qcap, np.int64)
 
 
 @njit(inline="always", _nrt=False)
@@ -55,87 +76,99 @@ def popcount(x):
     return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
-@njit(inline="always", _nrt=False)
-def _unlink(st, s):
-    prev, nxt = st[H_PREV], st[H_NEXT]
-    p, n = st[prev + s], st[nxt + s]
-    if p != EMPTY:
-        st[nxt + p] = n
-    else:
-        st[H_HEAD] = n
-    if n != EMPTY:
-        st[prev + n] = p
-    else:
-        st[H_TAIL] = p
+@njit(_nrt=False)
+def _compact(sc, slots, queue):
+    """Drop the queue's stale entries (slots used again since), keeping the others' order."""
+    low = (1 << SLOT_BITS) - 1
+    k = 0
+    for i in range(sc[Q_HEAD], sc[Q_TAIL]):
+        e = queue[i]
+        if slots[e & low, USED] == e >> SLOT_BITS:
+            queue[k] = e
+            k += 1
+    sc[Q_HEAD] = 0
+    sc[Q_TAIL] = k
 
 
 @njit(inline="always", _nrt=False)
-def _push_front(st, s):
-    prev, nxt = st[H_PREV], st[H_NEXT]
-    st[prev + s] = EMPTY
-    st[nxt + s] = st[H_HEAD]
-    if st[H_HEAD] != EMPTY:
-        st[prev + st[H_HEAD]] = s
-    st[H_HEAD] = s
-    if st[H_TAIL] == EMPTY:
-        st[H_TAIL] = s
+def _use(sc, slots, queue, s):
+    """Make slot s the most recently used."""
+    clock = sc[CLOCK] + 1
+    sc[CLOCK] = clock
+    slots[s, USED] = clock
+    if sc[Q_TAIL] == sc[Q_CAP]:
+        _compact(sc, slots, queue)
+    queue[sc[Q_TAIL]] = (clock << SLOT_BITS) | s
+    sc[Q_TAIL] += 1
 
 
 @njit(_nrt=False)
-def _table_delete(st, key):
-    mask, tkey, tslot = st[H_MASK], st[H_TKEY], st[H_TSLOT]
+def _least_recent(sc, slots, queue):
+    """Remove and return the least recently used slot (the cache is full)."""
+    low = (1 << SLOT_BITS) - 1
+    i = sc[Q_HEAD]
+    while True:
+        e = queue[i]
+        i += 1
+        s = e & low
+        if slots[s, USED] == e >> SLOT_BITS:
+            sc[Q_HEAD] = i
+            return s
+
+
+@njit(_nrt=False)
+def _table_delete(table, mask, key):
     i = _home(key, mask)
-    while st[tkey + i] != key:
+    while table[i, 0] != key:
         i = (i + 1) & mask
     j = i
     while True:
         j = (j + 1) & mask
-        if st[tkey + j] == EMPTY:
+        if table[j, 0] == EMPTY:
             break
-        k = _home(st[tkey + j], mask)
+        k = _home(table[j, 0], mask)
         # keep entry j where it is if its home lies cyclically in (i, j]
         if (i < j and i < k <= j) or (j < i and (k > i or k <= j)):
             continue
-        st[tkey + i] = st[tkey + j]
-        st[tslot + i] = st[tslot + j]
+        table[i, 0] = table[j, 0]
+        table[i, 1] = table[j, 1]
         i = j
-    st[tkey + i] = EMPTY
+    table[i, 0] = EMPTY
 
 
-@njit(_nrt=False)
+@njit(inline="always", _nrt=False)
 def _granule_slot(st, key, tensor, wb_table, wb_col):
     """Slot of granule ``key``, made most recent; inserted (evicting the LRU one) if absent.
     Returns (slot, bytes written back by the eviction)."""
-    mask, tkey, tslot = st[H_MASK], st[H_TKEY], st[H_TSLOT]
+    sc, table, slots, queue = st
+    mask = sc[MASK]
     i = _home(key, mask)
-    while st[tkey + i] != EMPTY:
-        if st[tkey + i] == key:
-            s = st[tslot + i]
-            if st[H_HEAD] != s:
-                _unlink(st, s)
-                _push_front(st, s)
+    while table[i, 0] != EMPTY:
+        if table[i, 0] == key:
+            s = table[i, 1]
+            if slots[s, USED] != sc[CLOCK]:  # unless it is the most recent already
+                _use(sc, slots, queue, s)
             return s, 0
         i = (i + 1) & mask
     wb = 0
-    if st[H_COUNT] < st[H_CAP]:
-        s = st[H_COUNT]
-        st[H_COUNT] += 1
+    if sc[COUNT] < sc[CAP]:
+        s = sc[COUNT]
+        sc[COUNT] += 1
     else:  # evict the least recently used granule, writing back its dirty lines
-        s = st[H_TAIL]
-        wb = popcount(st[st[H_DIRTY] + s]) * st[H_LINE]
-        wb_table[st[st[H_OWNER] + s], wb_col] += wb
-        _unlink(st, s)
-        _table_delete(st, st[st[H_GKEY] + s])
+        s = _least_recent(sc, slots, queue)
+        wb = popcount(slots[s, DIRTY]) << sc[LINE_SHIFT]
+        wb_table[slots[s, OWNER], wb_col] += wb
+        _table_delete(table, mask, slots[s, KEY])
         i = _home(key, mask)
-        while st[tkey + i] != EMPTY:
+        while table[i, 0] != EMPTY:
             i = (i + 1) & mask
-    st[tkey + i] = key
-    st[tslot + i] = s
-    st[st[H_GKEY] + s] = key
-    st[st[H_PRESENT] + s] = 0
-    st[st[H_DIRTY] + s] = 0
-    st[st[H_OWNER] + s] = tensor
-    _push_front(st, s)
+    table[i, 0] = key
+    table[i, 1] = s
+    slots[s, KEY] = key
+    slots[s, PRESENT] = 0
+    slots[s, DIRTY] = 0
+    slots[s, OWNER] = tensor
+    _use(sc, slots, queue, s)
     return s, wb
 
 
@@ -153,12 +186,14 @@ def access(st, op_is_read, op_writes, tensor, start, end, wb_table, wb_col):
     dirtied = 0
     if end <= start:  # an empty range touches no line
         return miss, wb, dirtied
-    line, gran = st[H_LINE], st[H_GRANULE]
-    present, dirty = st[H_PRESENT], st[H_DIRTY]
-    for g in range(start // gran, (end - 1) // gran + 1):
-        gs = g * gran
-        lo, hi = max(start, gs), min(end, gs + gran)
-        b0, b1 = (lo - gs) // line, (hi - 1 - gs) // line
+    slots = st[2]
+    ls = st[0][LINE_SHIFT]  # lines and granules are powers of two: shifts, not divisions
+    gshift = ls + LINES_SHIFT
+    line = np.int64(1) << ls
+    for g in range(start >> gshift, ((end - 1) >> gshift) + 1):
+        gs = g << gshift
+        lo, hi = max(start, gs), min(end, gs + (line << LINES_SHIFT))
+        b0, b1 = (lo - gs) >> ls, (hi - 1 - gs) >> ls
         nbits = b1 - b0 + 1
         req = (
             np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -167,7 +202,7 @@ def access(st, op_is_read, op_writes, tensor, start, end, wb_table, wb_col):
         )
         s, w = _granule_slot(st, (tensor << 44) | g, tensor, wb_table, wb_col)
         wb += w
-        have = np.uint64(st[present + s])
+        have = np.uint64(slots[s, PRESENT])
         if op_is_read:
             missing = req & ~have
             if missing == req:
@@ -175,20 +210,21 @@ def access(st, op_is_read, op_writes, tensor, start, end, wb_table, wb_col):
             elif missing != np.uint64(0):
                 for b in range(b0, b1 + 1):
                     if (missing >> np.uint64(b)) & np.uint64(1):
-                        ls = gs + b * line
-                        miss += min(hi, ls + line) - max(lo, ls)
-        st[present + s] = np.int64(have | req)
+                        lstart = gs + (b << ls)
+                        miss += min(hi, lstart + line) - max(lo, lstart)
+        slots[s, PRESENT] = np.int64(have | req)
         if op_writes:
-            was = np.uint64(st[dirty + s])
-            dirtied += popcount(req & ~was) * line
-            st[dirty + s] = np.int64(was | req)
+            was = np.uint64(slots[s, DIRTY])
+            dirtied += popcount(req & ~was) << ls
+            slots[s, DIRTY] = np.int64(was | req)
     return miss, wb, dirtied
 
 
 @njit(_nrt=False)
 def dirty_bytes(st):
     """Bytes in dirty lines still held by the cache."""
+    sc, _, slots, _ = st
     total = 0
-    for s in range(st[H_COUNT]):
-        total += popcount(st[st[H_DIRTY] + s])
-    return total * st[H_LINE]
+    for s in range(sc[COUNT]):
+        total += popcount(slots[s, DIRTY])
+    return total << sc[LINE_SHIFT]

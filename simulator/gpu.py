@@ -209,6 +209,12 @@ def _check_relations(s: GPUSpec) -> None:
             f"{s.l2_sector_bytes} (a line is made of whole sectors, e.g. 128 and 32)",
             key="l2_line_bytes",
         )
+    if s.l2_line_bytes & (s.l2_line_bytes - 1):
+        raise GPUSpecError(
+            f"l2_line_bytes = {s.l2_line_bytes} must be a power of two (cache lines are; "
+            "the L2 model addresses lines by bit shifts), e.g. 128",
+            key="l2_line_bytes",
+        )
     if s.l2_bytes % s.l2_line_bytes:
         raise GPUSpecError(
             f"l2_bytes = {s.l2_bytes} must be a multiple of l2_line_bytes = "

@@ -176,6 +176,7 @@ def test_l2_bytes_zero_is_the_only_zero(h200):
         ({"name": " "}, r"name must be a non-empty string"),
         ({"description": 3}, r"description = 3 \(int\) must be a string"),
         ({"l2_line_bytes": 48}, r"l2_line_bytes = 48 must be a multiple of l2_sector_bytes = 32"),
+        ({"l2_line_bytes": 96}, r"l2_line_bytes = 96 must be a power of two"),
         ({"l2_bytes": 1000}, r"l2_bytes = 1000 must be a multiple of l2_line_bytes = 128"),
         ({"max_threads_per_cta": 1000}, r"max_threads_per_cta = 1000 .*multiple of warp_size"),
         ({"max_warps_per_sm": 16}, r"max_threads_per_cta = 1024 exceeds max_warps_per_sm"),
