@@ -1,8 +1,11 @@
 """The replay engine's hot loop (jitted). docs/model.md states the model this code implements.
 
-Resident CTAs sit in a heap keyed by (issue time, slot). The engine pops the earliest CTA and
-replays its events in order until its clock passes the next CTA's, so events of concurrently
-running CTAs reach the shared L2 and bandwidth servers in simulated-time order.
+Requests reach every server in order of (issue time, slot), as if all resident CTAs advanced
+together in simulated time. The engine keeps that order cheaply on two levels: a heap of SMs,
+keyed by the (time, slot) of each SM's earliest CTA, and within the root SM a switch between its
+few CTAs. A CTA replays its events until one needs an order it does not have: arithmetic needs
+to come before its siblings' (the SM's pipes are theirs alone), memory requests and CTA ends
+before every other CTA's (L2, HBM and the dispatcher are shared).
 
 Servers are first-come-first-served virtual clocks: a request of w units on a server of rate R
 issued at time t finishes at max(t, free) + w / R, and the server is then free from that time.
@@ -185,12 +188,10 @@ def _request(
         is_read, writes = op != STORE, op != LOAD
         if rows == 1 or row_bytes == stride:  # one contiguous range
             rows, row_bytes = 1, nbytes
-        for r in range(rows):
-            lo = offset + r * stride
-            m, w, dd = access(l2, is_read, writes, tensor, lo, lo + row_bytes, tstat, T_HBM_WRITE)
-            miss += m
-            wb += w
-            cnt[K_DIRTIED] += dd
+        miss, wb, dd = access(
+            l2, is_read, writes, tensor, offset, rows, row_bytes, stride, tstat, T_HBM_WRITE
+        )
+        cnt[K_DIRTIED] += dd
         tstat[tensor, T_HBM_READ] += miss
         srv[0] = max(srv[0], t) + nbytes / cfg[C_L2_BW]
         busy[B_L2] += nbytes / cfg[C_L2_BW]

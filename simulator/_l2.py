@@ -173,8 +173,9 @@ def _granule_slot(st, key, tensor, wb_table, wb_col):
 
 
 @njit(_nrt=False)
-def access(st, op_is_read, op_writes, tensor, start, end, wb_table, wb_col):
-    """One contiguous byte range [start, end) of ``tensor`` through the L2.
+def access(st, op_is_read, op_writes, tensor, offset, rows, row_bytes, stride, wb_table, wb_col):
+    """``rows`` byte ranges [offset + r * stride, + row_bytes) of ``tensor`` through the L2, in
+    order.
 
     ``op_is_read``: the bytes must be present (LOAD, and REDUCE's read-modify-write);
     ``op_writes``: the lines become dirty (STORE, REDUCE). Writes allocate without fetching.
@@ -184,39 +185,40 @@ def access(st, op_is_read, op_writes, tensor, start, end, wb_table, wb_col):
     miss = 0
     wb = 0
     dirtied = 0
-    if end <= start:  # an empty range touches no line
-        return miss, wb, dirtied
     slots = st[2]
     ls = st[0][LINE_SHIFT]  # lines and granules are powers of two: shifts, not divisions
     gshift = ls + LINES_SHIFT
     line = np.int64(1) << ls
-    for g in range(start >> gshift, ((end - 1) >> gshift) + 1):
-        gs = g << gshift
-        lo, hi = max(start, gs), min(end, gs + (line << LINES_SHIFT))
-        b0, b1 = (lo - gs) >> ls, (hi - 1 - gs) >> ls
-        nbits = b1 - b0 + 1
-        req = (
-            np.uint64(0xFFFFFFFFFFFFFFFF)
-            if nbits == 64
-            else ((np.uint64(1) << np.uint64(nbits)) - np.uint64(1)) << np.uint64(b0)
-        )
-        s, w = _granule_slot(st, (tensor << 44) | g, tensor, wb_table, wb_col)
-        wb += w
-        have = np.uint64(slots[s, PRESENT])
-        if op_is_read:
-            missing = req & ~have
-            if missing == req:
-                miss += hi - lo
-            elif missing != np.uint64(0):
-                for b in range(b0, b1 + 1):
-                    if (missing >> np.uint64(b)) & np.uint64(1):
-                        lstart = gs + (b << ls)
-                        miss += min(hi, lstart + line) - max(lo, lstart)
-        slots[s, PRESENT] = np.int64(have | req)
-        if op_writes:
-            was = np.uint64(slots[s, DIRTY])
-            dirtied += popcount(req & ~was) << ls
-            slots[s, DIRTY] = np.int64(was | req)
+    for r in range(rows if row_bytes > 0 else 0):  # an empty range touches no line
+        start = offset + r * stride
+        end = start + row_bytes
+        for g in range(start >> gshift, ((end - 1) >> gshift) + 1):
+            gs = g << gshift
+            lo, hi = max(start, gs), min(end, gs + (line << LINES_SHIFT))
+            b0, b1 = (lo - gs) >> ls, (hi - 1 - gs) >> ls
+            nbits = b1 - b0 + 1
+            req = (
+                np.uint64(0xFFFFFFFFFFFFFFFF)
+                if nbits == 64
+                else ((np.uint64(1) << np.uint64(nbits)) - np.uint64(1)) << np.uint64(b0)
+            )
+            s, w = _granule_slot(st, (tensor << 44) | g, tensor, wb_table, wb_col)
+            wb += w
+            have = np.uint64(slots[s, PRESENT])
+            if op_is_read:
+                missing = req & ~have
+                if missing == req:
+                    miss += hi - lo
+                elif missing != np.uint64(0):
+                    for b in range(b0, b1 + 1):
+                        if (missing >> np.uint64(b)) & np.uint64(1):
+                            lstart = gs + (b << ls)
+                            miss += min(hi, lstart + line) - max(lo, lstart)
+            slots[s, PRESENT] = np.int64(have | req)
+            if op_writes:
+                was = np.uint64(slots[s, DIRTY])
+                dirtied += popcount(req & ~was) << ls
+                slots[s, DIRTY] = np.int64(was | req)
     return miss, wb, dirtied
 
 

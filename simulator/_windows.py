@@ -79,11 +79,8 @@ class Windows:
         self._ahead = self._submit(c1)
         sizes = [len(p) for p in parts]
         carried = sum(sizes)
-        if carried <= room:
-            ev = buf[room - carried :]
-        else:  # more than the room (cannot happen while the bound holds): copy everything
-            ev = np.empty(carried + len(buf) - room, buf.dtype)
-            _raw(ev)[carried:] = _raw(buf)[room:]
+        assert carried <= room, "carried CTAs outgrew their room"  # at most slots x the longest
+        ev = buf[room - carried :]
         starts = np.cumsum([0, *sizes])
         for part, a in zip(parts, starts, strict=False):
             _raw(ev)[a : a + len(part)] = _raw(part)

@@ -120,7 +120,8 @@ def simulate(
         CTAs resident at a time.
     gpu : GPUSpec, or a built-in name / TOML path for ``simulator.load_gpu``
     window_events : int
-        Events to load per window of CTAs.
+        Events to load per window of CTAs (a Trace, already in memory, is replayed whole). The
+        next window is made in a background thread while the engine replays the current one.
     progress : callable, optional
         Called as ``progress(kernel, ctas_done, ctas_total)`` after each window.
     timeline : bool

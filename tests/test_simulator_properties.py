@@ -232,7 +232,17 @@ def test_every_way_of_feeding_a_trace_gives_the_same_result(name, data):
         assert simulator.simulate(Trace.load(path), gpu) == want
     window = data.draw(st.integers(1, 60))
     assert simulator.simulate(sched, gpu, window_events=window) == want
-    assert simulator.simulate(trace, gpu, window_events=window) == want
+    assert simulator.simulate(_OtherSource(trace), gpu, window_events=window) == want
+
+
+class _OtherSource:
+    """A TraceSource that is neither a Trace (replayed whole) nor a Schedule."""
+
+    def __init__(self, trace: Trace):
+        self.meta, self._trace = trace.meta, trace
+
+    def cta_events(self, kernel: int, start: int, stop: int):
+        return self._trace.cta_events(kernel, start, stop)
 
 
 # ------------------------------------------------------------------------- sanity figures
