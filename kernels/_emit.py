@@ -82,10 +82,11 @@ def buf(ev, k, write, kernel, cta, op, tensor, nbytes):
     return put(ev, k, write, kernel, cta, -1, op, tensor, -1, -1, 0, 0, 0, 0, nbytes, 0)
 
 
-def run_emitter(emit, kernel: int, start: int, stop: int, params: np.ndarray) -> np.ndarray:
-    """Count, allocate exactly, then write the events of CTAs ``start..stop-1`` of one kernel."""
+def run_emitter(emit, kernel: int, start: int, stop: int, params: np.ndarray, out=None):
+    """Count, then write the events of CTAs ``start..stop-1`` of one kernel: into the start of
+    ``out`` if it has room (returning that view), else into a new array of the exact size."""
     n = emit(np.empty(0, EVENT_DTYPE), False, kernel, start, stop, params)
-    ev = np.empty(n, EVENT_DTYPE)
+    ev = out[:n] if out is not None and len(out) >= n else np.empty(n, EVENT_DTYPE)
     written = emit(ev, True, kernel, start, stop, params)
     assert written == n, "tracer wrote a different number of events than it counted"
     return ev

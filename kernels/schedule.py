@@ -140,14 +140,20 @@ class Schedule:
     def tensors(self) -> tuple[TensorInfo, ...]:
         return _module(self.name).tensors(self)
 
-    def cta_events(self, kernel: int, start: int, stop: int) -> np.ndarray:
-        """Events of CTAs ``start <= cta < stop`` of one kernel (a TraceSource chunk)."""
+    def cta_events(
+        self, kernel: int, start: int, stop: int, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Events of CTAs ``start <= cta < stop`` of one kernel (a TraceSource chunk). With
+        ``out`` (a 1-D EVENT_DTYPE array), they are written into its start when they fit and
+        that view is returned; otherwise into a new array."""
         ctas = self.kernels[kernel].ctas
         if not 0 <= start <= stop <= ctas:
             raise ValueError(f"CTA range [{start}, {stop}) outside kernel {kernel}'s 0..{ctas}")
+        if out is not None and (out.dtype != EVENT_DTYPE or out.ndim != 1):
+            raise ValueError(f"out must be a 1-D EVENT_DTYPE array, got {out.dtype} {out.shape}")
         if start == stop:
             return np.empty(0, EVENT_DTYPE)
-        return run_emitter(_module(self.name)._emit, kernel, start, stop, self.params())
+        return run_emitter(_module(self.name)._emit, kernel, start, stop, self.params(), out)
 
     def n_events(self) -> int:
         """Number of events in the whole trace, counted without storing them."""

@@ -3,15 +3,17 @@
 A whole ``Trace`` is already in memory, so each kernel is one window (a view, no copy). Any other
 source (a schedule making events lazily) is consumed in windows of CTAs; the next window is made
 in a background thread while the engine replays the current one. Both release the GIL, so on two
-cores trace generation costs little wall time.
+cores most of the trace generation is hidden.
 
 CTAs still resident when the engine reaches the end of a window carry their remaining events
 into the next. Each window is made with room in front for them, so that only the carried events
-are copied, not the whole window.
+are copied, and into a recycled buffer when the source can write into one (fresh memory costs a
+page fault per 4 KiB).
 """
 
 from __future__ import annotations
 
+import inspect
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -37,6 +39,13 @@ def _raw(ev: np.ndarray) -> np.ndarray:
     return ev.view(np.dtype((np.void, ev.dtype.itemsize)))
 
 
+def _takes_out(source: TraceSource) -> bool:
+    try:
+        return "out" in inspect.signature(source.cta_events).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class Windows:
     """The events of one kernel's CTAs, window by window.
 
@@ -50,33 +59,44 @@ class Windows:
         self._source, self._kernel, self._ctas, self._slots = source, kernel, ctas, slots
         self._width = ctas if isinstance(source, Trace) else width
         self._pool = ThreadPoolExecutor(max_workers=1) if self._width < ctas else None
+        self._takes_out = _takes_out(source)
         c1 = min(ctas, self._width)
         ev = source.cta_events(kernel, 0, c1)
         off = cta_offsets(ev, 0, c1)
         self._most = int(np.diff(off).max(initial=0))  # most events of one CTA so far
         self.current = (ev, off, 0, c1)
-        self._ahead = self._submit(c1)
+        self._buffer = None  # the memory under ``current`` once it is one this class made
+        self._ahead = self._submit(c1, spare=None)
 
-    def _submit(self, c0: int):
+    def _submit(self, c0: int, spare: np.ndarray | None):
         c1 = min(self._ctas, c0 + self._width)
         if self._pool is None or c0 >= c1:
             return None
         # carried CTAs come from the windows made so far: at most slots x the longest of them
         room = self._slots * self._most
-        return self._pool.submit(self._make, c0, c1, room), c0, c1
+        return self._pool.submit(self._make, c0, c1, room, spare), c0, c1
 
-    def _make(self, c0: int, c1: int, room: int):
-        ev = self._source.cta_events(self._kernel, c0, c1)
+    def _make(self, c0: int, c1: int, room: int, spare: np.ndarray | None):
+        """Events of CTAs c0..c1 at ``buffer[room:]``: (buffer, offsets)."""
+        if self._takes_out and spare is not None and len(spare) > room:
+            ev = self._source.cta_events(self._kernel, c0, c1, out=spare[room:])
+            if ev.__array_interface__["data"][0] == spare[room:].__array_interface__["data"][0]:
+                return spare[: room + len(ev)], cta_offsets(ev, c0, c1)
+        elif self._takes_out:  # a fresh buffer, recycled from now on
+            ev = self._source.cta_events(self._kernel, c0, min(c1, c0 + 1))
+            spare = np.empty(room + (c1 - c0) * max(len(ev), self._most), ev.dtype)
+            return self._make(c0, c1, room, spare)
+        else:
+            ev = self._source.cta_events(self._kernel, c0, c1)
         buf = np.empty(room + len(ev), ev.dtype)
         _raw(buf)[room:] = _raw(ev)
-        return buf, cta_offsets(ev, c0, c1), room
+        return buf, cta_offsets(ev, c0, c1)
 
     def advance(self, parts: list[np.ndarray]) -> list[int]:
         """Next window, ``parts`` in front of it. Returns the start of each part."""
         future, c0, c1 = self._ahead
-        buf, off, room = future.result()
-        self._most = max(self._most, int(np.diff(off).max(initial=0)))
-        self._ahead = self._submit(c1)
+        buf, off = future.result()
+        room = len(buf) - off[-1]
         sizes = [len(p) for p in parts]
         carried = sum(sizes)
         assert carried <= room, "carried CTAs outgrew their room"  # at most slots x the longest
@@ -84,6 +104,10 @@ class Windows:
         starts = np.cumsum([0, *sizes])
         for part, a in zip(parts, starts, strict=False):
             _raw(ev)[a : a + len(part)] = _raw(part)
+        # the old window is copied from: its buffer is free for the window after this one
+        self._most = max(self._most, int(np.diff(off).max(initial=0)))
+        spare, self._buffer = self._buffer, buf
+        self._ahead = self._submit(c1, spare)
         self.current = (ev, off + carried, c0, c1)
         return [int(a) for a in starts[:-1]]
 

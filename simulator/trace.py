@@ -146,7 +146,9 @@ class TraceSource(Protocol):
     """Anything the simulator can replay: a whole Trace, or a schedule that makes events lazily.
 
     ``cta_events(kernel, start, stop)`` returns the events of CTAs ``start <= cta < stop`` of one
-    kernel, in trace order, so that long traces are consumed in bounded memory.
+    kernel, in trace order, so that long traces are consumed in bounded memory. A source whose
+    ``cta_events`` also takes ``out=`` (an array to write into when the events fit, returning
+    that view, as ``kernels.Schedule`` does) lets the simulator reuse its buffers.
     """
 
     @property
