@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import kernels
+from analysis import calibrate
 from analysis import crosscheck as cc
 from simulator.calibration import load_calibration
 
@@ -27,6 +28,8 @@ BEGIN, END = "<!-- crosscheck:begin -->", "<!-- crosscheck:end -->"
 # Everything the committed table depends on: if one of these changes, the table is stale.
 INPUTS = (
     "analysis/crosscheck.py",
+    "analysis/gpu_data.py",
+    "analysis/calibrate.py",
     "data/gpu/gpu_measure.json",
     "data/gpu/ncu.csv",
     "data/gpu/ncu_launches.json",
@@ -35,6 +38,7 @@ INPUTS = (
     "simulator/_engine.py",
     "simulator/_l2.py",
     "simulator/simulate.py",
+    "simulator/_windows.py",
     "simulator/occupancy.py",
     "simulator/specs/h200.toml",
     "kernels/_emit.py",
@@ -190,7 +194,8 @@ def cmd_crosscheck(a) -> int:
     if a.update_doc and (a.files or a.schedule):
         raise ValueError("--update-doc renders the committed measurements: give no FILES")
     if a.fit:
-        cc.fit_calibration(a.calibration, jobs=a.jobs, log=lambda m: print(m, file=sys.stderr))
+        log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+        calibrate.fit_calibration(a.calibration, jobs=a.jobs, log=log)
     cal = load_calibration(a.calibration)
     if a.efficiency is not None:
         if not 0 < a.efficiency <= 1:
@@ -336,7 +341,7 @@ def calibration_lines(cal) -> list[str]:
 
     spec = simulator.load_gpu("h200")
     out = ["| spec key | h200 datasheet | calibrated | source |", "|---|---|---|---|"]
-    for key, src in cc.SPEC_SOURCES.items():
+    for key, src in calibrate.SPEC_SOURCES.items():
         a, b = getattr(spec, key), getattr(cal.gpu, key)
         out.append(f"| `{key}` | {a:.4g} | {b:.4g} | {src} |")
     h = cal.harness
@@ -360,7 +365,7 @@ def ncu_lines() -> list[str]:
         "SM clock | thread instructions per score | warp cycles per issue: largest stalls |",
         "|---|---|---|---|---|---|---|",
     ]
-    for r in cc.ncu_view():
+    for r in calibrate.ncu_view():
         pct = {
             k: f"{100 * r[k]:.0f}%" if k in r else "-" for k in ("tensor_active", "issue_active")
         }
@@ -405,7 +410,7 @@ def retention_lines() -> list[str]:
         "| written | then read | DRAM writes during the kernel | still dirty in L2 at its end |",
         "|---|---|---|---|",
     ]
-    for r in cc.write_retention():
+    for r in calibrate.write_retention():
         out.append(
             f"| {r['write_bytes'] / 2**20:.0f} MiB | {r['read_bytes'] / 2**20:.0f} MiB | "
             f"{r['dram_write_bytes'] / 1e6:.2f} MB | {r['kept_bytes'] / 1e6:.2f} MB |"
@@ -416,7 +421,7 @@ def retention_lines() -> list[str]:
 def markdown(report, cal=None) -> str:
     """The generated block of docs/validation.md."""
     cal = cal or load_calibration()
-    rep = cc.repeatability()
+    rep = calibrate.repeatability()
     lines = [
         BEGIN,
         f"<!-- inputs sha256: {fingerprint()} -->",

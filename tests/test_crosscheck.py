@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import kernels
 import simulator
+from analysis import calibrate
 from analysis import crosscheck as cc
 from analysis._crosscheck_cli import BOUNDS, bounds_lines, fingerprint, main, row_lines
 from simulator.calibration import DEFAULT_PATH, Harness, load_calibration
@@ -126,12 +127,12 @@ def test_model_options_reject_bad_values():
 # ------------------------------------------------------------------------ 2. the calibration
 def test_measured_constants_are_what_the_probe_data_give():
     cal = load_calibration()
-    measured = cc.probe_constants()["spec"]
-    assert set(measured) == set(cc.SPEC_SOURCES)
+    measured = calibrate.probe_constants()["spec"]
+    assert set(measured) == set(calibrate.SPEC_SOURCES)
     for key, value in measured.items():
         assert getattr(cal.gpu, key) == pytest.approx(value, rel=1e-5), key
     assert cal.options.shared_issue
-    assert cal.options.prefetch_kernels == cc.PREFETCH_KERNELS
+    assert cal.options.prefetch_kernels == calibrate.PREFETCH_KERNELS
     assert cal.training == cc.TRAINING
 
 
