@@ -137,6 +137,14 @@ def _wait(ht, hs, hm, n, ev, si, sf, s, t, lt, ls):
         _sift_down(ht, hs, hm, n, 0)
 
 
+@njit(inline="always", _nrt=False)
+def _stop(si, sf, s, ptr, ready, stores):
+    """Write back the state a running CTA keeps in locals."""
+    si[s, S_PTR] = ptr
+    sf[s, F_READY] = ready
+    sf[s, F_STORES] = stores
+
+
 @njit(_nrt=False)
 def _start_cta(s, c, t, si, sf, cta_off, win_c0):
     si[s, S_CTA] = c
@@ -279,9 +287,10 @@ def run_window(
         for c in range(1, min(ARITY + 1, n)):
             if _less(ht[c], hs[c], gt, gs):
                 gt, gs = ht[c], hs[c]
+        # the CTA's state in locals while it runs; written back when it stops
+        ptr, end, ready, stores = si[s, S_PTR], si[s, S_END], sf[s, F_READY], sf[s, F_STORES]
         while True:
-            ptr = si[s, S_PTR]
-            finished = ptr == si[s, S_END]
+            finished = ptr == end
             op = np.int64(ev[ptr].op) if not finished else -1
             step = ev[ptr].step if not finished else -1
             # Ordering gate: an event is replayed only once no other CTA could still issue an
@@ -293,6 +302,7 @@ def run_window(
             # the kernel needs beyond the per-thread limit (local memory, through the L2)
             if spill_bytes > 0 and step >= 0 and step != si[s, S_STEP]:
                 if not _less(t, s, gt, gs):
+                    _stop(si, sf, s, ptr, ready, stores)
                     _wait(ht, hs, hm, n, ev, si, sf, s, t, lt, ls)
                     break
                 off = s * spill_bytes
@@ -301,25 +311,28 @@ def run_window(
                         o, local, off, 1, spill_bytes, spill_bytes, spill_bytes, t, cfg,
                         l2_on, l2, srv, tstat, busy, cnt,
                     )  # fmt: skip
-                    col = F_STORES if o == STORE else F_READY
-                    sf[s, col] = max(sf[s, col], done)
+                    if o == STORE:
+                        stores = max(stores, done)
+                    else:
+                        ready = max(ready, done)
                 si[s, S_STEP] = step
             if prefetch and ptr == si[s, S_PF_LO] and ptr < si[s, S_PF_HI]:
                 # the step whose loads were prefetched begins: they are this step's operands
-                sf[s, F_READY] = max(sf[s, F_READY], sf[s, F_READY_NEXT])
+                ready = max(ready, sf[s, F_READY_NEXT])
             if prefetch and ptr >= si[s, S_PF_LO] and ptr < si[s, S_PF_HI]:
-                si[s, S_PTR] = ptr + 1  # issued already, at the prefetch
+                ptr += 1  # issued already, at the prefetch
                 continue
-            if op >= MMA and op <= SYNC and sf[s, F_READY] > t:
-                t = sf[s, F_READY]  # operands still in flight: wait for them
+            if op >= MMA and op <= SYNC and ready > t:
+                t = ready  # operands still in flight: wait for them
             # prefetch: at the first arithmetic event of a step, the loads that open the next
             # step are issued (cp.async double buffering); they are memory requests
             if prefetch and op >= MMA and op <= SHARED and step >= 0 and si[s, S_PF_STEP] != step:
                 if not _less(t, s, gt, gs):
+                    _stop(si, sf, s, ptr, ready, stores)
                     _wait(ht, hs, hm, n, ev, si, sf, s, t, lt, ls)
                     break
                 si[s, S_PF_STEP] = step
-                lo, hi = _next_step_loads(ev, ptr, si[s, S_END], step)
+                lo, hi = _next_step_loads(ev, ptr, end, step)
                 si[s, S_PF_LO] = lo
                 si[s, S_PF_HI] = hi
                 sf[s, F_READY_NEXT] = t
@@ -337,10 +350,11 @@ def run_window(
             else:
                 first = True
             if not first:
+                _stop(si, sf, s, ptr, ready, stores)
                 _wait(ht, hs, hm, n, ev, si, sf, s, t, lt, ls)
                 break
             if finished:  # the CTA is done once its loads and stores have landed
-                fin = max(t, sf[s, F_READY], sf[s, F_STORES])
+                fin = max(t, ready, stores)
                 kernel_end[0] = max(kernel_end[0], fin)
                 if span.shape[0] > 0:  # timeline requested: start, end and SM of this CTA
                     c_done = si[s, S_CTA]
@@ -366,9 +380,9 @@ def run_window(
                     e.bytes, t, cfg, l2_on, l2, srv, tstat, busy, cnt,
                 )  # fmt: skip
                 if op == LOAD:
-                    sf[s, F_READY] = max(sf[s, F_READY], done)
+                    ready = max(ready, done)
                 else:
-                    sf[s, F_STORES] = max(sf[s, F_STORES], done)
+                    stores = max(stores, done)
             elif op <= SHARED:  # MMA, ELEMENTWISE, EXP, SHARED
                 if op == MMA:
                     u, rate, work = U_TENSOR, cfg[C_TENSOR], e.flops
@@ -401,7 +415,6 @@ def run_window(
                     cnt[K_PEAK_REGS] = si[s, S_LIVE_REGS]
                 if si[s, S_LIVE_SMEM] > smem_limit:
                     cnt[K_BAD_SMEM] += 1
-            si[s, S_PTR] = ptr + 1
-            sf[s, F_T] = t
+            ptr += 1
     hn[0] = n
     return 0
