@@ -39,6 +39,10 @@ def _raw(ev: np.ndarray) -> np.ndarray:
     return ev.view(np.dtype((np.void, ev.dtype.itemsize)))
 
 
+def _data(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
 def _takes_out(source: TraceSource) -> bool:
     try:
         return "out" in inspect.signature(source.cta_events).parameters
@@ -77,34 +81,36 @@ class Windows:
         return self._pool.submit(self._make, c0, c1, room, spare), c0, c1
 
     def _make(self, c0: int, c1: int, room: int, spare: np.ndarray | None):
-        """Events of CTAs c0..c1 at ``buffer[room:]``: (buffer, offsets)."""
-        if self._takes_out and spare is not None and len(spare) > room:
-            ev = self._source.cta_events(self._kernel, c0, c1, out=spare[room:])
-            if ev.__array_interface__["data"][0] == spare[room:].__array_interface__["data"][0]:
-                return spare[: room + len(ev)], cta_offsets(ev, c0, c1)
-        elif self._takes_out:  # a fresh buffer, recycled from now on
-            ev = self._source.cta_events(self._kernel, c0, min(c1, c0 + 1))
-            spare = np.empty(room + (c1 - c0) * max(len(ev), self._most), ev.dtype)
-            return self._make(c0, c1, room, spare)
+        """The events of CTAs c0..c1 at ``buffer[room:room + n]``: (buffer, room, offsets).
+        ``buffer`` is ``spare`` when the source can write into it and they fit."""
+        if self._takes_out:
+            if spare is None:  # a first buffer, recycled from now on
+                first = self._source.cta_events(self._kernel, c0, min(c1, c0 + 1))
+                spare = np.empty(room + (c1 - c0) * max(len(first), self._most), first.dtype)
+            if len(spare) > room:
+                ev = self._source.cta_events(self._kernel, c0, c1, out=spare[room:])
+                if _data(ev) == _data(spare[room:]):  # written in place
+                    return spare, room, cta_offsets(ev, c0, c1)
+            else:
+                ev = self._source.cta_events(self._kernel, c0, c1)
         else:
             ev = self._source.cta_events(self._kernel, c0, c1)
         buf = np.empty(room + len(ev), ev.dtype)
         _raw(buf)[room:] = _raw(ev)
-        return buf, cta_offsets(ev, c0, c1)
+        return buf, room, cta_offsets(ev, c0, c1)
 
     def advance(self, parts: list[np.ndarray]) -> list[int]:
         """Next window, ``parts`` in front of it. Returns the start of each part."""
         future, c0, c1 = self._ahead
-        buf, off = future.result()
-        room = len(buf) - off[-1]
+        buf, room, off = future.result()
         sizes = [len(p) for p in parts]
         carried = sum(sizes)
         assert carried <= room, "carried CTAs outgrew their room"  # at most slots x the longest
-        ev = buf[room - carried :]
+        ev = buf[room - carried : room + off[-1]]
         starts = np.cumsum([0, *sizes])
         for part, a in zip(parts, starts, strict=False):
             _raw(ev)[a : a + len(part)] = _raw(part)
-        # the old window is copied from: its buffer is free for the window after this one
+        # the old window has been copied from: its buffer is free for the window after this one
         self._most = max(self._most, int(np.diff(off).max(initial=0)))
         spare, self._buffer = self._buffer, buf
         self._ahead = self._submit(c1, spare)
