@@ -42,6 +42,29 @@ class ComparisonRow:
         return d
 
 
+def result_figures(res: simulator.SimResult | None) -> dict:
+    """The figures a comparison or sweep row shows of one run (zeros when it could not run)."""
+    if res is None:
+        return dict(
+            mma_flops=0,
+            global_bytes=0,
+            hbm_bytes=0,
+            time_s=0.0,
+            bound="",
+            ctas_per_sm=0,
+            occupancy_limiter="",
+        )
+    return dict(
+        mma_flops=res.mma_flops,
+        global_bytes=res.global_bytes,
+        hbm_bytes=res.hbm_bytes,
+        time_s=res.time_s,
+        bound=res.bound,
+        ctas_per_sm=res.occupancy.ctas_per_sm,
+        occupancy_limiter=res.occupancy.limiter,
+    )
+
+
 def compare(
     shape: kernels.AttentionShape,
     gpu: simulator.GPUSpec,
@@ -76,42 +99,19 @@ def compare(
             progress(name)
         sched = kernels.schedule(name, shape, block_q=block_q, block_kv=block_kv, warps=warps)
         try:
-            res = simulator.simulate(sched, gpu)
+            res, error = simulator.simulate(sched, gpu), ""
         except simulator.CapacityError as exc:  # one schedule not fitting should not hide the rest
-            rows.append(
-                ComparisonRow(
-                    name,
-                    sched.block_q,
-                    sched.block_kv,
-                    sched.warps,
-                    0,
-                    0,
-                    0,
-                    0.0,
-                    "",
-                    0,
-                    "",
-                    0,
-                    None,
-                    str(exc),
-                )
-            )
-            continue
+            res, error = None, str(exc)
         rows.append(
             ComparisonRow(
                 schedule=name,
                 block_q=sched.block_q,
                 block_kv=sched.block_kv,
                 warps=sched.warps,
-                mma_flops=res.mma_flops,
-                global_bytes=res.global_bytes,
-                hbm_bytes=res.hbm_bytes,
-                time_s=res.time_s,
-                bound=res.bound,
-                ctas_per_sm=res.occupancy.ctas_per_sm,
-                occupancy_limiter=res.occupancy.limiter,
-                sram_peak_bytes=res.sram_peak_bytes,
+                **result_figures(res),
+                sram_peak_bytes=res.sram_peak_bytes if res else 0,
                 result=res,
+                error=error,
             )
         )
     return rows

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import kernels
 import simulator
+from analysis.comparison import result_figures
 
 __all__ = ["SweepRow", "gpu_variants", "run_sweep", "write_csv"]
 
@@ -106,35 +107,10 @@ def run_sweep(
             hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
         )
         try:
-            r = simulator.simulate(sched, gpu)
+            res, error = simulator.simulate(sched, gpu), ""
         except simulator.CapacityError as exc:
-            rows.append(
-                SweepRow(
-                    **base,
-                    mma_flops=0,
-                    global_bytes=0,
-                    hbm_bytes=0,
-                    time_s=0.0,
-                    bound="",
-                    ctas_per_sm=0,
-                    occupancy_limiter="",
-                    error=str(exc),
-                )
-            )
-            continue
-        rows.append(
-            SweepRow(
-                **base,
-                mma_flops=r.mma_flops,
-                global_bytes=r.global_bytes,
-                hbm_bytes=r.hbm_bytes,
-                time_s=r.time_s,
-                bound=r.bound,
-                ctas_per_sm=r.occupancy.ctas_per_sm,
-                occupancy_limiter=r.occupancy.limiter,
-                error="",
-            )
-        )
+            res, error = None, str(exc)
+        rows.append(SweepRow(**base, **result_figures(res), error=error))
     if progress:
         progress(len(grid), len(grid), "done")
     return rows

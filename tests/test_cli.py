@@ -194,3 +194,20 @@ def test_sweep_hypothetical_gpus(tmp_path, capsys):
     small = [r for r in rows if r["gpu"].startswith("h200-sram0.2x")]
     # 128-row blocks of Q, K, V at d=64 need 48 KiB; a fifth of 227 KiB is 45.4 KiB
     assert all("shared memory" in r["error"] for r in small)
+
+
+def test_compare_keeps_a_row_for_a_schedule_that_does_not_fit():
+    """FA1 at 128x128, d=128 needs 356 KiB of shared memory: its row says so, with zero figures,
+    and the schedules that fit are still simulated."""
+    from analysis.comparison import compare
+
+    shape = kernels.AttentionShape(batch=1, heads=2, seq_len=1024, head_dim=128)
+    gpu = simulator.load_gpu("h200").replace(smem_per_cta_bytes=96 * 1024)
+    rows = {r.schedule: r for r in compare(shape, gpu, block_q=128, block_kv=128)}
+    fa1 = rows["flash1"]
+    assert "shared memory" in fa1.error and fa1.result is None
+    assert (fa1.time_s, fa1.mma_flops, fa1.hbm_bytes, fa1.sram_peak_bytes) == (0.0, 0, 0, 0)
+    for name in ("standard", "flash2"):
+        r = rows[name]
+        assert r.error == "" and r.result is not None
+        assert (r.time_s, r.hbm_bytes) == (r.result.time_s, r.result.hbm_bytes) and r.time_s > 0
