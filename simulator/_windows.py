@@ -61,9 +61,12 @@ class Windows:
 
     def __init__(self, source: TraceSource, kernel: int, ctas: int, width: int, slots: int):
         self._source, self._kernel, self._ctas, self._slots = source, kernel, ctas, slots
-        self._width = ctas if isinstance(source, Trace) else width
-        self._pool = ThreadPoolExecutor(max_workers=1) if self._width < ctas else None
+        self._max_width = ctas if isinstance(source, Trace) else width
+        self._pool = ThreadPoolExecutor(max_workers=1) if self._max_width < ctas else None
         self._takes_out = _takes_out(source)
+        # the first window is made before the engine can start: small (two waves), then the
+        # windows double up to ``width`` while the engine replays
+        self._width = self._max_width if self._pool is None else min(width, 2 * slots)
         c1 = min(ctas, self._width)
         ev = source.cta_events(kernel, 0, c1)
         off = cta_offsets(ev, 0, c1)
@@ -73,6 +76,7 @@ class Windows:
         self._ahead = self._submit(c1, spare=None)
 
     def _submit(self, c0: int, spare: np.ndarray | None):
+        self._width = min(self._max_width, 2 * self._width)
         c1 = min(self._ctas, c0 + self._width)
         if self._pool is None or c0 >= c1:
             return None

@@ -20,7 +20,7 @@ from simulator.trace import Space, TraceSource
 
 __all__ = ["ModelOptions", "simulate"]
 
-WINDOW_EVENTS = 4_000_000  # events held per window of CTAs (bounds memory for long traces)
+WINDOW_EVENTS = 1_000_000  # events held per window of CTAs (bounds memory for long traces)
 LOCAL_NAME = "local (register spills)"  # the pseudo-tensor of spill traffic
 
 
