@@ -16,7 +16,7 @@ def test_windows_hold_each_ctas_events_and_the_carried_ones(causal):
     trace = sched.trace()
     ctas = sched.kernels[0].ctas
     slots = 2
-    windows = Windows(sched, 0, ctas, width=3, slots=slots)
+    windows = Windows(sched, 0, ctas, width=7, slots=slots)  # windows of 4 CTAs, then 7
     try:
         seen = 0
         while True:
