@@ -22,7 +22,8 @@ import kernels
 import simulator
 from analysis import calibrate
 from analysis import crosscheck as cc
-from analysis._crosscheck_cli import BOUNDS, bounds_lines, fingerprint, main, row_lines
+from analysis._crosscheck_cli import main
+from analysis.validation_doc import BOUNDS, bounds_lines, fingerprint, row_lines
 from simulator.calibration import DEFAULT_PATH, Harness, load_calibration
 from simulator.simulate import ModelOptions
 from simulator.trace import EVENT_DTYPE, Op, Trace
