@@ -43,6 +43,7 @@ INPUTS = (
     "simulator/calibration.toml",
     "simulator/calibration.py",
     "simulator/_engine.py",
+    "simulator/_cpu_prefetch.py",
     "simulator/_l2.py",
     "simulator/simulate.py",
     "simulator/_windows.py",

@@ -16,11 +16,9 @@ arithmetic server per SM, with ``ModelOptions.shared_issue``).
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
 
+from simulator._cpu_prefetch import prefetch_ahead
 from simulator._l2 import access
 from simulator.trace import Op
 
@@ -95,43 +93,12 @@ def _sift_down(ht, hs, hm, n, i):
         i = m
 
 
-@intrinsic
-def _prefetch(typingctx, arr, idx):
-    """Ask the CPU to bring ``arr[idx]`` into its caches (LLVM prefetch); results are unchanged."""
-
-    def codegen(context, builder, sig, args):
-        ary = context.make_array(sig.args[0])(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(
-            context, builder, sig.args[0], ary, [args[1]], wraparound=False, boundscheck=False
-        )
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-        # read, keep in all cache levels, data
-        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
-        return context.get_dummy_value()
-
-    return types.void(arr, idx), codegen
-
-
-# Events read ahead when a CTA stops: by the time it runs again (after the other resident CTAs'
-# events) they are in the CPU's caches. Resident CTAs read the trace at hundreds of places at
-# once, more streams than the hardware prefetcher follows.
-PREFETCH_EVENTS = 12
-
-
-@njit(inline="always", _nrt=False)
-def _prefetch_ahead(ev, ptr, end):
-    for i in range(ptr, min(ptr + PREFETCH_EVENTS, end)):
-        _prefetch(ev, i)
-
-
 @njit(inline="always", _nrt=False)
 def _wait(ht, hs, hm, n, ev, si, sf, s, t, lt, ls):
     """CTA s stops at time t for an earlier CTA. If none is on its own SM (it stays the SM's
     earliest), the SM's key grows to (t, s) and it sinks in the heap."""
     sf[s, F_T] = t
-    _prefetch_ahead(ev, si[s, S_PTR], si[s, S_END])
+    prefetch_ahead(ev, si[s, S_PTR], si[s, S_END])
     if _less(t, s, lt, ls):
         ht[0], hs[0] = t, s
         _sift_down(ht, hs, hm, n, 0)
