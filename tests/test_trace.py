@@ -54,3 +54,19 @@ def test_bytes_by_tensor():
     assert "dQ_acc" in t.bytes_by(Op.REDUCE)
     with pytest.raises(KeyError, match="no tensor 'S'"):
         t.meta.tensor_index("S")
+
+
+def test_cta_events_into_a_buffer():
+    """``out=``: the events land in its start when they fit (a view of it), else in a new array;
+    a buffer of another dtype is refused."""
+    sched = kernels.schedule("flash2", kernels.AttentionShape(1, 2, 64, 16), 16, 16)
+    want = sched.cta_events(0, 1, 3)
+    big = np.zeros(len(want) + 5, EVENT_DTYPE)
+    got = sched.cta_events(0, 1, 3, out=big)
+    assert np.array_equal(got, want) and np.shares_memory(got, big)
+    assert np.array_equal(big[: len(want)], want)
+    small = np.zeros(len(want) - 1, EVENT_DTYPE)
+    got = sched.cta_events(0, 1, 3, out=small)
+    assert np.array_equal(got, want) and not np.shares_memory(got, small)
+    with pytest.raises(ValueError, match="EVENT_DTYPE"):
+        sched.cta_events(0, 1, 3, out=np.zeros(100))
