@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import kernels
-from kernels.schedule import DEFAULT_SRAM_BYTES
+from kernels.schedules import DEFAULT_SRAM_BYTES
 
 __all__ = ["ALGORITHMS", "Capacity", "Tile", "tile_capacity"]
 

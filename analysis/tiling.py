@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import kernels
 import simulator
 from analysis.capacity import Capacity, Tile, _m_elements, _positive, tile_capacity
-from kernels.schedule import DEFAULT_WARPS
+from kernels.schedules import DEFAULT_WARPS
 from simulator import Space
 
 __all__ = [

@@ -54,7 +54,7 @@ INPUTS = (
     "kernels/_standard_common.py",
     "kernels/flash2.py",
     "kernels/flash2_bwd.py",
-    "kernels/schedule.py",
+    "kernels/schedules.py",
     "kernels/standard.py",
 )
 

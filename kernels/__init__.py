@@ -2,7 +2,7 @@
 
 from kernels.execute import execute
 from kernels.reference import attention_backward, attention_forward
-from kernels.schedule import SCHEDULES, Schedule, default_block, schedule
+from kernels.schedules import SCHEDULES, Schedule, default_block, schedule
 from kernels.shape import DTYPES, AttentionShape
 
 __all__ = [

@@ -56,7 +56,7 @@ def execute(sched, q, k, v, grad_out=None):
     accumulated in fp32 (fp64 for fp64 inputs), softmax statistics in the accumulator type, and
     P rounded to the input dtype before it multiplies V (as the tensor cores take it).
     """
-    from kernels.schedule import _module
+    from kernels.schedules import _module
 
     sh = sched.shape
     qshape = (sh.batch, sh.heads, sh.seq_len, sh.head_dim)

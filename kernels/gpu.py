@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from kernels._numerics import to_dtype
-from kernels.schedule import Schedule
+from kernels.schedules import Schedule
 
 __all__ = [
     "GPU_SCHEDULES",

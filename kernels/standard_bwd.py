@@ -299,7 +299,7 @@ def execute(s, q, k, v, grad_out, rec):
     in the storage dtype. P comes from ``kernels.standard``'s executor with the same blocks and
     options, logged into a throwaway Recorder (its events are not part of this trace)."""
     from kernels import standard
-    from kernels.schedule import Schedule
+    from kernels.schedules import Schedule
 
     fwd = Schedule("standard", s.shape, s.block_q, s.block_kv, s.warps, s.options)
     _, p, _ = standard.execute(fwd, q, k, v, None, Recorder())
