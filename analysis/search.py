@@ -150,18 +150,14 @@ def plan_search(
 ) -> SearchPlan:
     """The candidates ``search_tiles`` would simulate, their event counts and capacity errors.
 
-    Block sizes above ``shape.seq_len`` are left out; the rule's blocks (both forms, clipped to
-    ``seq_len``) and ``kernels.default_block(shape)`` are added at every warp count when
-    ``include_rule``. Nothing is simulated: use
+    Block sizes above ``shape.seq_len`` are kept: one partial block, as a predicated kernel
+    runs it (same bytes as a block of ``seq_len`` rows, the whole block's on-chip buffers). The
+    rule's blocks (both forms, clipped to ``seq_len``) and ``kernels.default_block(shape)`` are
+    added at every warp count when ``include_rule``. Nothing is simulated: use
     ``.estimated_s`` to size a search before running it.
     """
-    sizes = [b for b in _check_sizes("block_sizes", block_sizes) if b <= shape.seq_len]
+    sizes = _check_sizes("block_sizes", block_sizes)
     ws = _check_sizes("warps", warps)
-    if not sizes:
-        raise ValueError(
-            f"every block size in {tuple(block_sizes)} exceeds seq_len={shape.seq_len}; "
-            f"give block sizes of at most {shape.seq_len}"
-        )
     rule = _rule_blocks(name, shape, gpu, sram_bytes) if include_rule else {}
     pairs = {(bq, bkv): [] for bq in sizes for bkv in sizes}
     for pair, forms in rule.items():
@@ -227,7 +223,8 @@ def search_tiles(
     shape : kernels.AttentionShape
     gpu : simulator.GPUSpec, or a built-in name / TOML path
     block_sizes : sequence of int
-        Candidate Br and Bc (every pair is tried); sizes above ``seq_len`` are left out.
+        Candidate Br and Bc (every pair is tried); sizes above ``seq_len`` are kept: one
+        partial block.
     warps : sequence of int
         Candidate warps per CTA.
     progress : callable, optional

@@ -162,12 +162,13 @@ def attention_shapes(
     return draw_shape()
 
 
-def _block(draw, n: int, max_blocks: int) -> int:
+def _block(draw, n: int, max_blocks: int, max_block: int) -> int:
     """A block size drawn as its count of blocks t, then any size that gives t blocks: ceil(N /
-    block) = t for block in [ceil(N/t), ceil(N/(t-1)) - 1], which shrinks to ceil(N/t)."""
+    block) = t for block in [ceil(N/t), ceil(N/(t-1)) - 1], which shrinks to ceil(N/t). One
+    block (t = 1) is any size in [N, max(N, max_block)]: larger ones are one partial block."""
     t = draw(st.integers(1, min(n, max_blocks)))
     lo = math.ceil(n / t)
-    hi = math.ceil(n / (t - 1)) - 1 if t > 1 else n
+    hi = math.ceil(n / (t - 1)) - 1 if t > 1 else max(n, max_block)
     return lo + draw(st.integers(0, max(0, hi - lo)))
 
 
@@ -188,6 +189,7 @@ def tilings(
     max_blocks: int = 8,
     warps: tuple[int, ...] = (1, 2, 4, 8),
     softmax_passes: tuple[int, ...] = (1, 2),
+    max_block: int | None = None,
 ) -> st.SearchStrategy[kernels.Schedule]:
     """``kernels.Schedule`` objects for ``shape``: a schedule name, Br and Bc, warps, options.
 
@@ -205,7 +207,11 @@ def tilings(
     warps : tuple of int
     softmax_passes : tuple of int
         Choices of the standard schedules' softmax passes (1, 2); their ``softmax_rows`` is
-        drawn in 1 .. min(N, 8).
+        drawn in 1 .. min(N, 8), or up to 8 with ``max_block``.
+    max_block : int, optional
+        Largest block size (and ``softmax_rows``) to draw; default N. Above N, a block is one
+        partial block (the kernel predicates the rows past N), e.g. ``max_block=128`` for a
+        decoding step's 128-row tiles at N = 1.
     """
     if not isinstance(shape, kernels.AttentionShape):
         raise InvalidArgument(f"shape must be a kernels.AttentionShape, got {shape!r}")
@@ -216,6 +222,9 @@ def tilings(
     warps = _check_choices("warps", warps, (1, 2, 4, 8, 16, 32))
     softmax_passes = _check_choices("softmax_passes", softmax_passes, (1, 2))
     n = shape.seq_len
+    if max_block is not None:
+        _check_range("block", 1, max_block)
+    big = n if max_block is None else max_block
 
     @st.composite
     def draw_tiling(draw):
@@ -223,8 +232,8 @@ def tilings(
         opts = {}
         if name.startswith("standard"):
             opts["softmax_passes"] = draw(st.sampled_from(softmax_passes))
-            opts["softmax_rows"] = draw(st.integers(1, min(n, 8)))
-        bq, bkv = _block(draw, n, max_blocks), _block(draw, n, max_blocks)
+            opts["softmax_rows"] = draw(st.integers(1, min(8, max(n, big))))
+        bq, bkv = _block(draw, n, max_blocks, big), _block(draw, n, max_blocks, big)
         sched = kernels.schedule(name, shape, bq, bkv, draw(st.sampled_from(warps)), **opts)
         return sched
 

@@ -72,8 +72,6 @@ def resolve_softmax_options(s, row_buffers: int) -> None:
     rows = int(opts.get("softmax_rows", min(s.warps, n)))
     if rows < 1:
         raise ValueError(f"softmax_rows must be >= 1 (rows of S per softmax CTA), got {rows}")
-    if rows > n:
-        raise ValueError(f"softmax_rows={rows} exceeds seq_len={n}; use at most {n} rows")
     resident = row_buffers * rows * n * eb
     passes = int(opts.get("softmax_passes", 1 if resident <= STATIC_SMEM_LIMIT_BYTES else 2))
     if passes not in (1, 2):

@@ -49,8 +49,10 @@ class Schedule:
         One of ``SCHEDULES``.
     shape : AttentionShape
     block_q, block_kv : int
-        Rows of Q (Br) and of K/V (Bc) per block. The last block of a ragged sequence holds
-        ``seq_len % block`` real rows and moves only those.
+        Rows of Q (Br) and of K/V (Bc) per block, any size >= 1, also larger than
+        ``seq_len``. The last block of a ragged sequence holds ``seq_len % block`` real rows
+        (all ``seq_len`` rows when the block is larger) and moves only those, as a predicated
+        kernel does; on-chip buffers are still sized by the whole block (docs/io.md).
     warps : int
         Warps per CTA.
     options : tuple of (str, int)
@@ -74,12 +76,6 @@ class Schedule:
             if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
                 raise ValueError(f"{f} must be a positive integer, got {v!r}")
             object.__setattr__(self, f, int(v))
-        n = self.shape.seq_len
-        for f in ("block_q", "block_kv"):
-            if getattr(self, f) > n:
-                raise ValueError(
-                    f"{f}={getattr(self, f)} exceeds seq_len={n}; use a block of at most {n} rows"
-                )
         if self.warps > 32:
             raise ValueError(f"warps={self.warps} exceeds 32 (1024 threads per CTA)")
         _module(self.name).validate(self)

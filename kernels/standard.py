@@ -19,7 +19,7 @@ Options
 -------
 softmax_rows : int
     Rows per softmax CTA. Default: the warp count (one row per warp, like a framework's row
-    softmax), clipped to ``seq_len``; at most ``seq_len``.
+    softmax), clipped to ``seq_len``; more than ``seq_len`` is one partial row block.
 softmax_passes : int
     1: the CTA keeps its whole row block resident in shared memory (softmax_rows * N * elem
     bytes), loads each chunk of S once and stores each chunk of P once (the FA paper's and the

@@ -124,7 +124,7 @@ def test_compare_reports_a_schedule_that_does_not_fit(capsys):
     [
         (["simulate", "flash3"], "invalid choice"),
         (["simulate", "flash2", "--seq-len", "0"], "seq_len"),
-        (["simulate", "flash2", "--seq-len", "64", "--block-q", "128"], "block_q"),
+        (["simulate", "flash2", "--seq-len", "64", "--block-q", "0"], "block_q"),
         (["simulate", "flash2", "--gpu", "h300"], "h300"),
         (["simulate", "flash2", "--gpu", "missing.toml"], "missing.toml"),
         (

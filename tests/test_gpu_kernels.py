@@ -19,6 +19,8 @@ BWD_TILES = [(64, 64, 64, 4), (128, 64, 64, 4)]
 # ragged N (not a multiple of any block); 333 is not a multiple of 8 either, so standard
 # attention's S and P rows are not 16-byte aligned there
 CASES = [(1000, False, None), (333, True, 2)]  # (seq_len, causal, kv_heads)
+# partial tiles: a decoding step (N = 1) and N below every block, the rows past N predicated
+PARTIAL = [(1, False, None), (1, True, 2), (40, True, None)]
 
 
 def _fresh_seed() -> int:
@@ -45,7 +47,7 @@ def _shape(d, n, causal, kv_heads, dtype, batch=2, heads=4):
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("tiles", FWD_TILES)
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASES + PARTIAL)
 def test_flash2_forward(dtype, tiles, case):
     (d, bq, bkv, w), (n, causal, kvh) = tiles, case
     sched = kernels.schedule("flash2", _shape(d, n, causal, kvh, dtype), bq, bkv, w)
@@ -59,6 +61,35 @@ def test_flash2_forward(dtype, tiles, case):
     # from the fp64 value (|L| ~ 10 here, fp32 steps ~ 1e-6; ex2.approx adds 2 ulp per term)
     assert np.all(np.isfinite(lse)), f"L: unwritten, seed {seed}"
     np.testing.assert_allclose(lse, m + np.log(l), rtol=0, atol=1e-4, err_msg=f"seed {seed}")
+
+
+@pytest.mark.parametrize("name", ["flash2", "flash2_bwd", "standard"])
+@pytest.mark.parametrize("passes", [1, 2])
+def test_decoding_step_with_128_row_tiles(name, passes):
+    """N = 1 with 128 x 128 tiles (one query row, as a decoding step): every output is written
+    and obeys the error rule; the launch is the schedule's (1 CTA per (b, h) and block)."""
+    if name != "standard" and passes == 2:
+        pytest.skip("softmax passes are standard attention's option")
+    shape = _shape(64, 1, False, None, "bf16", batch=2, heads=4)
+    opts = {"softmax_passes": passes} if name == "standard" else {}
+    sched = kernels.schedule(name, shape, 128, 128, 4 if name == "flash2_bwd" else 8, **opts)
+    assert gpu.tiling_errors(sched) == []
+    assert [ln.grid for ln in gpu.launches(sched)] == [k.ctas for k in sched.kernels]
+    seed = _fresh_seed()
+    if name == "standard":
+        _check_standard(sched, "bf16")
+        return
+    arrays = random_inputs(shape, seed=seed, backward=name == "flash2_bwd")
+    got = gpu.run_schedule(sched, *arrays)
+    if name == "flash2":
+        exact = kernels.attention_forward(*arrays)[0]
+        same = kernels.attention_forward(*arrays, dtype="bf16")[0]
+        _check_rule("O", got[0], exact, same, "bf16", seed)
+        return
+    exact = kernels.attention_backward(*arrays)
+    same = kernels.attention_backward(*arrays, dtype="bf16")
+    for nm, g, e, p in zip(("dQ", "dK", "dV"), got, exact, same, strict=True):
+        _check_rule(nm, g, e, p, "bf16", seed)
 
 
 def test_flash2_forward_deterministic_and_takes_cupy_arrays():
@@ -75,7 +106,7 @@ def test_flash2_forward_deterministic_and_takes_cupy_arrays():
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("tiles", FWD_TILES)
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASES + PARTIAL)
 def test_standard_forward(dtype, tiles, case):
     (d, bq, bkv, w), (n, causal, kvh) = tiles, case
     sched = kernels.schedule("standard", _shape(d, n, causal, kvh, dtype, batch=1), bq, bkv, w)
@@ -108,7 +139,7 @@ def _check_standard(sched, dtype):
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("tiles", BWD_TILES)
-@pytest.mark.parametrize("case", [(517, False, None), (333, True, 2)])
+@pytest.mark.parametrize("case", [(517, False, None), (333, True, 2), *PARTIAL])
 def test_flash2_backward(dtype, tiles, case):
     (d, bq, bkv, w), (n, causal, kvh) = tiles, case
     sched = kernels.schedule("flash2_bwd", _shape(d, n, causal, kvh, dtype, batch=1), bq, bkv, w)

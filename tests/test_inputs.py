@@ -32,7 +32,6 @@ def test_shape_validation(kwargs, needle):
     [
         (lambda s: kernels.schedule("flash3", s), "unknown schedule 'flash3'; choose one of"),
         (lambda s: kernels.schedule("flash2", s, block_q=0), "block_q must be a positive integer"),
-        (lambda s: kernels.schedule("flash2", s, block_kv=17), "block_kv=17 exceeds seq_len=16"),
         (lambda s: kernels.schedule("flash2", s, warps=64), "warps=64 exceeds 32"),
         (lambda s: kernels.schedule("flash2", s, softmax_passes=2), "has no option"),
         (lambda s: kernels.schedule("standard", s, softmax_passes=3), "softmax_passes"),
@@ -43,6 +42,13 @@ def test_schedule_validation(call, needle):
     with pytest.raises(ValueError) as err:
         call(shape)
     assert needle in str(err.value)
+
+
+def test_blocks_larger_than_seq_len_are_one_partial_block():
+    """Any block >= 1 is accepted: 17 rows over N = 16 is one block of 16 real rows."""
+    shape = kernels.AttentionShape(1, 4, 16, 8)
+    sched = kernels.schedule("flash2", shape, block_q=128, block_kv=17)
+    assert (sched.block_q, sched.block_kv, sched.t_q, sched.t_kv) == (128, 17, 1, 1)
 
 
 def test_execute_rejects_bad_arrays():

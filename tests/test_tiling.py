@@ -252,7 +252,6 @@ def test_plan_estimates_events_without_simulating():
 @pytest.mark.parametrize(
     "kwargs, needle",
     [
-        ({"block_sizes": (512,)}, "exceeds seq_len"),
         ({"block_sizes": ()}, "block_sizes"),
         ({"warps": (0,)}, "warps"),
     ],
@@ -260,6 +259,24 @@ def test_plan_estimates_events_without_simulating():
 def test_search_bad_arguments(kwargs, needle):
     with pytest.raises(ValueError, match=needle):
         search_tiles("flash2", SMALL, A100, **kwargs)
+
+
+def test_search_keeps_blocks_larger_than_seq_len():
+    """A decoding step (N = 1) is searched over 64- and 128-row tiles, each one partial block:
+    the same global bytes, the whole tiles' shared memory."""
+    shape = kernels.AttentionShape(1, 2, 1, 64, "fp16")
+    results = search_tiles(
+        "flash2", shape, A100, block_sizes=(64, 128), warps=(4,), include_rule=False
+    )
+    assert {(r.block_q, r.block_kv) for r in results} == {
+        (64, 64),
+        (64, 128),
+        (128, 64),
+        (128, 128),
+    }
+    assert all(r.feasible for r in results)
+    assert len({r.global_bytes for r in results}) == 1
+    assert len({r.smem_bytes for r in results}) == 4
 
 
 # -- the CLI --------------------------------------------------------------------------------
