@@ -4,7 +4,8 @@ Nothing here runs a tracer: each schedule's reads and writes per global tensor a
 N (``seq_len``), d (``head_dim``), Tr = ceil(N/Br), Tc = ceil(N/Bc), batch B, query heads H, key/
 value heads Hkv and the element sizes, plus two sums over blocks that ragged and causal blocking
 make irregular (``block_sums``). ``docs/io.md`` derives every line; ``tests/test_io.py`` checks
-them byte for byte against the trace and the simulator with ``l2_bytes = 0``.
+them byte for byte against the trace and the simulator with ``l2_bytes = 0``. Given a GPU, the
+counts add the register-spill traffic the simulator charges (``analysis._spills``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 import kernels
+import simulator
+from analysis._spills import REG_BYTES, spilled_registers
+from kernels.schedules import DEFAULT_WARPS
+from simulator.simulate import LOCAL_NAME
 
 __all__ = ["BlockSums", "IOCounts", "TensorIO", "block_sums", "io_counts", "io_counts_of"]
 
@@ -38,11 +43,14 @@ class BlockSums:
     area : int
         sum over visited (i, j) of r_i * c_j: scores computed (tiles that cross the diagonal
         count whole). Non-causal: N^2; causal: at least N(N+1)/2.
+    pairs : int
+        number of visited (i, j): the outer-loop steps of FA2's CTAs. Non-causal: Tr * Tc.
     """
 
     row_visits: int
     col_visits: int
     area: int
+    pairs: int
 
 
 def block_sums(seq_len: int, block_q: int, block_kv: int, causal: bool) -> BlockSums:
@@ -53,17 +61,18 @@ def block_sums(seq_len: int, block_q: int, block_kv: int, causal: bool) -> Block
     Q block i holds r_i = min(Br, N - i Br) rows and ends at e_i = i Br + r_i. It meets the key
     blocks j < V_i with V_i = Tc (no mask) or min(Tc, floor((e_i - 1) / Bc) + 1) (causal), whose
     rows add up to min(N, V_i Bc). So row_visits = sum_i V_i r_i, col_visits = sum_i min(N, V_i
-    Bc) and area = sum_i r_i min(N, V_i Bc).
+    Bc), area = sum_i r_i min(N, V_i Bc) and pairs = sum_i V_i. A block larger than N is one
+    partial block: r_0 = N (or c_0 = N), as in a ragged last block.
     """
     n, br, bc = seq_len, block_q, block_kv
     t_q, t_kv = math.ceil(n / br), math.ceil(n / bc)
     if not causal:
-        return BlockSums(t_kv * n, t_q * n, n * n)
+        return BlockSums(t_kv * n, t_q * n, n * n, t_q * t_kv)
     start = np.arange(t_q, dtype=np.int64) * br
     rows = np.minimum(br, n - start)
     visits = np.minimum(t_kv, (start + rows - 1) // bc + 1)
     cols = np.minimum(n, visits * bc)
-    return BlockSums(int(visits @ rows), int(cols.sum()), int(rows @ cols))
+    return BlockSums(int(visits @ rows), int(cols.sum()), int(rows @ cols), int(visits.sum()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +96,13 @@ class TensorIO:
 @dataclass(frozen=True, slots=True)
 class IOCounts:
     """Closed-form global traffic of one schedule: what the SMs ask of L2 + HBM, which is HBM
-    traffic on a GPU without L2 (the FlashAttention papers' "HBM accesses")."""
+    traffic on a GPU without L2 (the FlashAttention papers' "HBM accesses").
+
+    With a ``gpu``, register spills are one more row of ``tensors``, named as the simulator
+    names it (``simulator.simulate.LOCAL_NAME``, 4-byte elements: registers), present when the
+    GPU makes a kernel spill; they count in ``read_bytes`` and ``write_bytes`` as they do in
+    ``SimResult.global_read_bytes`` and ``global_write_bytes``.
+    """
 
     schedule: str
     shape: kernels.AttentionShape
@@ -95,6 +110,8 @@ class IOCounts:
     block_kv: int
     options: tuple[tuple[str, int], ...]
     tensors: tuple[TensorIO, ...]
+    warps: int = DEFAULT_WARPS
+    gpu: str | None = None  # the GPU whose register limit set the spill term; None: no term
 
     @property
     def read_bytes(self) -> int:
@@ -107,6 +124,16 @@ class IOCounts:
     @property
     def total_bytes(self) -> int:
         return self.read_bytes + self.write_bytes
+
+    @property
+    def spill_read_bytes(self) -> int:
+        """Register reloads from local memory (0 without a gpu or without spills)."""
+        return sum(t.read_bytes for t in self.tensors if t.name == LOCAL_NAME)
+
+    @property
+    def spill_write_bytes(self) -> int:
+        """Register spills stored to local memory (0 without a gpu or without spills)."""
+        return sum(t.write_bytes for t in self.tensors if t.name == LOCAL_NAME)
 
     def tensor(self, name: str) -> TensorIO:
         for t in self.tensors:
@@ -121,8 +148,12 @@ class IOCounts:
             "block_q": self.block_q,
             "block_kv": self.block_kv,
             "options": dict(self.options),
+            "warps": self.warps,
+            "gpu": self.gpu,
             "read_bytes": self.read_bytes,
             "write_bytes": self.write_bytes,
+            "spill_read_bytes": self.spill_read_bytes,
+            "spill_write_bytes": self.spill_write_bytes,
             "tensors": {
                 t.name: {"read_bytes": t.read_bytes, "write_bytes": t.write_bytes}
                 for t in self.tensors
@@ -209,12 +240,25 @@ def _counts(name: str, sh, t_q: int, t_kv: int, bs: BlockSums, passes: int) -> l
     raise ValueError(f"unknown schedule {name!r}; choose one of {', '.join(kernels.SCHEDULES)}")
 
 
-def io_counts_of(sched: kernels.Schedule) -> IOCounts:
-    """``IOCounts`` of a built schedule (block sizes and options as it holds them)."""
+def io_counts_of(sched: kernels.Schedule, gpu: simulator.GPUSpec | str | None = None) -> IOCounts:
+    """``IOCounts`` of a built schedule (block sizes, warps and options as it holds them).
+
+    Parameters
+    ----------
+    sched : kernels.Schedule
+    gpu : GPUSpec or str, optional
+        A spec or built-in name. Given, the counts add the register-spill row (local memory)
+        the simulator charges on that GPU; without it there is no spill term.
+    """
     sh = sched.shape
     bs = block_sums(sh.seq_len, sched.block_q, sched.block_kv, sh.causal)
     passes = dict(sched.options).get("softmax_passes", 1)
     rows = _counts(sched.name, sh, sched.t_q, sched.t_kv, bs, passes)
+    if gpu is not None:
+        gpu = gpu if isinstance(gpu, simulator.GPUSpec) else simulator.load_gpu(gpu)
+        regs = spilled_registers(sched, gpu, bs.pairs)
+        if regs:  # each spilled register is stored, then loaded back (docs/model.md)
+            rows.append((LOCAL_NAME, REG_BYTES, regs, regs))
     return IOCounts(
         sched.name,
         sh,
@@ -222,6 +266,8 @@ def io_counts_of(sched: kernels.Schedule) -> IOCounts:
         sched.block_kv,
         sched.options,
         tuple(TensorIO(*r) for r in rows),
+        sched.warps,
+        None if gpu is None else gpu.name,
     )
 
 
@@ -230,6 +276,9 @@ def io_counts(
     shape: kernels.AttentionShape,
     block_q: int | None = None,
     block_kv: int | None = None,
+    *,
+    warps: int | None = None,
+    gpu: simulator.GPUSpec | str | None = None,
     **options: int,
 ) -> IOCounts:
     """Exact global reads and writes per tensor of schedule ``name``, from its loop order.
@@ -240,22 +289,32 @@ def io_counts(
         One of ``kernels.SCHEDULES``.
     shape : kernels.AttentionShape
     block_q, block_kv : int, optional
-        Br and Bc in rows; defaults as in ``kernels.schedule``.
+        Br and Bc in rows, any size >= 1 (a block larger than N is one partial block);
+        defaults as in ``kernels.schedule``.
+    warps : int, optional
+        Warps per CTA (default 4). They change no byte of the algorithm's tensors, but they
+        set the standard schedules' default ``softmax_rows`` and, with a ``gpu``, the spills.
+    gpu : GPUSpec or str, optional
+        A spec or built-in name. Given, the counts add the register spills the simulator
+        charges on that GPU as the tensor ``local (register spills)``; without one there is
+        no spill term (the algorithm's traffic only).
     **options : int
-        ``warps`` and the schedule's options (``softmax_passes``, ``softmax_rows`` for the
-        standard schedules; only ``softmax_passes`` changes the bytes, but the default number
-        of passes depends on ``softmax_rows``, whose default is the warp count).
+        The schedule's options (``softmax_passes``, ``softmax_rows`` for the standard
+        schedules; only ``softmax_passes`` changes the bytes, but the default number of passes
+        depends on ``softmax_rows``, whose default is the warp count).
 
     Returns
     -------
     IOCounts
         Reads (LOAD bytes) and writes (STORE + REDUCE bytes) per global tensor, in elements and
-        bytes, as the trace counts them.
+        bytes, as the trace counts them; with a ``gpu``, also the spill row, equal to what
+        ``simulator.simulate`` replays.
 
     Notes
     -----
-    The formulas per schedule are in ``_counts`` and derived in ``docs/io.md``. The schedule is
-    built only to validate the arguments and resolve defaults; no event is generated.
+    The formulas per schedule are in ``_counts`` and ``analysis._spills``, derived in
+    ``docs/io.md``. The schedule is built only to validate the arguments and resolve defaults;
+    no event is generated.
     """
-    warps = options.pop("warps", None)
-    return io_counts_of(kernels.schedule(name, shape, block_q, block_kv, warps, **options))
+    sched = kernels.schedule(name, shape, block_q, block_kv, warps, **options)
+    return io_counts_of(sched, gpu)

@@ -1,6 +1,7 @@
-"""Helpers shared by the tests: random inputs for a shape."""
+"""Helpers shared by the tests: random inputs for a shape, register limits that spill."""
 
 import numpy as np
+from hypothesis import strategies as st
 
 from kernels._numerics import to_dtype
 
@@ -18,3 +19,11 @@ def random_inputs(shape, seed=0, backward=False, scale=1.0):
     if backward:
         arrays.append(rng.standard_normal(qs))
     return [to_dtype(a, shape.dtype) for a in arrays]
+
+
+def register_limits(sched):
+    """Registers per thread a GPU allows: the H200's 255, or a hypothetical GPU's, from 32
+    (below the 40 every kernel's estimate holds outside its tiles, kernels/_resources.py) to
+    just below the schedule's largest need: then its neediest kernel spills, others may."""
+    need = max(k.regs_per_thread for k in sched.kernels)
+    return st.integers(32, need - 1) | st.just(255)

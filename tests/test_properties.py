@@ -29,6 +29,7 @@ from analysis import bounds
 from analysis.io import io_counts, io_counts_of
 from analysis.strategies import attention_shapes, gpu_specs, tilings
 from simulator import Op
+from tests._util import register_limits
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs" / "property-testing.md"
 SMALL = {"max_seq_len": 40, "head_dims": (8, 16, 32)}
@@ -43,12 +44,16 @@ def _bytes(name, shape, bq, bkv, **opts) -> int:
 
 @given(data=st.data())
 def test_replay_equals_closed_form_without_l2(data):
+    """Register spills included: the register limit is drawn so that many tilings spill, and
+    blocks up to 64 rows, so N < block (one partial block) is drawn too."""
     gpu = data.draw(gpu_specs(l2=False, max_sm_count=4), label="gpu")
     shape = data.draw(attention_shapes(**SMALL), label="shape")
-    sched = data.draw(tilings(shape=shape, gpu=gpu), label="schedule")
+    sched = data.draw(tilings(shape=shape, gpu=gpu, max_block=64), label="schedule")
+    gpu = gpu.replace(regs_per_thread_max=data.draw(register_limits(sched), label="registers"))
     res = simulator.simulate(sched, gpu)
-    counts = io_counts_of(sched)
+    counts = io_counts_of(sched, gpu)
     assert (res.hbm_read_bytes, res.hbm_write_bytes) == (counts.read_bytes, counts.write_bytes)
+    assert [t.name for t in res.tensors] == [t.name for t in counts.tensors]
     for got, want in zip(res.tensors, counts.tensors, strict=True):
         assert (got.hbm_read_bytes, got.hbm_write_bytes) == (want.read_bytes, want.write_bytes)
 
@@ -59,7 +64,7 @@ def test_global_traffic_does_not_depend_on_l2(data):
     shape = data.draw(attention_shapes(**SMALL), label="shape")
     sched = data.draw(tilings(shape=shape, gpu=gpu), label="schedule")
     res = simulator.simulate(sched, gpu)
-    counts = io_counts_of(sched)
+    counts = io_counts_of(sched, gpu)  # spills too, should the drawn tiling spill
     assert (res.global_read_bytes, res.global_write_bytes) == (
         counts.read_bytes,
         counts.write_bytes,
