@@ -16,6 +16,7 @@ import kernels
 from analysis import calibrate
 from analysis import crosscheck as cc
 from analysis.validation_doc import DOC, ROOT, plot, text_table, update_doc
+from simulator import FileError, FlashioError, UsageError
 from simulator.calibration import load_calibration
 
 __all__ = ["add_crosscheck_command", "cmd_crosscheck", "main"]
@@ -107,12 +108,12 @@ def add_crosscheck_command(subparsers) -> argparse.ArgumentParser:
 def _configs(a) -> list:
     if a.schedule is not None:
         if not a.files:
-            raise ValueError("--schedule needs the ncu CSV of your kernel in FILES")
+            raise UsageError("--schedule needs the ncu CSV of your kernel in FILES")
         opts = []
         for item in a.option:
             key, _, value = item.partition("=")
             if not value.strip().lstrip("-").isdigit():
-                raise ValueError(f"--option {item!r}: expected KEY=INT, e.g. softmax_passes=2")
+                raise UsageError(f"--option {item!r}: expected KEY=INT, e.g. softmax_passes=2")
             opts.append((key.strip(), int(value)))
         shape = kernels.AttentionShape(
             a.batch, a.heads, a.seq_len, a.head_dim, a.dtype, causal=a.causal, kv_heads=a.kv_heads
@@ -123,7 +124,7 @@ def _configs(a) -> list:
         )
         out = []
         for f in a.files:
-            out += cc.ncu_rows_for(Path(f).read_text(), cfg, a.kernel)
+            out += _parsed(Path(f), lambda p: cc.ncu_rows_for(p.read_text(), cfg, a.kernel))
         return out
     files = [Path(f) for f in a.files] or [
         cc.DATA_DIR / "gpu_measure.json",
@@ -132,35 +133,47 @@ def _configs(a) -> list:
     out = []
     for f in files:
         if not f.is_file():
-            raise FileNotFoundError(f"{f}: no such measurement file")
-        head = f.read_text()[:4096]
+            raise FileError(f"{f}: no such measurement file")
+        head = _parsed(f, lambda p: p.read_text()[:4096])
         if f.suffix == ".json" or head.startswith("impl,"):
-            out += cc.read_timings(f)
+            out += _parsed(f, cc.read_timings)
         elif '"ID"' in head or "==PROF==" in head:
-            out += cc.read_ncu(f)
+            out += _parsed(f, cc.read_ncu)
         else:
-            raise ValueError(
+            raise FileError(
                 f"{f}: neither gpu_measure output (.json, or .csv starting 'impl,') "
                 "nor an Nsight Compute CSV (ncu --csv)"
             )
     return out
 
 
+def _parsed(path: Path, read):
+    """``read(path)``, with any error a malformed or unreadable file causes as a FileError."""
+    try:
+        return read(path)
+    except FlashioError as err:  # e.g. a shape in the file that AttentionShape rejects
+        raise FileError(f"{path}: {err}") from None
+    # what json, csv and the readers raise on a file that is not what they expect
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
+        why = err.strerror if isinstance(err, OSError) and err.strerror else repr(err)
+        raise FileError(f"{path}: not a measurement file flashio can read: {why}") from None
+
+
 def cmd_crosscheck(a) -> int:
     """Handler of ``flashio crosscheck`` (argparse namespace in, exit status out)."""
     if a.jobs < 1:
-        raise ValueError(f"--jobs must be at least 1, got {a.jobs}")
+        raise UsageError(f"--jobs must be at least 1, got {a.jobs}")
     if a.update_doc and (a.files or a.schedule):
-        raise ValueError("--update-doc renders the committed measurements: give no FILES")
+        raise UsageError("--update-doc renders the committed measurements: give no FILES")
     if a.fit:
         log = lambda m: print(m, file=sys.stderr)  # noqa: E731
         calibrate.fit_calibration(a.calibration, jobs=a.jobs, log=log)
     cal = load_calibration(a.calibration)
     if a.efficiency is not None:
         if not 0 < a.efficiency <= 1:
-            raise ValueError(f"--efficiency must be in (0, 1], got {a.efficiency}")
+            raise UsageError(f"--efficiency must be in (0, 1], got {a.efficiency}")
         if a.schedule is None:
-            raise ValueError("--efficiency is for your own kernel: give --schedule too")
+            raise UsageError("--efficiency is for your own kernel: give --schedule too")
     configs = _configs(a)
     if a.efficiency is not None:
         variants = {v for c, _ in configs for v in c.variants().values()}
@@ -202,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(["crosscheck", *(sys.argv[1:] if argv is None else argv)])
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as exc:
+    except FlashioError as exc:
         print(f"flashio crosscheck: error: {exc}", file=sys.stderr)
         return 2
 

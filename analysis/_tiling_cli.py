@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(["tiling", *(sys.argv[1:] if argv is None else argv)])
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as exc:
+    except simulator.FlashioError as exc:
         print(f"flashio tiling: error: {exc}", file=sys.stderr)
         return 2
 

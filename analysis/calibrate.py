@@ -263,7 +263,8 @@ def fit_calibration(path: Path | None = None, jobs: int = 1, passes: int = 6, lo
     harness = fit_harness(cal)  # once more, with the fitted kernel times
     log(f"harness: {harness}")
     text = render_calibration(consts["spec"], consts["notes"], harness, eff)
-    path.write_text(text)
+    with simulator.atomic_write(path) as f:
+        f.write(text)
     return text
 
 

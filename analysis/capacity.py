@@ -10,8 +10,11 @@ from dataclasses import dataclass
 
 import kernels
 from kernels.schedules import DEFAULT_SRAM_BYTES
+from simulator.errors import ShapeError, TilingError
 
 __all__ = ["ALGORITHMS", "Capacity", "Tile", "tile_capacity"]
+
+MAX_SRAM_BYTES = 2**30  # a sanity bound: blocks of M/(4d) rows must be a valid tiling
 
 ALGORITHMS = ("flash1", "flash2")
 
@@ -104,16 +107,21 @@ class Capacity:
 
 def _m_elements(sram_bytes: int, dtype: str) -> tuple[int, int]:
     if dtype not in kernels.DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(kernels.DTYPES)}, got {dtype!r}")
+        raise ShapeError(f"dtype must be one of {', '.join(kernels.DTYPES)}, got {dtype!r}")
     if isinstance(sram_bytes, bool) or not isinstance(sram_bytes, int) or sram_bytes < 1:
-        raise ValueError(f"sram_bytes must be a positive integer (bytes), got {sram_bytes!r}")
+        raise TilingError(f"sram_bytes must be a positive integer (bytes), got {sram_bytes!r}")
+    if sram_bytes > MAX_SRAM_BYTES:
+        raise TilingError(
+            f"sram_bytes={sram_bytes:,} is more than {MAX_SRAM_BYTES:,} B (1 GiB) of on-chip "
+            "memory per CTA; give the shared memory of one CTA, in bytes"
+        )
     eb = kernels.DTYPES[dtype][0]
     return sram_bytes // eb, eb
 
 
 def _positive(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise TilingError(f"{name} must be a positive integer, got {value!r}")
     return value
 
 
@@ -153,7 +161,7 @@ def tile_capacity(
     br, bc = _positive("block_q", block_q), _positive("block_kv", block_kv)
     d = _positive("head_dim", head_dim)
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+        raise TilingError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     m, eb = _m_elements(sram_bytes, dtype)
     tiles = (
         Tile("Q_i", br, d, True, False),

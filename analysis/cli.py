@@ -25,11 +25,12 @@ EPILOG = """examples:
   flashio simulate flash2 --seq-len 8192 --head-dim 128 --block-q 128 --block-kv 64
   flashio simulate standard --gpu my_gpu.toml --json
   flashio compare --seq-len 1024 --batch 64 --backward --gpu a100-40gb
-Every command takes --json for machine-readable output; bad input exits with status 2."""
+Every command takes --json for machine-readable output.
 
-
-class UsageError(Exception):
-    """Bad input from the user: reported on stderr with exit status 2."""
+exit status: 0 on success; 2 on bad input (arguments, shapes, tilings, GPU spec files, other
+files), with "flashio COMMAND: error: ..." on stderr saying what to change; 1 with a Python
+traceback on anything else, which is a bug in flashio: please report it. Files are written
+whole or not at all: a command that fails leaves no half-written output."""
 
 
 def _shape_args(p: argparse.ArgumentParser) -> None:
@@ -91,9 +92,9 @@ def cmd_gpus(a) -> int:
 def cmd_simulate(a) -> int:
     gpu = _gpu(a)
     sched = kernels.schedule(a.schedule, _shape(a), a.block_q, a.block_kv, a.warps)
-    if a.save_trace:
-        sched.trace().save(a.save_trace)
     res = simulator.simulate(sched, gpu, progress=_progress(not a.json and sys.stderr.isatty()))
+    if a.save_trace:  # after the simulation, so that a tiling that does not fit writes nothing
+        sched.trace().save(a.save_trace)
     if a.json:
         print(
             json.dumps(
@@ -147,6 +148,8 @@ def _bar(done: int, total: int, label: str) -> None:
 def cmd_sweep(a) -> int:
     from analysis import plots, sweep
 
+    if Path(a.out).is_dir():
+        raise simulator.FileError(f"--out {a.out}: is a folder; give the path of a CSV file")
     gpus = [
         g
         for name in a.gpu
@@ -164,9 +167,7 @@ def cmd_sweep(a) -> int:
         gpus, a.schedule, shapes, blocks, [a.warps], progress=None if a.json else _bar
     )
     out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    sweep.write_csv(rows, out)
-    pictures = []
+    pictures = []  # drawn before the CSV is written, so that a failed plot leaves no CSV
     if len(gpus) > 1 and (len(a.sram_scale) > 1 or len(a.hbm_scale) > 1):
         x = "smem_per_cta_bytes" if len(a.sram_scale) > 1 else "hbm_bandwidth_bytes_per_s"
         pictures.append(plots.gpu_sweep(rows, x, out.with_suffix(".png"), "hypothetical GPUs"))
@@ -181,6 +182,7 @@ def cmd_sweep(a) -> int:
             pictures.append(
                 plots.traffic_vs_n(series, "global traffic vs N", out.with_suffix(".png"))
             )
+    sweep.write_csv(rows, out)
     if a.json:
         print(
             json.dumps(
@@ -322,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         args.schedule = args.schedule or ["standard", "flash2"]
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as exc:
+    except simulator.FlashioError as exc:  # bad input; anything else is a bug: a traceback
         print(f"flashio {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -183,7 +183,8 @@ def run_demo(
 ) -> int:
     """Compare the six schedules on ``shape``, write demo.json and plots into ``out``."""
     t0 = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise simulator.FileError(f"--out {out}: is a file; give a folder for JSON and plots")
     quiet = as_json
     rows = cmp.compare(
         shape,
@@ -211,7 +212,8 @@ def run_demo(
         "claims": _claims(rows, gpu, shape),
         "plots": [str(p) for p in pictures],
     }
-    (out / "demo.json").write_text(json.dumps(summary, indent=2))
+    with simulator.atomic_write(out / "demo.json") as f:
+        f.write(json.dumps(summary, indent=2))
     if as_json:
         print(json.dumps(summary, indent=2))
         return 0

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from simulator import FileError, atomic_write
+
 
 def _plt():
     import matplotlib
@@ -14,6 +16,28 @@ def _plt():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_figure(fig, path: str | Path, dpi: int = 120) -> Path:
+    """Write ``fig`` to ``path`` whole or not at all (:func:`simulator.atomic_write`), close it.
+
+    The format follows the suffix (``.png``, ``.svg``, ``.pdf``, ...); a suffix matplotlib cannot
+    write is a ``FileError``, raised before anything is written.
+    """
+    path = Path(path)
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    try:
+        formats = fig.canvas.get_supported_filetypes()
+        if fmt not in formats:
+            raise FileError(
+                f"{path}: cannot draw a .{fmt} file; use one of "
+                + ", ".join(f".{f}" for f in sorted(formats))
+            )
+        with atomic_write(path, "wb") as f:
+            fig.savefig(f, format=fmt, dpi=dpi)
+    finally:
+        _plt().close(fig)
+    return path
 
 
 def _slope(x, y) -> float:
@@ -41,9 +65,7 @@ def traffic_vs_n(series: dict[str, list[tuple[int, int]]], title: str, path: Pat
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def comparison_bars(rows, title: str, path: Path) -> Path:
@@ -65,9 +87,7 @@ def comparison_bars(rows, title: str, path: Path) -> Path:
     ax2.set_title("time")
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def block_sweep(points: list[tuple[int, int, float]], title: str, path: Path) -> Path:
@@ -87,9 +107,7 @@ def block_sweep(points: list[tuple[int, int, float]], title: str, path: Path) ->
     ax2.set_ylabel("simulated time, ms", color="tab:red")
     ax1.set_title(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def roofline(gpu, points: list[tuple[str, float, float]], dtype: str, path: Path) -> Path:
@@ -117,9 +135,7 @@ def roofline(gpu, points: list[tuple[str, float, float]], dtype: str, path: Path
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def timeline(result, path: Path, kernel: int = 0, max_sms: int = 32) -> Path:
@@ -147,9 +163,7 @@ def timeline(result, path: Path, kernel: int = 0, max_sms: int = 32) -> Path:
         f" (first {len(sms)} SMs)"
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def gpu_sweep(rows, x: str, path: Path, title: str) -> Path:
@@ -169,6 +183,4 @@ def gpu_sweep(rows, x: str, path: Path, title: str) -> Path:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,8 +54,10 @@ def gpu_variants(
     """
     out = []
     for s, h in itertools.product(sram_scales, hbm_scales):
-        if s <= 0 or h <= 0:
-            raise ValueError(f"scales must be positive, got sram {s}, hbm {h}")
+        if not (0 < s < math.inf and 0 < h < math.inf):
+            raise simulator.UsageError(
+                f"scales must be positive, finite numbers, got sram {s}, hbm {h}"
+            )
         if s == 1 and h == 1:
             out.append(gpu)
             continue
@@ -118,7 +121,7 @@ def run_sweep(
 
 def write_csv(rows: list[SweepRow], path: Path) -> None:
     fields = list(SweepRow.__dataclass_fields__)
-    with open(path, "w", newline="") as f:
+    with simulator.atomic_write(path, newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         for r in rows:

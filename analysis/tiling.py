@@ -17,7 +17,7 @@ import kernels
 import simulator
 from analysis.capacity import Capacity, Tile, _m_elements, _positive, tile_capacity
 from kernels.schedules import DEFAULT_WARPS
-from simulator import Space
+from simulator import Space, TilingError
 
 __all__ = [
     "Capacity",
@@ -205,7 +205,7 @@ def tiling_rule(
     sram = gpu.smem_per_cta_bytes if sram_bytes is None else sram_bytes
     m, eb = _m_elements(sram, dtype)
     if m < 4 * d:
-        raise ValueError(
+        raise TilingError(
             f"sram_bytes={sram} holds M={m} {dtype} elements, fewer than 4d={4 * d}: not one row "
             f"each of Q, K, V and O fits; use at least {4 * d * eb} bytes or a smaller head_dim"
         )

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from analysis import calibrate
 from analysis import crosscheck as cc
+from simulator import FileError, atomic_write
 from simulator.calibration import load_calibration
 
 __all__ = [
@@ -322,9 +323,10 @@ def update_doc(report, cal=None, doc: Path = DOC, figure: Path = FIGURE) -> None
     """Replace the generated block of ``doc`` and redraw ``figure``."""
     text = doc.read_text()
     if BEGIN not in text or END not in text:
-        raise ValueError(f"{doc}: no generated block ({BEGIN} ... {END}) to replace")
+        raise FileError(f"{doc}: no generated block ({BEGIN} ... {END}) to replace")
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-    doc.write_text(pattern.sub(lambda _: markdown(report, cal), text))
+    with atomic_write(doc) as f:
+        f.write(pattern.sub(lambda _: markdown(report, cal), text))
     plot(report, figure)
 
 
@@ -342,7 +344,7 @@ def text_table(report) -> str:
 
 def plot(report, path: Path) -> Path:
     """Predicted against measured, log-log, one panel per metric, y = x drawn."""
-    from analysis.plots import _plt
+    from analysis.plots import _plt, save_figure
 
     plt = _plt()
     panels = (
@@ -375,7 +377,4 @@ def plot(report, path: Path) -> Path:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)

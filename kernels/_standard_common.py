@@ -43,6 +43,7 @@ from kernels._emit import (
 from kernels._numerics import acc_dtype, to_dtype
 from kernels._record import offset4
 from kernels._resources import regs_per_thread
+from simulator.errors import TilingError
 from simulator.trace import KernelInfo, Space
 
 SOFTMAX_OPTIONS = ("softmax_passes", "softmax_rows")
@@ -64,18 +65,18 @@ def resolve_softmax_options(s, row_buffers: int) -> None:
     unknown = sorted(set(opts) - set(SOFTMAX_OPTIONS))
     if unknown:
         allowed = ", ".join(SOFTMAX_OPTIONS)
-        raise ValueError(f"schedule {s.name!r} has no option {unknown[0]!r}; allowed: {allowed}")
+        raise TilingError(f"schedule {s.name!r} has no option {unknown[0]!r}; allowed: {allowed}")
     for key, value in opts.items():
         if isinstance(value, bool) or not isinstance(value, int | np.integer):
-            raise ValueError(f"{key} must be an integer, got {value!r}")
+            raise TilingError(f"{key} must be an integer, got {value!r}")
     n, eb = s.shape.seq_len, s.shape.elem_bytes
     rows = int(opts.get("softmax_rows", min(s.warps, n)))
     if rows < 1:
-        raise ValueError(f"softmax_rows must be >= 1 (rows of S per softmax CTA), got {rows}")
+        raise TilingError(f"softmax_rows must be >= 1 (rows of S per softmax CTA), got {rows}")
     resident = row_buffers * rows * n * eb
     passes = int(opts.get("softmax_passes", 1 if resident <= STATIC_SMEM_LIMIT_BYTES else 2))
     if passes not in (1, 2):
-        raise ValueError(
+        raise TilingError(
             "softmax_passes must be 1 (row block resident in shared memory) or 2 (online "
             f"two-pass, one chunk in shared memory), got {passes}"
         )

@@ -11,7 +11,8 @@ from types import ModuleType
 import numpy as np
 
 from kernels._emit import N_PARAMS, P_EXTRA, run_emitter
-from kernels.shape import AttentionShape
+from kernels.shape import MAX_SIZE, AttentionShape
+from simulator.errors import TilingError
 from simulator.trace import EVENT_DTYPE, KernelInfo, TensorInfo, Trace, TraceMeta
 
 __all__ = ["SCHEDULES", "Schedule", "default_block", "schedule"]
@@ -68,16 +69,18 @@ class Schedule:
 
     def __post_init__(self):
         if self.name not in SCHEDULES:
-            raise ValueError(
+            raise TilingError(
                 f"unknown schedule {self.name!r}; choose one of {', '.join(SCHEDULES)}"
             )
         for f in ("block_q", "block_kv", "warps"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
-                raise ValueError(f"{f} must be a positive integer, got {v!r}")
+                raise TilingError(f"{f} must be a positive integer, got {v!r}")
+            if v > MAX_SIZE:  # trace events hold rows and block indices as int32
+                raise TilingError(f"{f}={v} exceeds {MAX_SIZE} (2**31 - 1)")
             object.__setattr__(self, f, int(v))
         if self.warps > 32:
-            raise ValueError(f"warps={self.warps} exceeds 32 (1024 threads per CTA)")
+            raise TilingError(f"warps={self.warps} exceeds 32 (1024 threads per CTA)")
         _module(self.name).validate(self)
 
     # -- sizes --------------------------------------------------------------------------------
@@ -199,7 +202,7 @@ def schedule(
         Schedule-specific integer options, e.g. ``softmax_passes=1|2`` for ``standard``.
     """
     if name not in SCHEDULES:
-        raise ValueError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
+        raise TilingError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
     if not isinstance(shape, AttentionShape):
         raise TypeError(f"shape must be an AttentionShape, got {type(shape).__name__}")
     b = default_block(shape)
@@ -208,7 +211,7 @@ def schedule(
     if set(opts) - set(getattr(mod, "OPTIONS", ())):
         bad = sorted(set(opts) - set(getattr(mod, "OPTIONS", ())))
         allowed = ", ".join(getattr(mod, "OPTIONS", ())) or "none"
-        raise ValueError(f"schedule {name!r} has no option {bad[0]!r}; allowed: {allowed}")
+        raise TilingError(f"schedule {name!r} has no option {bad[0]!r}; allowed: {allowed}")
     return Schedule(
         name,
         shape,

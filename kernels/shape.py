@@ -6,7 +6,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from simulator.errors import ShapeError
+
 __all__ = ["DTYPES", "AttentionShape"]
+
+MAX_SIZE = 2**31 - 1  # largest batch, heads, seq_len or head_dim
+MAX_SCORES = 2**59  # largest batch * heads * seq_len**2 (elements of the score matrix S)
 
 # name -> (bytes per element, numpy dtype used by the executors, accumulator dtype)
 DTYPES: dict[str, tuple[int, str, str]] = {
@@ -48,23 +53,37 @@ class AttentionShape:
         for name in ("batch", "heads", "seq_len", "head_dim"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-                raise ValueError(
+                raise ShapeError(
                     f"AttentionShape.{name} must be a positive integer, got {value!r}"
                 )
+            if value > MAX_SIZE:  # trace events hold sizes and indices as int32
+                raise ShapeError(f"AttentionShape.{name}={value} exceeds {MAX_SIZE} (2**31 - 1)")
             object.__setattr__(self, name, int(value))
+        rows = self.batch * self.heads * self.seq_len
+        if rows > MAX_SIZE:  # a CTA per row is the most any schedule launches; indices are int32
+            raise ShapeError(
+                f"batch * heads * seq_len = {rows:,} rows exceeds {MAX_SIZE:,} (2**31 - 1): "
+                "CTA indices in a trace are int32; make the shape smaller"
+            )
+        scores = self.batch * self.heads * self.seq_len**2
+        if scores > MAX_SCORES:  # byte offsets of S (8-byte elements at most) must fit int64
+            raise ShapeError(
+                f"batch * heads * seq_len**2 = {scores:,} score elements exceeds 2**59: "
+                "make the shape smaller (sizes up to a few million tokens per head fit)"
+            )
         if self.dtype not in DTYPES:
-            raise ValueError(
+            raise ShapeError(
                 f"AttentionShape.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}"
             )
         if not isinstance(self.causal, bool | np.bool_):
-            raise ValueError(f"AttentionShape.causal must be True or False, got {self.causal!r}")
+            raise ShapeError(f"AttentionShape.causal must be True or False, got {self.causal!r}")
         object.__setattr__(self, "causal", bool(self.causal))
         kv = self.kv_heads
         if kv is not None:
             if isinstance(kv, bool) or not isinstance(kv, int | np.integer) or kv < 1:
-                raise ValueError(f"AttentionShape.kv_heads must be a positive integer, got {kv!r}")
+                raise ShapeError(f"AttentionShape.kv_heads must be a positive integer, got {kv!r}")
             if self.heads % kv:
-                raise ValueError(
+                raise ShapeError(
                     f"AttentionShape.kv_heads={kv} must divide heads={self.heads} "
                     "(each key/value head serves heads // kv_heads query heads)"
                 )

@@ -1,7 +1,17 @@
 """GPU specs, the trace format, and the replay engine. Knows nothing about attention."""
 
-from simulator.gpu import GPUSpec, GPUSpecError
-from simulator.occupancy import CapacityError, Occupancy, occupancy
+from simulator._atomic import atomic_write
+from simulator.errors import (
+    CapacityError,
+    FileError,
+    FlashioError,
+    GPUSpecError,
+    ShapeError,
+    TilingError,
+    UsageError,
+)
+from simulator.gpu import GPUSpec
+from simulator.occupancy import Occupancy, occupancy
 from simulator.result import KernelResult, SimResult, TensorTraffic
 from simulator.simulate import ModelOptions, simulate
 from simulator.specfiles import builtin_gpus, load_gpu
@@ -10,6 +20,8 @@ from simulator.trace import EVENT_DTYPE, KernelInfo, Op, Space, TensorInfo, Trac
 __all__ = [
     "EVENT_DTYPE",
     "CapacityError",
+    "FileError",
+    "FlashioError",
     "GPUSpec",
     "GPUSpecError",
     "KernelInfo",
@@ -17,12 +29,16 @@ __all__ = [
     "ModelOptions",
     "Occupancy",
     "Op",
+    "ShapeError",
     "SimResult",
     "Space",
     "TensorInfo",
     "TensorTraffic",
+    "TilingError",
     "Trace",
     "TraceMeta",
+    "UsageError",
+    "atomic_write",
     "builtin_gpus",
     "load_gpu",
     "occupancy",

@@ -18,6 +18,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from simulator.errors import FileError, FlashioError
 from simulator.gpu import GPUSpec
 from simulator.simulate import ModelOptions
 from simulator.specfiles import load_gpu
@@ -50,7 +51,7 @@ class Harness:
         for name in ("first_launch_s", "launch_interval_s"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and v >= 0):
-                raise ValueError(f"Harness.{name} must be a number of seconds >= 0, got {v!r}")
+                raise FlashioError(f"Harness.{name} must be a number of seconds >= 0, got {v!r}")
 
     def intervals(self, kernel_times_s) -> tuple[float, ...]:
         """Event-to-event seconds per kernel, for kernels that take ``kernel_times_s``."""
@@ -102,19 +103,19 @@ def load_calibration(path: str | os.PathLike | None = None) -> Calibration:
 
     Raises
     ------
-    ValueError
-        For a missing section or key, or a value the spec or ModelOptions rejects; the
-        message names the file and the key.
+    FileError
+        For a missing or unreadable file, a TOML syntax error, a missing section or key, or a
+        value the spec or ModelOptions rejects; the message names the file and the key.
     """
     p = Path(path) if path is not None else DEFAULT_PATH
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise ValueError(f"{p}: cannot read the calibration file: {err}") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise FileError(f"{p}: cannot read the calibration file: {err}") from None
     need = {"base": str, "spec": dict, "model": dict, "harness": dict, "fit": dict}
     for key, kind in need.items():
         if not isinstance(data.get(key), kind):
-            raise ValueError(f"{p}: missing {kind.__name__} '{key}' (see docs/validation.md)")
+            raise FileError(f"{p}: missing {kind.__name__} '{key}' (see docs/validation.md)")
     try:
         gpu = load_gpu(data["base"]).replace(**data["spec"])
         model, fit = data["model"], data["fit"]
@@ -125,6 +126,6 @@ def load_calibration(path: str | os.PathLike | None = None) -> Calibration:
         efficiency = ModelOptions(issue_efficiency=fit.get("issue_efficiency", {}))
         harness = Harness(**data["harness"])
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{p}: {err}") from None
+        raise FileError(f"{p}: {err}") from None
     training = str(fit.get("training", ""))
     return Calibration(gpu, options, harness, efficiency.issue_efficiency, training, str(p))

@@ -11,18 +11,9 @@ import math
 import numbers
 from typing import Any
 
+from simulator.errors import GPUSpecError
+
 __all__ = ["GPUSpec", "GPUSpecError"]
-
-
-class GPUSpecError(ValueError):
-    """A GPU spec (a value, or a spec file) is invalid; the message says where and why.
-
-    ``key`` is the offending field when there is one, else ``None``.
-    """
-
-    def __init__(self, message: str, *, key: str | None = None):
-        super().__init__(message)
-        self.key = key
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

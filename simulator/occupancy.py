@@ -5,14 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from simulator.errors import CapacityError
 from simulator.gpu import GPUSpec
 from simulator.trace import KernelInfo, Space, TensorInfo
 
 __all__ = ["CapacityError", "Occupancy", "occupancy"]
-
-
-class CapacityError(ValueError):
-    """A kernel's on-chip tiles do not fit the GPU (shared memory per CTA, threads per CTA)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator import _engine as E
-from simulator._l2 import LINES_PER_GRANULE, dirty_bytes, new_l2
+from simulator._l2 import LINES_PER_GRANULE, SLOT_BITS, dirty_bytes, new_l2
 from simulator._windows import Windows
+from simulator.errors import FlashioError, GPUSpecError
 from simulator.gpu import GPUSpec
 from simulator.occupancy import CapacityError, occupancy
 from simulator.result import KernelResult, SimResult, TensorTraffic
@@ -22,6 +23,7 @@ __all__ = ["ModelOptions", "simulate"]
 
 WINDOW_EVENTS = 1_000_000  # events held per window of CTAs (bounds memory for long traces)
 LOCAL_NAME = "local (register spills)"  # the pseudo-tensor of spill traffic
+MAX_SMS = 1 << 16  # largest sm_count simulated (per-SM state is allocated up front)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +53,7 @@ class ModelOptions:
     def __post_init__(self):
         names = self.prefetch_kernels
         if isinstance(names, str) or not all(isinstance(k, str) for k in names):
-            raise ValueError(
+            raise FlashioError(
                 "ModelOptions.prefetch_kernels must be a tuple of kernel names, e.g. "
                 f"('flash2_fwd',), got {names!r}"
             )
@@ -61,7 +63,7 @@ class ModelOptions:
         for name, value in pairs:
             ok = isinstance(value, int | float) and not isinstance(value, bool)
             if not isinstance(name, str) or not ok or not 0 < value <= 1:
-                raise ValueError(
+                raise FlashioError(
                     "ModelOptions.issue_efficiency maps kernel names to fractions in (0, 1], "
                     f"e.g. {{'flash2_fwd': 0.55}}; got {name!r}: {value!r}"
                 )
@@ -139,6 +141,9 @@ def simulate(
     ------
     CapacityError
         If a kernel's shared-memory tiles (or threads) exceed what one CTA may have.
+    GPUSpecError
+        If ``gpu`` names no spec, its L2 is smaller than one granule of the L2 model or larger
+        than the model holds, or it has more SMs than ``MAX_SMS``.
 
     Notes
     -----
@@ -159,9 +164,21 @@ def simulate(
     l2_on = gpu.l2_bytes > 0
     granule = LINES_PER_GRANULE * gpu.l2_line_bytes
     if 0 < gpu.l2_bytes < granule:
-        raise ValueError(
+        raise GPUSpecError(
             f"{gpu.name}: l2_bytes={gpu.l2_bytes} is smaller than one L2 granule "
             f"({LINES_PER_GRANULE} lines = {granule} B); use 0 for no L2, or at least {granule}"
+        )
+    if gpu.l2_bytes // granule >= 1 << SLOT_BITS:
+        raise GPUSpecError(
+            f"{gpu.name}: l2_bytes={gpu.l2_bytes:,} is more than the L2 model holds "
+            f"(2**{SLOT_BITS} granules of {granule} B); use less than {granule << SLOT_BITS:,}",
+            key="l2_bytes",
+        )
+    if gpu.sm_count > MAX_SMS:  # the engine keeps state per SM
+        raise GPUSpecError(
+            f"{gpu.name}: sm_count={gpu.sm_count:,} is more than the simulator models "
+            f"({MAX_SMS:,}); today's GPUs have up to a few hundred",
+            key="sm_count",
         )
     l2 = new_l2(gpu.l2_bytes if l2_on else 0, gpu.l2_line_bytes)
     srv = np.zeros(2)  # L2 and HBM servers: time each is next free

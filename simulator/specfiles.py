@@ -51,6 +51,8 @@ def load_gpu(name_or_path: str | os.PathLike[str]) -> GPUSpec:
         )
     text = os.fspath(name_or_path)
     if isinstance(name_or_path, os.PathLike) or text.endswith(".toml") or Path(text).is_file():
+        if Path(text).is_dir():
+            raise GPUSpecError(f"{text}: is a folder; give the path of a GPU spec file (.toml)")
         if not Path(text).is_file():
             raise GPUSpecError(f"{text}: no such GPU spec file")
         return _load(_file_source(Path(text)))
@@ -134,6 +136,8 @@ def _read(src: _Source) -> dict[str, Any]:
             text = src.path.read_text(encoding="utf-8")
     except OSError as err:
         raise GPUSpecError(f"{src.label}: cannot read the file: {err}") from None
+    except UnicodeDecodeError as err:
+        raise GPUSpecError(f"{src.label}: not a text file (TOML is UTF-8): {err}") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:

@@ -12,11 +12,15 @@ from __future__ import annotations
 import enum
 import json
 import os
+import zipfile
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 from numba import njit
+
+from simulator._atomic import atomic_write
+from simulator.errors import FileError
 
 __all__ = [
     "EVENT_DTYPE",
@@ -211,13 +215,28 @@ class Trace:
         return {t.name: int(totals[i]) for i, t in enumerate(self.meta.tensors) if totals[i]}
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write ``events`` and ``meta`` to a compressed ``.npz`` file."""
-        np.savez_compressed(path, events=self.events, meta=np.array(self.meta.to_json()))
+        """Write ``events`` and ``meta`` to a compressed ``.npz`` file (``.npz`` is appended if
+        ``path`` lacks it), whole or not at all (:func:`simulator.atomic_write`)."""
+        path = os.fspath(path)
+        path = path if path.endswith(".npz") else path + ".npz"
+        with atomic_write(path, "wb") as f:
+            np.savez_compressed(f, events=self.events, meta=np.array(self.meta.to_json()))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Trace:
-        with np.load(path, allow_pickle=False) as f:
-            return cls(f["events"], TraceMeta.from_json(str(f["meta"])))
+        """Read a trace written by :meth:`save`.
+
+        Raises
+        ------
+        FileError
+            The file is missing, unreadable, not a ``.npz`` or not a trace; the message names it.
+        """
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                return cls(f["events"], TraceMeta.from_json(str(f["meta"])))
+        except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as err:
+            why = err.strerror if isinstance(err, OSError) and err.strerror else err
+            raise FileError(f"{os.fspath(path)}: not a flashio trace (.npz): {why}") from None
 
     @classmethod
     def from_source(cls, source: TraceSource) -> Trace:
