@@ -143,7 +143,8 @@ def result_text(sched, res, gpu) -> str:
     for k in spilled:
         lines.append(
             f"warning: kernel {k.name} needs {k.occupancy.spilled_regs_per_thread} more "
-            "registers per thread than the GPU allows; the compiler would spill them "
-            "(spill traffic is not modelled)"
+            "registers per thread than the GPU allows; they spill to local memory, charged "
+            "as one store and one reload per outer-loop step (tensor 'local (register "
+            "spills)' above; docs/model.md, Register spills)"
         )
     return "\n".join(lines)

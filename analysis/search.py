@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import kernels
 import simulator
 from analysis.tiling import tiling_rule
-from simulator import Space
+from simulator import Space, TilingError
 
 __all__ = [
     "EVENTS_PER_S",
@@ -24,9 +24,12 @@ __all__ = [
     "search_tiles",
 ]
 
-# Replay speed used only to estimate a search's duration: the engine replayed 3-5.5 M events/s
-# for flash2 on the 2-core development machine (N = 1024..4096, blocks 16..256).
-EVENTS_PER_S = 4e6
+# Replay speed used only to estimate a search's wall time (not a model constant). Measured by
+# timing search_tiles over the CLI's default grid (blocks 16..256, warps 2, 4, 8; 81 tilings, numba
+# cache warm) on the 2-core development machine: flash2 1x16x2048 d=64, 18.8 M events in 2.4 s,
+# and 1x16x4096 d=128, 73.2 M events in 9.6 s (7.6-7.8 M events/s); flash1 1x16x2048, 9.5 M/s;
+# standard 1x16x1024, 4.3 M/s. With the other core busy, flash2 dropped to 5.5 M/s.
+EVENTS_PER_S = 8e6
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +96,9 @@ class SearchPlan:
 def _check_sizes(name: str, values) -> tuple[int, ...]:
     values = tuple(values)
     if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
-        raise ValueError(f"{name} must be a non-empty sequence of positive integers, got {values}")
+        raise TilingError(
+            f"{name} must be a non-empty sequence of positive integers, got {values}"
+        )
     return tuple(sorted(set(values)))
 
 
