@@ -4,13 +4,21 @@ import pytest
 from hypothesis import HealthCheck, Verbosity, settings
 
 # dev: quick and random; ci: derandomized and bounded so the suite stays within minutes on
-# 2 cores; debug: verbose. Choose with HYPOTHESIS_PROFILE.
+# 2 cores; deep: many random examples (a fresh seed each run, printed on failure), for the
+# numerics in CI (.ci/run); debug: verbose. Choose with HYPOTHESIS_PROFILE.
 settings.register_profile("dev", max_examples=25, deadline=None)
 settings.register_profile(
     "ci",
     max_examples=20,
     deadline=None,
     derandomize=True,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "deep",
+    max_examples=200,
+    deadline=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )

@@ -8,8 +8,8 @@ import pytest
 import kernels
 from kernels import gpu
 from kernels._numerics import to_dtype
+from tests._accuracy import quantum
 from tests._util import random_inputs
-from tests.test_schedules import _quantum
 
 pytestmark = pytest.mark.gpu
 
@@ -29,13 +29,13 @@ def _fresh_seed() -> int:
 
 
 def _check_rule(name, got, exact, same_prec, dtype, seed):
-    """flash-attention rule (tests/test_schedules.py): max error vs fp64 at most twice that of
+    """flash-attention rule (tests/_accuracy.py): max error vs fp64 at most twice that of
     the dense reference in the same precision, plus twice the dtype's rounding step."""
     assert np.all(np.isfinite(got)), f"{name}: unwritten (NaN-poisoned) or non-finite, seed {seed}"
     exact = np.asarray(exact, np.float64)
     ref_err = np.abs(np.asarray(same_prec, np.float64) - exact).max()
     err = np.abs(got.astype(np.float64) - exact).max()
-    floor = _quantum(exact, dtype)
+    floor = quantum(exact, dtype)
     assert err <= 2 * ref_err + floor, (
         f"{name}: {err:.3e} > 2 * {ref_err:.3e} + {floor:.1e} (seed {seed})"
     )
