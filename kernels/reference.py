@@ -51,7 +51,14 @@ def attention_forward(q, k, v, causal=False, dtype=None):
 
 def attention_backward(q, k, v, grad_out, causal=False, dtype=None):
     """(dQ, dK, dV) of attention, densely. K/V gradients are summed over the query heads that
-    share a key/value head (grouped-query attention)."""
+    share a key/value head (grouped-query attention).
+
+    ``dtype=None`` computes in float64 with D = rowsum(dO * O). ``dtype="fp16"`` etc. is
+    standard attention's backward in that precision, as autograd runs it over the forward
+    above (the reference flash-attention's own tests hold their kernels to): dP = dO V^T and
+    dS stored in the dtype, D = rowsum(P * dP) from the stored P and dP, products accumulated
+    in fp32, dQ, dK, dV rounded at the end.
+    """
     acc = np.float64 if dtype in (None, "fp64") else np.float32
     o, _, _, p = attention_forward(q, k, v, causal, dtype)
     q, k, v, do = (np.asarray(x, acc) for x in (q, k, v, grad_out))
@@ -59,9 +66,13 @@ def attention_backward(q, k, v, grad_out, causal=False, dtype=None):
     heads, kv_heads = q.shape[1], k.shape[1]
     ke, ve = _expand_kv(k, heads), _expand_kv(v, heads)
     scale = acc(1.0 / np.sqrt(q.shape[-1]))
-    d_row = (do * o).sum(axis=-1)
     dv = np.swapaxes(p, -1, -2) @ do
     dp = do @ np.swapaxes(ve, -1, -2)
+    if dtype is None:
+        d_row = (do * o).sum(axis=-1)
+    else:  # as autograd of eager attention: dP stored in the dtype, softmax's D = rowsum(P dP)
+        dp = to_dtype(dp, dtype).astype(acc)
+        d_row = (p * dp).sum(axis=-1)
     ds = p * (dp - d_row[..., None])
     if dtype is not None:
         ds = to_dtype(ds, dtype).astype(acc)
