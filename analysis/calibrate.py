@@ -21,18 +21,27 @@ from analysis.gpu_data import DATA_DIR, TRAINING, Config, parse_ncu_csv, read_ti
 from simulator.calibration import Calibration, load_calibration
 
 PROBE_DIR = DATA_DIR / "probe"
+BASE_GPU = "h200"  # the built-in spec calibration.toml overrides
 
 
 def _ncu_by_id(path: Path) -> list[dict]:
     return parse_ncu_csv(path.read_text())
 
 
-def probe_constants(probe_dir: Path = PROBE_DIR) -> dict:
+def probe_constants(probe_dir: Path = PROBE_DIR, base: str = BASE_GPU) -> dict:
     """The measured constants of ``simulator/calibration.toml``, computed from the probe data
     (no attention configuration enters). Returns ``{"spec": {...}, "notes": {...}}``: spec
-    overrides and, per key, where it comes from."""
+    overrides of ``base`` and the clocks and per-cycle rates they come from.
+
+    Notes
+    -----
+    The probes measure per SM per cycle at the clock Nsight Compute read while the flash
+    kernels ran (``notes["clock_hz"]``, below the spec's maximum). The spec keeps its own
+    ``clock_hz``, so a rate is written per cycle of that clock: measured per cycle x measured
+    clock / ``clock_hz``, the same rate per second (docs/gpus.md, "What scales with what").
+    """
     probe = json.loads((probe_dir / "probe.json").read_text())
-    sms = probe["provenance"]["sm_count"]
+    gpu = simulator.load_gpu(base)
     # the SM clock while our kernels run (tensor-heavy kernels run below the 1980 MHz maximum)
     freq = [
         p["metrics"]["sm__cycles_elapsed.avg.per_second"]
@@ -62,12 +71,17 @@ def probe_constants(probe_dir: Path = PROBE_DIR) -> dict:
         if w["kernel"] == "write_bw" and w["write_bytes"] >= 32 << 20
     ]
     granule = 64 * 128
+    # per cycle at the measured clock -> per cycle at the spec's clock_hz: the same rate per
+    # second, measured per cycle x measured clock / clock_hz
+    at_spec_clock = clock / gpu.clock_hz
     spec = {
-        "tensor_bf16_flops_per_s": float(np.median(mma)) * sms * clock,
-        "tensor_fp16_flops_per_s": float(np.median(mma)) * sms * clock,
-        "sfu_ops_per_s": float(np.median(ex2)) * sms * clock,
-        "fp32_flops_per_s": 2 * float(np.median(ffma)) * sms * clock,
-        "l2_bandwidth_bytes_per_s": float(l2_bw),
+        "tensor_bf16_flops_per_cycle_per_sm": float(np.median(mma)) * at_spec_clock,
+        "tensor_fp16_flops_per_cycle_per_sm": float(np.median(mma)) * at_spec_clock,
+        "sfu_ops_per_cycle_per_sm": float(np.median(ex2)) * at_spec_clock,
+        "fp32_flops_per_cycle_per_sm": 2 * float(np.median(ffma)) * at_spec_clock,
+        # the chip's L2 bytes/s, per partition and per cycle of clock_hz
+        "l2_bandwidth_bytes_per_cycle_per_partition": float(l2_bw)
+        / (gpu.l2_partitions * gpu.clock_hz),
         "l2_bytes": int(np.median(kept)) // granule * granule,
         "l2_latency_cycles": round(lat["l2_hit_1MB"]),
         "hbm_latency_cycles": round(lat["dram_1GB"]),
@@ -75,6 +89,9 @@ def probe_constants(probe_dir: Path = PROBE_DIR) -> dict:
     }
     notes = {
         "clock_hz": clock,
+        "spec_clock_hz": gpu.clock_hz,
+        "l2_partitions": gpu.l2_partitions,
+        "l2_bandwidth_bytes_per_s": float(l2_bw),
         "mma_flops_per_cycle_per_sm": float(np.median(mma)),
         "ex2_per_cycle_per_sm": float(np.median(ex2)),
         "ffma_per_cycle_per_sm": float(np.median(ffma)),
@@ -103,13 +120,16 @@ CALIBRATION_HEADER = """\
 
 
 SPEC_SOURCES = {  # where each measured constant of calibration.toml comes from
-    "tensor_bf16_flops_per_s": "mma.sync m16n8k16 bf16->fp32, saturated (probe.json "
-    "mma_sync_bf16: ILP >= 4, >= 8 warps, 1 CTA per SM), per cycle x SMs x clock",
-    "tensor_fp16_flops_per_s": "as bf16: the same mma.sync rate",
-    "sfu_ops_per_s": "ex2.approx.ftz.f32 per cycle per SM (probe.json alu) x SMs x clock",
-    "fp32_flops_per_s": "FFMA lanes per cycle per SM (probe.json alu) x 2 x SMs x clock",
-    "l2_bandwidth_bytes_per_s": "cp.async reads of an L2-resident buffer, best of the chunked "
-    "probe (probe.json chunked)",
+    "tensor_bf16_flops_per_cycle_per_sm": "mma.sync m16n8k16 bf16->fp32, saturated (probe.json "
+    "mma_sync_bf16: ILP >= 4, >= 8 warps, 1 CTA per SM), per cycle per SM x measured clock / "
+    "clock_hz",
+    "tensor_fp16_flops_per_cycle_per_sm": "as bf16: the same mma.sync rate",
+    "sfu_ops_per_cycle_per_sm": "ex2.approx.ftz.f32 per cycle per SM (probe.json alu) x "
+    "measured clock / clock_hz",
+    "fp32_flops_per_cycle_per_sm": "FFMA lanes per cycle per SM (probe.json alu) x 2 x "
+    "measured clock / clock_hz",
+    "l2_bandwidth_bytes_per_cycle_per_partition": "cp.async reads of an L2-resident buffer, "
+    "best of the chunked probe (probe.json chunked), bytes/s / (l2_partitions x clock_hz)",
     "l2_bytes": "dirty bytes a streaming write of >= 32 MB leaves in L2 (ncu_write.csv), "
     "median, in whole 8 KiB granules: the capacity a kernel sees",
     "l2_latency_cycles": "pointer chase, L2 hit, ld.global.cg (probe.json latency)",
@@ -122,17 +142,27 @@ SPEC_SOURCES = {  # where each measured constant of calibration.toml comes from
 
 def render_calibration(spec: dict, notes: dict, harness: dict, efficiency: dict) -> str:
     """The text of ``simulator/calibration.toml``."""
+    clock, spec_clock = notes["clock_hz"] / 1e9, notes["spec_clock_hz"] / 1e9
     lines = [
         CALIBRATION_HEADER,
         "",
-        'base = "h200"',
+        f'base = "{BASE_GPU}"',
         "",
         "[spec]",
-        f"# per-cycle rates x the SM clock Nsight Compute read while the flash kernels "
-        f"ran, {notes['clock_hz'] / 1e9:.3f} GHz",
+        "# per-cycle rates measured at the SM clock Nsight Compute read while the flash kernels "
+        "ran,",
+        f"# {clock:.3f} GHz, written per cycle of the spec's clock_hz, {spec_clock:.2f} GHz: "
+        f"measured x {clock:.3f} / {spec_clock:.2f},",
+        f"# the same rate per second; L2: the measured {notes['l2_bandwidth_bytes_per_s']:.6g} "
+        f"B/s / ({notes['l2_partitions']} partitions x clock_hz)",
     ]
     for key, value in spec.items():
-        v = f"{value:_}" if isinstance(value, int) else f"{value:.6g}"
+        if isinstance(value, int):
+            v = f"{value:_}"
+        elif "_per_cycle_" in key:  # a quotient: in full, so that x SMs x clock_hz gives back
+            v = repr(value)  # the measured rate per second
+        else:
+            v = f"{value:.6g}"
         lines.append(f"{key} = {v}  # {SPEC_SOURCES[key].split(' (')[0]}")
     lines += [
         "",
@@ -253,7 +283,7 @@ def fit_calibration(path: Path | None = None, jobs: int = 1, passes: int = 6, lo
     path = Path(path) if path else DEFAULT_PATH
     consts = probe_constants()
     cal = load_calibration(path)
-    cal = dataclasses.replace(cal, gpu=simulator.load_gpu("h200").replace(**consts["spec"]))
+    cal = dataclasses.replace(cal, gpu=simulator.load_gpu(BASE_GPU).replace(**consts["spec"]))
     configs = [c for c in read_timings(DATA_DIR / "gpu_measure.json") if c[0].subset == "train"]
     harness = fit_harness(cal)
     log(f"harness: {harness}")

@@ -9,8 +9,9 @@ before every other CTA's (L2, HBM and the dispatcher are shared).
 
 Servers are first-come-first-served virtual clocks: a request of w units on a server of rate R
 issued at time t finishes at max(t, free) + w / R, and the server is then free from that time.
-L2 and HBM are global servers; the tensor, FP32, SFU and shared-memory pipes are per SM (or one
-arithmetic server per SM, with ``ModelOptions.shared_issue``).
+L2 and HBM are global servers; each SM's path to the memory system, and its tensor, FP32, SFU and
+shared-memory pipes are per SM (the pipes: one arithmetic server per SM, with
+``ModelOptions.shared_issue``).
 """
 
 from __future__ import annotations
@@ -38,20 +39,22 @@ LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in 
     C_SYNC,
     C_SHARED_ISSUE,
     C_PREFETCH,
-) = range(12)
-N_CFG = 12
+    C_SM_MEM_BW,
+) = range(13)
+N_CFG = 13
 # integer slot state columns; S_PF_* mark the LOADs of the next step issued early (prefetch)
 S_CTA, S_PTR, S_END, S_LIVE_SMEM, S_LIVE_REGS, S_STEP, S_PF_STEP, S_PF_LO, S_PF_HI = range(9)
 N_SLOT_INT = 9
 # float slot state columns; F_READY_NEXT: when the prefetched loads have arrived
 F_T, F_READY, F_STORES, F_START, F_READY_NEXT = range(5)
 N_SLOT_FLOAT = 5
-# per-SM pipes
-U_TENSOR, U_FP32, U_SFU, U_SMEM = range(4)
+# per-SM servers: the arithmetic pipes, then the SM's path to the memory system
+U_TENSOR, U_FP32, U_SFU, U_SMEM, U_SM_MEM = range(5)
+N_UNITS = 5
 # per-tensor counters
 T_GLOBAL_READ, T_GLOBAL_WRITE, T_HBM_READ, T_HBM_WRITE = range(4)
-# busy seconds of each resource (compute pipes summed over SMs)
-B_L2, B_HBM, B_TENSOR, B_FP32, B_SFU, B_SMEM = range(6)
+# busy seconds of each resource (per-SM ones summed over SMs)
+B_L2, B_HBM, B_TENSOR, B_FP32, B_SFU, B_SMEM, B_SM_MEM = range(7)
 # scalar integer counters
 (
     K_MMA_FLOPS,
@@ -149,10 +152,15 @@ def _next_step_loads(ev, ptr, end, step):
 
 @njit(inline="always", _nrt=False)
 def _request(
-    op, tensor, offset, rows, row_bytes, stride, nbytes, t, cfg, l2_on, l2, srv, tstat, busy, cnt
-):
-    """One LOAD/STORE/REDUCE issued at ``t``: counts its bytes, runs it through the L2 and the
-    bandwidth servers, and returns when it completes."""
+    op, tensor, offset, rows, row_bytes, stride, nbytes, t, cfg, l2_on, l2, srv, port, tstat, busy,
+    cnt,
+):  # fmt: skip
+    """One LOAD/STORE/REDUCE issued at ``t`` by an SM whose memory path is the server ``port``
+    (a one-element view): counts its bytes, runs it through the L2 and the bandwidth servers,
+    and returns when it completes."""
+    # the SM's own path to the memory system, in parallel with the chip's servers
+    port[0] = max(port[0], t) + nbytes / cfg[C_SM_MEM_BW]
+    busy[B_SM_MEM] += nbytes / cfg[C_SM_MEM_BW]
     if op == LOAD:
         tstat[tensor, T_GLOBAL_READ] += nbytes
     else:
@@ -170,7 +178,7 @@ def _request(
         tstat[tensor, T_HBM_READ] += miss
         srv[0] = max(srv[0], t) + nbytes / cfg[C_L2_BW]
         busy[B_L2] += nbytes / cfg[C_L2_BW]
-        done = srv[0] + cfg[C_L2_LAT]
+        done = max(srv[0], port[0]) + cfg[C_L2_LAT]
     else:  # no L2: every global access is an HBM access (the FA paper's model)
         if op == LOAD:
             miss = nbytes
@@ -178,7 +186,7 @@ def _request(
         else:
             wb = nbytes
             tstat[tensor, T_HBM_WRITE] += nbytes
-        done = t
+        done = port[0]
     if miss + wb > 0:  # the HBM request goes out at the CTA's time t
         srv[1] = max(srv[1], t) + (miss + wb) / cfg[C_HBM_BW]
         busy[B_HBM] += (miss + wb) / cfg[C_HBM_BW]
@@ -280,7 +288,7 @@ def run_window(
                 for o in (STORE, LOAD):
                     done = _request(
                         o, local, off, 1, spill_bytes, spill_bytes, spill_bytes, t, cfg,
-                        l2_on, l2, srv, tstat, busy, cnt,
+                        l2_on, l2, srv, units[sm, U_SM_MEM:], tstat, busy, cnt,
                     )  # fmt: skip
                     if o == STORE:
                         stores = max(stores, done)
@@ -311,7 +319,8 @@ def run_window(
                     e = ev[i]
                     done = _request(
                         LOAD, e.tensor, e.offset_bytes, e.rows, e.row_bytes,
-                        e.row_stride_bytes, e.bytes, t, cfg, l2_on, l2, srv, tstat, busy, cnt,
+                        e.row_stride_bytes, e.bytes, t, cfg, l2_on, l2, srv, units[sm, U_SM_MEM:],
+                        tstat, busy, cnt,
                     )  # fmt: skip
                     sf[s, F_READY_NEXT] = max(sf[s, F_READY_NEXT], done)
             if finished or op <= REDUCE:
@@ -348,7 +357,7 @@ def run_window(
             if op <= REDUCE:  # LOAD, STORE, REDUCE
                 done = _request(
                     op, e.tensor, e.offset_bytes, e.rows, e.row_bytes, e.row_stride_bytes,
-                    e.bytes, t, cfg, l2_on, l2, srv, tstat, busy, cnt,
+                    e.bytes, t, cfg, l2_on, l2, srv, units[sm, U_SM_MEM:], tstat, busy, cnt,
                 )  # fmt: skip
                 if op == LOAD:
                     ready = max(ready, done)

@@ -3,6 +3,12 @@
 A spec is a frozen :class:`GPUSpec`. Built-in specs live in ``simulator/specs/*.toml`` (one file
 per GPU, every value with its source); users write their own TOML file, optionally inheriting from
 another one with ``base = "h200"``. ``docs/gpus.md`` documents every key.
+
+Resources are stored where they live: per SM and per cycle (arithmetic rates, shared memory,
+registers, the SM's path to memory), per L2 partition (bandwidth), per chip (L2 capacity, HBM,
+the SM count) and the clock. Chip totals (``tensor_bf16_flops_per_s``, ``l2_bandwidth_bytes_
+per_s``, ...) are derived properties, never stored, so ``replace(sm_count=n)`` gives a GPU of n
+SMs like the others rather than n faster SMs.
 """
 
 import dataclasses
@@ -27,9 +33,9 @@ class GPUSpec:
 
     name: str
     description: str
-    # SM array
+    # SM array: per-SM resources below are multiplied by sm_count for chip totals
     sm_count: int
-    clock_hz: float  # SM boost clock
+    clock_hz: float  # SM clock; per-cycle rates times this give rates per second
     warp_size: int
     sm_sub_partitions: int  # warp schedulers per SM; one warp issues to one of them
     # shared memory (the FA papers' SRAM), per SM and per CTA (opt-in maximum)
@@ -37,19 +43,22 @@ class GPUSpec:
     smem_per_cta_bytes: int
     smem_bandwidth_bytes_per_cycle_per_sm: int
     smem_reserved_per_cta_bytes: int  # shared memory the system reserves for each resident CTA
-    # occupancy limits
+    # occupancy limits, per SM
     regs_per_sm: int
     regs_per_thread_max: int
     regs_alloc_unit_per_warp: int  # registers are allocated to warps in units of this many
     max_warps_per_sm: int
     max_ctas_per_sm: int
     max_threads_per_cta: int
-    # L2
+    # one SM's path to the memory system: bytes in plus out per cycle it can sustain
+    sm_memory_bytes_per_cycle_per_sm: float
+    # L2: capacity per chip, bandwidth per partition
     l2_bytes: int
     l2_line_bytes: int
     l2_sector_bytes: int
-    l2_bandwidth_bytes_per_s: float
-    # HBM
+    l2_partitions: int
+    l2_bandwidth_bytes_per_cycle_per_partition: float
+    # HBM, per chip
     hbm_bytes: int
     hbm_bandwidth_bytes_per_s: float  # datasheet
     hbm_efficiency: float  # achievable fraction of the datasheet bandwidth, in (0, 1]
@@ -58,14 +67,14 @@ class GPUSpec:
     l2_latency_cycles: int
     smem_latency_cycles: int
     kernel_launch_s: float
-    # arithmetic throughput (dense)
-    tensor_fp16_flops_per_s: float
-    tensor_bf16_flops_per_s: float
-    tensor_tf32_flops_per_s: float
-    tensor_fp64_flops_per_s: float
-    fp32_flops_per_s: float
-    fp64_flops_per_s: float
-    sfu_ops_per_s: float  # special-function unit (exp) results per second
+    # arithmetic throughput per SM per cycle (dense)
+    tensor_fp16_flops_per_cycle_per_sm: float
+    tensor_bf16_flops_per_cycle_per_sm: float
+    tensor_tf32_flops_per_cycle_per_sm: float
+    tensor_fp64_flops_per_cycle_per_sm: float
+    fp32_flops_per_cycle_per_sm: float
+    fp64_flops_per_cycle_per_sm: float
+    sfu_ops_per_cycle_per_sm: float  # special-function unit (exp) results
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -91,9 +100,53 @@ class GPUSpec:
             For an unknown field name or an invalid resulting spec. ``self`` is never modified.
         """
         for key in changes:
+            if key in DERIVED:
+                raise GPUSpecError(f"GPUSpec.replace: {derived_message(key)}", key=key)
             if key not in _FIELD_NAMES:
                 raise GPUSpecError(f"GPUSpec.replace: {_unknown_key(key)}", key=key)
         return dataclasses.replace(self, **changes)
+
+    # -- chip totals, derived from the per-SM and per-partition resources ---------------------
+    def _per_s(self, per_cycle_per_sm: float) -> float:
+        return per_cycle_per_sm * self.sm_count * self.clock_hz
+
+    @property
+    def tensor_fp16_flops_per_s(self) -> float:
+        return self._per_s(self.tensor_fp16_flops_per_cycle_per_sm)
+
+    @property
+    def tensor_bf16_flops_per_s(self) -> float:
+        return self._per_s(self.tensor_bf16_flops_per_cycle_per_sm)
+
+    @property
+    def tensor_tf32_flops_per_s(self) -> float:
+        return self._per_s(self.tensor_tf32_flops_per_cycle_per_sm)
+
+    @property
+    def tensor_fp64_flops_per_s(self) -> float:
+        return self._per_s(self.tensor_fp64_flops_per_cycle_per_sm)
+
+    @property
+    def fp32_flops_per_s(self) -> float:
+        return self._per_s(self.fp32_flops_per_cycle_per_sm)
+
+    @property
+    def fp64_flops_per_s(self) -> float:
+        return self._per_s(self.fp64_flops_per_cycle_per_sm)
+
+    @property
+    def sfu_ops_per_s(self) -> float:
+        return self._per_s(self.sfu_ops_per_cycle_per_sm)
+
+    @property
+    def l2_bandwidth_bytes_per_s(self) -> float:
+        """L2 bandwidth of the chip: partitions x bytes per cycle each x clock."""
+        return self.l2_partitions * self.l2_bandwidth_bytes_per_cycle_per_partition * self.clock_hz
+
+    @property
+    def sm_memory_bandwidth_bytes_per_s(self) -> float:
+        """What one SM can move to and from the memory system per second."""
+        return self.sm_memory_bytes_per_cycle_per_sm * self.clock_hz
 
     def mma_flops_per_s(self, dtype: str) -> float:
         """Matrix-multiply throughput for inputs of ``dtype``, in FLOP/s (dense).
@@ -101,9 +154,13 @@ class GPUSpec:
         ``fp16`` and ``bf16`` use the tensor cores; ``fp32`` is plain FP32 FMA (attention kernels
         in fp32 are written without TF32); ``fp64`` uses the FP64 tensor cores.
         """
+        return self._per_s(self.mma_flops_per_cycle_per_sm(dtype))
+
+    def mma_flops_per_cycle_per_sm(self, dtype: str) -> float:
+        """Matrix-multiply FLOP one SM completes per cycle for inputs of ``dtype`` (dense)."""
         field = _MMA_FIELDS.get(dtype) if isinstance(dtype, str) else None
         if field is None:
-            raise ValueError(f"dtype must be one of {', '.join(_MMA_FIELDS)}, got {dtype!r}")
+            raise GPUSpecError(f"dtype must be one of {', '.join(_MMA_FIELDS)}, got {dtype!r}")
         return getattr(self, field)
 
     @property
@@ -126,12 +183,38 @@ class GPUSpec:
 
 _FIELD_NAMES: tuple[str, ...] = GPUSpec.field_names()
 _MMA_FIELDS = {
-    "fp16": "tensor_fp16_flops_per_s",
-    "bf16": "tensor_bf16_flops_per_s",
-    "fp32": "fp32_flops_per_s",
-    "fp64": "tensor_fp64_flops_per_s",
+    "fp16": "tensor_fp16_flops_per_cycle_per_sm",
+    "bf16": "tensor_bf16_flops_per_cycle_per_sm",
+    "fp32": "fp32_flops_per_cycle_per_sm",
+    "fp64": "tensor_fp64_flops_per_cycle_per_sm",
 }
+# Chip totals that earlier spec files stored; now derived. For each: the stored field it
+# comes from, and what the stored field is multiplied by (besides clock_hz).
+DERIVED = {
+    "tensor_fp16_flops_per_s": ("tensor_fp16_flops_per_cycle_per_sm", "sm_count"),
+    "tensor_bf16_flops_per_s": ("tensor_bf16_flops_per_cycle_per_sm", "sm_count"),
+    "tensor_tf32_flops_per_s": ("tensor_tf32_flops_per_cycle_per_sm", "sm_count"),
+    "tensor_fp64_flops_per_s": ("tensor_fp64_flops_per_cycle_per_sm", "sm_count"),
+    "fp32_flops_per_s": ("fp32_flops_per_cycle_per_sm", "sm_count"),
+    "fp64_flops_per_s": ("fp64_flops_per_cycle_per_sm", "sm_count"),
+    "sfu_ops_per_s": ("sfu_ops_per_cycle_per_sm", "sm_count"),
+    "l2_bandwidth_bytes_per_s": ("l2_bandwidth_bytes_per_cycle_per_partition", "l2_partitions"),
+}
+
+
+def derived_message(key: str) -> str:
+    """Why ``key`` cannot be set, and what to set instead."""
+    stored, count = DERIVED[key]
+    return (
+        f"{key} is a chip total, derived as {stored} x {count} x clock_hz (docs/gpus.md, "
+        f"'What scales with what'); set {stored} instead"
+    )
+
+
 _UNITS = (  # name suffix -> unit, longest suffix first
+    ("_bytes_per_cycle_per_partition", "bytes per cycle per L2 partition"),
+    ("_flops_per_cycle_per_sm", "FLOP per cycle per SM"),
+    ("_ops_per_cycle_per_sm", "operations per cycle per SM"),
     ("_bytes_per_cycle_per_sm", "bytes per cycle per SM"),
     ("_bytes_per_s", "bytes/s"),
     ("_flops_per_s", "FLOP/s"),

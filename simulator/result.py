@@ -94,7 +94,7 @@ class SimResult:
         name, busy = max(self.utilization.items(), key=lambda kv: kv[1])
         if busy < SATURATED:
             return "latency"
-        return "memory" if name in ("hbm", "l2") else "compute"
+        return "memory" if name in ("hbm", "l2", "sm_memory") else "compute"
 
     def tensor(self, name: str) -> TensorTraffic:
         for t in self.tensors:

@@ -86,15 +86,16 @@ def _config(
     efficiency: float = 1.0,
 ) -> np.ndarray:
     cfg = np.zeros(E.N_CFG)
-    n = gpu.sm_count
     cfg[E.C_L2_BW] = gpu.l2_bandwidth_bytes_per_s
     cfg[E.C_HBM_BW] = gpu.effective_hbm_bandwidth_bytes_per_s
+    cfg[E.C_SM_MEM_BW] = gpu.sm_memory_bandwidth_bytes_per_s
     cfg[E.C_L2_LAT] = gpu.cycles_to_s(gpu.l2_latency_cycles)
     cfg[E.C_HBM_LAT] = gpu.cycles_to_s(gpu.hbm_latency_cycles)
-    fp32 = gpu.fp64_flops_per_s if dtype == "fp64" else gpu.fp32_flops_per_s
-    cfg[E.C_TENSOR] = gpu.mma_flops_per_s(dtype) / n * efficiency
-    cfg[E.C_FP32] = fp32 / n * efficiency
-    cfg[E.C_SFU] = gpu.sfu_ops_per_s / n * efficiency
+    # each SM's pipes: per-cycle rates of one SM at the SM clock, whatever the SM count
+    fp32 = gpu.fp64_flops_per_cycle_per_sm if dtype == "fp64" else gpu.fp32_flops_per_cycle_per_sm
+    cfg[E.C_TENSOR] = gpu.mma_flops_per_cycle_per_sm(dtype) * gpu.clock_hz * efficiency
+    cfg[E.C_FP32] = fp32 * gpu.clock_hz * efficiency
+    cfg[E.C_SFU] = gpu.sfu_ops_per_cycle_per_sm * gpu.clock_hz * efficiency
     cfg[E.C_SMEM] = gpu.smem_bandwidth_bytes_per_cycle_per_sm * gpu.clock_hz * efficiency
     cfg[E.C_CTA_FRAC] = min(1.0, warps / gpu.sm_sub_partitions)
     cfg[E.C_SYNC] = gpu.cycles_to_s(gpu.smem_latency_cycles)
@@ -183,7 +184,7 @@ def simulate(
     l2 = new_l2(gpu.l2_bytes if l2_on else 0, gpu.l2_line_bytes)
     srv = np.zeros(2)  # L2 and HBM servers: time each is next free
     tstat = np.zeros((n_tensors, 4), np.int64)
-    busy = np.zeros(6)
+    busy = np.zeros(7)
     cnt = np.zeros(8, np.int64)
     t_now = 0.0
     kernel_results = []
@@ -244,7 +245,7 @@ def _replay_kernel(
     start, end and SM of each CTA. Updates the shared engine state (L2, servers, counters)."""
     local, space, l2_on, l2, srv, tstat, busy, cnt = engine_state
     slots = min(kinfo.ctas, occ.ctas_per_sm * gpu.sm_count)
-    units = np.full((gpu.sm_count, 4), start)
+    units = np.full((gpu.sm_count, E.N_UNITS), start)
     si = np.zeros((slots, E.N_SLOT_INT), np.int64)  # slot s runs on SM s % sm_count
     sf = np.zeros((slots, E.N_SLOT_FLOAT))
     span = np.zeros((kinfo.ctas if timeline else 0, 3))
@@ -295,6 +296,7 @@ def _result(meta, gpu, tstat, busy, cnt, kernel_results, total_s, l2) -> SimResu
         "launch_s": gpu.kernel_launch_s * len(kernel_results),
         "l2_busy_s": float(busy[E.B_L2]),
         "hbm_busy_s": float(busy[E.B_HBM]),
+        "sm_memory_busy_s": float(busy[E.B_SM_MEM]) / sms,
         "tensor_busy_s": float(busy[E.B_TENSOR]) / sms,
         "fp32_busy_s": float(busy[E.B_FP32]) / sms,
         "sfu_busy_s": float(busy[E.B_SFU]) / sms,

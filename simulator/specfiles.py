@@ -6,13 +6,15 @@ Every error names the file, the key and what is expected (``GPUSpecError``).
 import dataclasses
 import difflib
 import functools
+import numbers
 import os
 import tomllib
+import warnings
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from simulator.gpu import _FIELD_NAMES, GPUSpec, GPUSpecError, _unknown_key
+from simulator.gpu import _FIELD_NAMES, DERIVED, GPUSpec, GPUSpecError, _unknown_key
 
 __all__ = ["builtin_gpus", "load_gpu"]
 
@@ -108,7 +110,7 @@ def _merged(src: _Source, chain: tuple[_Source, ...]) -> tuple[dict, dict]:
         raise GPUSpecError(f"base loop: {loop}. A spec may not be its own base, even indirectly.")
     data = _read(src)
     for key in data:
-        if key not in _FIELD_NAMES and key != "base":
+        if key not in _FIELD_NAMES and key != "base" and key not in DERIVED:
             raise GPUSpecError(f"{src.label}: {_unknown_key(key)}", key=key)
     if "name" not in data:
         raise GPUSpecError(
@@ -123,7 +125,49 @@ def _merged(src: _Source, chain: tuple[_Source, ...]) -> tuple[dict, dict]:
         values["description"] = f"derived from {base}"  # a base's description is not inherited
     values.update(data)
     origin.update(dict.fromkeys(data, src.label))
+    _convert_chip_totals(values, data, origin, src)
     return values, origin
+
+
+def _convert_chip_totals(values: dict, data: dict, origin: dict, src: _Source) -> None:
+    """Spec files written before rates were stored per SM set chip totals
+    (``tensor_bf16_flops_per_s``, ``l2_bandwidth_bytes_per_s``, ...): convert each to its
+    per-SM or per-partition field with this file's counts and clock, and say so."""
+    old = [k for k in DERIVED if k in data]
+    if not old:
+        return
+    notes = []
+    for key in old:
+        stored, count = DERIVED[key]
+        if stored in data:
+            msg = f"{src.label}: sets both {key} and {stored}; keep {stored}"
+            raise GPUSpecError(msg, key=key)
+        value = values.pop(key)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+            msg = f"{src.label}: {key} = {value!r} must be a positive number"
+            raise GPUSpecError(msg, key=key)
+        values.setdefault("l2_partitions", 1)  # an old file's L2 bandwidth: one partition
+        missing = [k for k in (count, "clock_hz") if not isinstance(values.get(k), numbers.Real)]
+        if missing:
+            raise GPUSpecError(
+                f"{src.label}: converting the chip total {key} needs {' and '.join(missing)}",
+                key=key,
+            )
+        values[stored] = value / (values[count] * values["clock_hz"])
+        origin[stored] = src.label
+        notes.append(f"{key} -> {stored} = {values[stored]:.6g}")
+    if "sm_memory_bytes_per_cycle_per_sm" not in values:
+        # the model before per-SM limits: one SM could draw the whole L2 bandwidth
+        per_cycle = values["l2_partitions"] * values["l2_bandwidth_bytes_per_cycle_per_partition"]
+        values["sm_memory_bytes_per_cycle_per_sm"] = per_cycle
+        notes.append(f"sm_memory_bytes_per_cycle_per_sm = {per_cycle:.6g} (the whole L2's)")
+    warnings.warn(
+        f"{src.label}: chip totals are derived now (docs/gpus.md, 'What scales with what'); "
+        f"converted with sm_count = {values.get('sm_count')} and clock_hz = "
+        f"{values.get('clock_hz')}: {'; '.join(notes)}. Write the new keys to silence this.",
+        FutureWarning,
+        stacklevel=4,
+    )
 
 
 def _read(src: _Source) -> dict[str, Any]:

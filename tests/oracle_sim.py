@@ -120,19 +120,23 @@ def _events_by_cta(trace: Trace, kernel: int, ctas: int) -> list[list[dict]]:
 
 
 def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic):
-    """A LOAD/STORE/REDUCE of byte ranges of one tensor, issued at the CTA's clock."""
+    """A LOAD/STORE/REDUCE of byte ranges of one tensor, issued at the CTA's clock by an SM
+    whose path to the memory system is the server ``port``."""
 
-    def request(cta, op, tensor, ranges, b, early=False):
+    def request(cta, port, op, tensor, ranges, b, early=False):
         traffic[tensor][0 if op == Op.LOAD else 1] += b
         written_back: dict[int, int] = {}
+        # every request passes the SM's own memory path, in parallel with the chip's servers
+        through_sm = port.serve(cta.t, b)
         if l2 is not None:
             miss = sum(l2.access(op, tensor, lo, hi, written_back) for lo, hi in ranges)
-            done = l2_server.serve(cta.t, b) + l2_latency
+            # "done = max(finish_L2, finish_SM) + l2_latency"
+            done = max(l2_server.serve(cta.t, b), through_sm) + l2_latency
         else:  # no L2: loads miss, stores and atomics write through
             miss = b if op == Op.LOAD else 0
             if op != Op.LOAD:
                 written_back[tensor] = b
-            done = cta.t
+            done = through_sm  # the HBM request below still goes out at the CTA's clock
         wb = sum(written_back.values())
         traffic[tensor][2] += miss
         for owner, nbytes in written_back.items():
@@ -213,13 +217,16 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
     l2 = L2(gpu.l2_bytes, gpu.l2_line_bytes) if gpu.l2_bytes > 0 else None
     l2_server = Server(gpu.l2_bandwidth_bytes_per_s)
     hbm_server = Server(gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency)
+    # per-SM rates: one SM's per-cycle rate at the SM clock, whatever sm_count is
+    fp32 = gpu.fp64_flops_per_cycle_per_sm if dtype == "fp64" else gpu.fp32_flops_per_cycle_per_sm
     rates = {
-        "tensor": gpu.mma_flops_per_s(dtype) / sms,
-        "fp32": (gpu.fp64_flops_per_s if dtype == "fp64" else gpu.fp32_flops_per_s) / sms,
-        "sfu": gpu.sfu_ops_per_s / sms,
+        "tensor": gpu.mma_flops_per_cycle_per_sm(dtype) * gpu.clock_hz,
+        "fp32": fp32 * gpu.clock_hz,
+        "sfu": gpu.sfu_ops_per_cycle_per_sm * gpu.clock_hz,
         "smem": gpu.smem_bandwidth_bytes_per_cycle_per_sm * gpu.clock_hz,
     }
     pipe_busy = dict.fromkeys(PIPES, 0.0)  # summed over SMs and kernels
+    sm_memory_busy = 0.0  # the SMs' memory paths, summed over SMs and kernels
     l2_latency = gpu.l2_latency_cycles / gpu.clock_hz
     hbm_latency = gpu.hbm_latency_cycles / gpu.clock_hz
     sync_latency = gpu.smem_latency_cycles / gpu.clock_hz
@@ -248,6 +255,10 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
         for per_sm in pipes:
             for srv in per_sm.values():
                 srv.free = start
+        # each SM's path to the memory system (L2 and HBM), free from the kernel's start
+        ports = [Server(gpu.sm_memory_bandwidth_bytes_per_s) for _ in range(sms)]
+        for port in ports:
+            port.free = start
         prefetch = kinfo.name in options.prefetch_kernels
         frac = min(1.0, kinfo.warps / gpu.sm_sub_partitions)
         spill = occ.spilled_regs_per_thread * 4 * kinfo.warps * gpu.warp_size
@@ -278,8 +289,8 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                 if spill and e["step"] >= 0 and e["step"] != cta.last_step:
                     # a new outer-loop step: store and reload the spilled registers
                     where = [(s * spill, (s + 1) * spill)]
-                    request(cta, Op.STORE, local, where, spill)
-                    request(cta, Op.LOAD, local, where, spill)
+                    request(cta, ports[sm], Op.STORE, local, where, spill)
+                    request(cta, ports[sm], Op.LOAD, local, where, spill)
                     cta.last_step = e["step"]
                 if cta.pf_lo <= cta.pos < cta.pf_hi:
                     if cta.pos == cta.pf_lo:  # the prefetched step begins: its operands
@@ -299,10 +310,13 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                     cta.ready_next = cta.t
                     for nxt in cta.events[cta.pf_lo : cta.pf_hi]:
                         b = nxt["rows"] * nxt["row_bytes"]
-                        request(cta, Op.LOAD, nxt["tensor"], _ranges(nxt), b, early=True)
+                        request(
+                            cta, ports[sm], Op.LOAD, nxt["tensor"], _ranges(nxt), b, early=True
+                        )
                 cta.pos += 1
                 if op in (Op.LOAD, Op.STORE, Op.REDUCE):
-                    request(cta, op, e["tensor"], _ranges(e), e["rows"] * e["row_bytes"])
+                    b = e["rows"] * e["row_bytes"]
+                    request(cta, ports[sm], op, e["tensor"], _ranges(e), b)
                 elif op in PIPE_OF:
                     w = e["bytes"] if op == Op.SHARED else e["flops"]
                     counts[op] += w
@@ -332,6 +346,7 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                 f"kernel {kinfo.name!r}: live shared memory {smem_peak} > {kinfo.smem_bytes}"
             )
         moved = [sum(row[i] for row in traffic) - before[i] for i in range(4)]
+        sm_memory_busy += sum(port.busy for port in ports)
         kernel_results.append(
             {
                 "name": kinfo.name,
@@ -353,6 +368,7 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
         "l2_busy_s": l2_server.busy,
         **{f"{p}_busy_s": pipe_busy[p] / sms for p in PIPES},
         "hbm_busy_s": hbm_server.busy,
+        "sm_memory_busy_s": sm_memory_busy / sms,
     }
     totals = [sum(row[i] for row in traffic) for i in range(4)]
     return {

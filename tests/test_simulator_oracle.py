@@ -103,15 +103,21 @@ def test_timing_worked_by_hand():
         warps=2,
     )
     hbm_rate = 4.8e12 * 0.896
-    hbm_lat, mma_rate = 560 / 1.98e9, 989e12
+    hbm_lat = 560 / 1.98e9
+    mma_rate = 989e12 / 132  # one SM's tensor pipe: the datasheet's chip rate over 132 SMs
+    port_rate = 53.05 * 1.98e9  # the SM's path to memory, sm_memory_bytes_per_cycle_per_sm
     start = 4e-6  # one launch
-    ready = start + 1000 / hbm_rate + hbm_lat  # the load misses to HBM
+    # the load misses to HBM; it also passes the SM's path, in parallel
+    ready = start + max(1000 / port_rate, 1000 / hbm_rate + hbm_lat)
     t = ready + w / (mma_rate * 0.5)  # 2 warps of 4 sub-partitions: half the tensor pipe
-    store_done = max(t, start + 1000 / hbm_rate) + 500 / hbm_rate + hbm_lat
+    store_port = max(t, start + 1000 / port_rate) + 500 / port_rate
+    store_hbm = max(t, start + 1000 / hbm_rate) + 500 / hbm_rate + hbm_lat
+    store_done = max(store_port, store_hbm)
     r = simulator.simulate(trace, gpu)
     assert r.time_s == pytest.approx(store_done, rel=1e-12)
     assert r.breakdown["tensor_busy_s"] == pytest.approx(w / mma_rate, rel=1e-12)
     assert r.breakdown["hbm_busy_s"] == pytest.approx(1500 / hbm_rate, rel=1e-12)
+    assert r.breakdown["sm_memory_busy_s"] == pytest.approx(1500 / port_rate, rel=1e-12)
     assert (r.hbm_read_bytes, r.hbm_write_bytes) == (1000, 500)
     assert_agrees(r, simulate_oracle(trace, gpu))
 
