@@ -8,12 +8,13 @@ docs/validation.md's block and its plot with ``analysis.validation_doc``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 import kernels
-from analysis import calibrate
+from analysis import calibrate, sm_scaling
 from analysis import crosscheck as cc
 from analysis.validation_doc import DOC, ROOT, plot, text_table, update_doc
 from simulator import FileError, FlashioError, UsageError
@@ -45,6 +46,8 @@ examples:
   flashio crosscheck --json data/gpu/ncu.csv   Nsight Compute rows only, as JSON
   flashio crosscheck my_ncu.csv --schedule flash2 --batch 1 --heads 16 --seq-len 4096 \\
       --head-dim 64 --dtype bf16 --block-q 128 --block-kv 128 --warps 8
+  flashio crosscheck --sm-scaling              the H200 on 8..132 SMs vs h200 with sm_count=n
+  flashio crosscheck --sm-scaling --update-doc regenerate docs/hypothetical-gpus.md's block
   flashio crosscheck --update-doc --jobs 2     regenerate docs/validation.md's tables and plot
   flashio crosscheck --fit --jobs 2            refit simulator/calibration.toml (minutes)"""
 
@@ -74,6 +77,13 @@ def add_crosscheck_command(subparsers) -> argparse.ArgumentParser:
         help=f"rewrite the generated block of {DOC.relative_to(ROOT)} and its plot",
     )
     p.add_argument("--fit", action="store_true", help="refit the calibration file first")
+    p.add_argument(
+        "--sm-scaling",
+        action="store_true",
+        help="instead: this project's kernels timed on n of the H200's SMs (CUDA green "
+        "contexts; FILES: an sm_scaling.json, default data/gpu/probe/) against the built-in "
+        "h200 with sm_count=n; scaling t(n)/t(132) and absolute times",
+    )
     u = p.add_argument_group("your own kernel (with an ncu CSV in FILES)")
     u.add_argument("--schedule", choices=kernels.SCHEDULES, default=None)
     u.add_argument("--batch", type=int, default=1)
@@ -159,8 +169,34 @@ def _parsed(path: Path, read):
         raise FileError(f"{path}: not a measurement file flashio can read: {why}") from None
 
 
+def cmd_sm_scaling(a) -> int:
+    """``flashio crosscheck --sm-scaling``: measured and predicted scaling with the SM count."""
+    if len(a.files) > 1 or a.fit or a.schedule:
+        raise UsageError("--sm-scaling takes at most one FILE (an sm_scaling.json), no --fit")
+    if a.update_doc and a.files:
+        raise UsageError("--update-doc renders the committed measurements: give no FILES")
+    path = Path(a.files[0]) if a.files else sm_scaling.DATA
+    if not path.is_file():
+        raise FileError(f"{path}: no such measurement file")
+    rows = sm_scaling.scaling_report(path)
+    if a.update_doc:
+        sm_scaling.update_doc(rows)
+    if a.plot:
+        sm_scaling.plot(rows, Path(a.plot))
+    if a.json:
+        out = {"rows": [{**dataclasses.asdict(r), "ratio_error": r.ratio_error,
+                         "time_error": r.time_error} for r in rows],
+               "summary": sm_scaling.summary(rows)}  # fmt: skip
+        print(json.dumps(out, indent=1))
+    else:
+        print(sm_scaling.text_table(rows))
+    return 0
+
+
 def cmd_crosscheck(a) -> int:
     """Handler of ``flashio crosscheck`` (argparse namespace in, exit status out)."""
+    if a.sm_scaling:
+        return cmd_sm_scaling(a)
     if a.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, got {a.jobs}")
     if a.update_doc and (a.files or a.schedule):

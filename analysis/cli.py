@@ -83,7 +83,9 @@ def _progress(enabled: bool):
 def cmd_gpus(a) -> int:
     specs = [simulator.load_gpu(n) for n in simulator.builtin_gpus()]
     if a.json:
-        print(json.dumps([s.to_dict() for s in specs], indent=2))
+        derived = [*sorted(simulator.gpu.DERIVED), "sm_memory_bandwidth_bytes_per_s"]
+        out = [{**s.to_dict(), "derived": {k: getattr(s, k) for k in derived}} for s in specs]
+        print(json.dumps(out, indent=2))
     else:
         print(report.gpu_table(specs))
     return 0
@@ -153,7 +155,9 @@ def cmd_sweep(a) -> int:
     gpus = [
         g
         for name in a.gpu
-        for g in sweep.gpu_variants(simulator.load_gpu(name), a.sram_scale, a.hbm_scale)
+        for g in sweep.gpu_variants(
+            simulator.load_gpu(name), a.sram_scale, a.hbm_scale, a.sm_scale
+        )
     ]
     shapes = [
         kernels.AttentionShape(
@@ -168,9 +172,19 @@ def cmd_sweep(a) -> int:
     )
     out = Path(a.out)
     pictures = []  # drawn before the CSV is written, so that a failed plot leaves no CSV
-    if len(gpus) > 1 and (len(a.sram_scale) > 1 or len(a.hbm_scale) > 1):
-        x = "smem_per_cta_bytes" if len(a.sram_scale) > 1 else "hbm_bandwidth_bytes_per_s"
-        pictures.append(plots.gpu_sweep(rows, x, out.with_suffix(".png"), "hypothetical GPUs"))
+    scaled = [
+        x
+        for x, scales in (
+            ("smem_per_cta_bytes", a.sram_scale),
+            ("hbm_bandwidth_bytes_per_s", a.hbm_scale),
+            ("sm_count", a.sm_scale),
+        )
+        if len(scales) > 1
+    ]
+    if len(gpus) > 1 and scaled:
+        pictures.append(
+            plots.gpu_sweep(rows, scaled[0], out.with_suffix(".png"), "hypothetical GPUs")
+        )
     else:
         series = {}
         for r in rows:
@@ -273,10 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "sweep",
         help="a grid of GPUs, shapes and tiles to CSV plus a plot",
-        description="Simulate every combination of GPUs (real, or scaled with --sram-scale and "
-        "--hbm-scale into hypothetical ones), schedules, sequence lengths, head dims and square "
-        "block sizes; write one CSV row per point (points that do not fit say why) and a plot "
-        "beside the CSV.",
+        description="Simulate every combination of GPUs (real, or scaled with --sram-scale, "
+        "--hbm-scale and --sm-scale into hypothetical ones), schedules, sequence lengths, head "
+        "dims and square block sizes; write one CSV row per point (points that do not fit say "
+        "why) and a plot beside the CSV, against the first scaled property.",
     )
     p.add_argument(
         "--gpu", action="append", metavar="NAME|PATH", help="GPU spec, repeatable (default h200)"
@@ -306,6 +320,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--hbm-scale", type=float, nargs="+", default=[1.0], help="scale HBM bandwidth, e.g. 1 2 4"
+    )
+    p.add_argument(
+        "--sm-scale",
+        type=float,
+        nargs="+",
+        default=[1.0],
+        help="scale the SM count (each SM keeps its resources; L2 and HBM stay the chip's), "
+        "e.g. 0.0606 0.25 0.5 1 for 8, 33, 66 and 132 SMs of an h200",
     )
     p.add_argument("--out", default="flashio-out/sweep.csv", help="CSV path (plot beside it)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a summary")

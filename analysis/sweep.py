@@ -31,6 +31,7 @@ class SweepRow:
     block_q: int
     block_kv: int
     warps: int
+    sm_count: int
     smem_per_cta_bytes: int
     hbm_bandwidth_bytes_per_s: float
     mma_flops: int
@@ -47,24 +48,36 @@ def gpu_variants(
     gpu: simulator.GPUSpec,
     sram_scales: Iterable[float] = (1.0,),
     hbm_scales: Iterable[float] = (1.0,),
+    sm_scales: Iterable[float] = (1.0,),
 ) -> list[simulator.GPUSpec]:
-    """Hypothetical GPUs: shared memory (per SM and per CTA) and HBM bandwidth scaled.
+    """Hypothetical GPUs: shared memory (per SM and per CTA), HBM bandwidth and the SM count
+    scaled.
 
-    A variant is named e.g. ``h200-sram2x-hbm0.5x``; the unscaled spec keeps its name.
+    The SM count is rounded to the nearest whole SM (at least one); each SM keeps its own
+    resources and the L2 and HBM stay the chip's, as on a GPU partitioned by CUDA green
+    contexts (docs/gpus.md, "What scales with what"). A variant is named e.g.
+    ``h200-sram2x-hbm0.5x-sms66``; the unscaled spec keeps its name.
     """
     out = []
-    for s, h in itertools.product(sram_scales, hbm_scales):
-        if not (0 < s < math.inf and 0 < h < math.inf):
+    for s, h, m in itertools.product(sram_scales, hbm_scales, sm_scales):
+        if not all(0 < x < math.inf for x in (s, h, m)):
             raise simulator.UsageError(
-                f"scales must be positive, finite numbers, got sram {s}, hbm {h}"
+                f"scales must be positive, finite numbers, got sram {s}, hbm {h}, sms {m}"
             )
-        if s == 1 and h == 1:
+        sms = max(1, round(gpu.sm_count * m))
+        if s == 1 and h == 1 and sms == gpu.sm_count:
             out.append(gpu)
             continue
-        name = gpu.name + (f"-sram{s:g}x" if s != 1 else "") + (f"-hbm{h:g}x" if h != 1 else "")
+        name = (
+            gpu.name
+            + (f"-sram{s:g}x" if s != 1 else "")
+            + (f"-hbm{h:g}x" if h != 1 else "")
+            + (f"-sms{sms}" if sms != gpu.sm_count else "")
+        )
         out.append(
             gpu.replace(
                 name=name,
+                sm_count=sms,
                 smem_per_sm_bytes=int(gpu.smem_per_sm_bytes * s),
                 smem_per_cta_bytes=int(gpu.smem_per_cta_bytes * s),
                 hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s * h,
@@ -106,6 +119,7 @@ def run_sweep(
             block_q=sched.block_q,
             block_kv=sched.block_kv,
             warps=sched.warps,
+            sm_count=gpu.sm_count,
             smem_per_cta_bytes=gpu.smem_per_cta_bytes,
             hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
         )

@@ -45,12 +45,19 @@ VERBS = {
     ),
     "sweep": (
         ["sweep", "--schedule", "flash2"],
-        {**SHAPE, "--block": "16", "--warps": "4", "--sram-scale": "1", "--hbm-scale": "1"},
+        {
+            **SHAPE,
+            "--block": "16",
+            "--warps": "4",
+            "--sram-scale": "1",
+            "--hbm-scale": "1",
+            "--sm-scale": "1",
+        },
     ),
     "gpus": (["gpus"], {}),
     "crosscheck": (["crosscheck"], {"--jobs": "1", "--efficiency": "0.5"}),
 }
-FLOAT_FLAGS = {"--sram-scale", "--hbm-scale", "--efficiency"}
+FLOAT_FLAGS = {"--sram-scale", "--hbm-scale", "--sm-scale", "--efficiency"}
 OUT_FLAG = {"simulate": "--save-trace", "sweep": "--out", "crosscheck": "--plot"}
 OUT_NAME = {"simulate": "trace.npz", "sweep": "sweep.csv", "crosscheck": "plot.png"}
 

@@ -1,0 +1,199 @@
+"""The H200 on fewer SMs: this project's kernels and a copy, run inside CUDA green contexts.
+
+A green context owns a subset of the SMs and shares the whole L2 and HBM with the rest of the
+GPU, so timing a kernel in green contexts of n SMs measures how its time scales with the SM count
+alone: the measurement behind ``h200.replace(sm_count=n)`` (docs/gpus.md).
+
+For each n in --sms (132 = the whole GPU, the primary context) it
+
+- creates a green context of n SMs with cuda-bindings (cuDevSmResourceSplitByCount,
+  cuGreenCtxCreate) and reads back the SMs it got (cuCtxGetDevResource), then checks that count
+  independently: a kernel of many CTAs records %smid and the distinct values are counted;
+- times a device-to-device copy (bytes read + written) on a stream of that context;
+- times the flash2 forward and backward of kernels/gpu.py, two tilings each, d = 64 and 128,
+  with benchmarks.gpu_measure's method (CUDA events, warm-up, median, rotating inputs).
+
+    python data/gpu/probe/sm_scaling.py --out DIR [--sms 8 16 32 64 96 132] [--reps 10]
+
+Writes DIR/sm_scaling.json (provenance, per-n SM counts, copy bandwidth, kernel times).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+import kernels
+from benchmarks.gpu_measure import (
+    _random_inputs,
+    _timed,
+    n_sets_for,
+    provenance,
+    time_events,
+)
+from kernels import gpu
+
+SMS = (8, 16, 32, 64, 96, 132)
+# (schedule, head_dim, seq_len, (block_q, block_kv, warps)); batch 1, 16 heads, bf16
+CONFIGS = (
+    ("flash2", 64, 2048, (128, 128, 8)),
+    ("flash2", 64, 8192, (128, 128, 8)),
+    ("flash2", 64, 8192, (64, 64, 4)),
+    ("flash2", 128, 2048, (128, 64, 8)),
+    ("flash2", 128, 8192, (128, 64, 8)),
+    ("flash2", 128, 8192, (128, 128, 8)),
+    ("flash2_bwd", 64, 8192, (64, 64, 4)),
+    ("flash2_bwd", 64, 8192, (64, 128, 8)),
+    ("flash2_bwd", 128, 8192, (64, 64, 4)),
+    ("flash2_bwd", 128, 8192, (64, 128, 8)),
+)
+SMID_SRC = r"""
+extern "C" __global__ void smid(unsigned int *out) {
+    unsigned int id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+    if (threadIdx.x == 0) out[blockIdx.x] = id;
+    // keep the CTA resident a while so that later CTAs spread over every SM of the context
+    long long t0 = clock64();
+    while (clock64() - t0 < 20000) {}
+}
+"""
+
+
+def _ok(result):
+    """cuda-bindings return (CUresult, values...): raise on an error, return the values."""
+    from cuda.bindings import driver as cu
+
+    err, *rest = result
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"CUDA driver error {err}")
+    return rest[0] if len(rest) == 1 else rest
+
+
+class GreenContext:
+    """n SMs of device 0 and a stream on them; n >= the device's SM count means the whole GPU
+    (the primary context, CuPy's own stream)."""
+
+    def __init__(self, n: int):
+        import cupy
+        from cuda.bindings import driver as cu
+
+        _ok(cu.cuInit(0))
+        dev = _ok(cu.cuDeviceGet(0))
+        sm_type = cu.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM
+        whole = _ok(cu.cuDeviceGetDevResource(dev, sm_type))
+        self.requested, self.device_sms = n, whole.sm.smCount
+        if n >= whole.sm.smCount:
+            self.gctx, self.stream = None, cupy.cuda.Stream(non_blocking=True)
+            self.sms = whole.sm.smCount
+            return
+        groups, _, _ = _ok(cu.cuDevSmResourceSplitByCount(1, whole, 0, n))
+        desc = _ok(cu.cuDevResourceGenerateDesc([groups[0]], 1))
+        flags = cu.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM
+        self.gctx = _ok(cu.cuGreenCtxCreate(desc, dev, flags))
+        ctx = _ok(cu.cuCtxFromGreenCtx(self.gctx))
+        self.sms = _ok(cu.cuCtxGetDevResource(ctx, sm_type)).sm.smCount
+        nonblocking = cu.CUstream_flags.CU_STREAM_NON_BLOCKING
+        handle = _ok(cu.cuGreenCtxStreamCreate(self.gctx, nonblocking, 0))
+        self.stream = cupy.cuda.ExternalStream(int(handle))
+        self._handle = handle
+
+    def close(self):
+        from cuda.bindings import driver as cu
+
+        if self.gctx is not None:
+            self.stream.synchronize()
+            _ok(cu.cuStreamDestroy(self._handle))
+            _ok(cu.cuGreenCtxDestroy(self.gctx))
+
+
+def distinct_sms(ctx: GreenContext) -> int:
+    """SMs that CTAs of a launch on ``ctx``'s stream actually ran on."""
+    import cupy
+
+    kern = cupy.RawKernel(SMID_SRC, "smid")
+    ctas = 64 * ctx.device_sms
+    out = cupy.zeros(ctas, cupy.uint32)
+    with ctx.stream:
+        kern((ctas,), (32,), (out,))
+    ctx.stream.synchronize()
+    return int(cupy.unique(out).size)
+
+
+def copy_bandwidth(ctx: GreenContext, reps: int) -> dict:
+    import cupy
+
+    n = 1 << 30
+    with ctx.stream:
+        src, dst = cupy.random.random(n // 4, dtype=cupy.float32), cupy.empty(n // 4, cupy.float32)
+        t = time_events(lambda i, ev: _timed(ev, lambda: cupy.copyto(dst, src)), 1, reps)
+    return {"copy_bytes": 2 * n, "median_ms": t["median_ms"],
+            "bytes_per_s": 2 * n / (t["median_ms"] * 1e-3)}  # fmt: skip
+
+
+def time_kernel(ctx, name, d, n, tiles, reps, l2):
+    import cupy
+
+    shape = kernels.AttentionShape(1, 16, n, d, "bf16")
+    sched = kernels.schedule(name, shape, *tiles)
+    c = gpu.compile_schedule(sched)
+    dims = (shape.batch, shape.heads, shape.seq_len, shape.head_dim)
+    n_in = 4 if name.endswith("_bwd") else 3
+    with ctx.stream:
+        n_sets = n_sets_for(math.prod(dims) * 2 * n_in, l2)
+        sets = [c.alloc(*_random_inputs(dims, n_in, shape.dtype)) for _ in range(n_sets)]
+        t = time_events(
+            lambda i, ev: c.launch(sets[i], events=ev), n_sets, reps, n_events=len(c.launches) + 1
+        )
+    cupy.get_default_memory_pool().free_all_blocks()
+    t.update(schedule=name, kernels=[ln.function for ln in c.launches], **shape.to_dict(),
+             block_q=sched.block_q, block_kv=sched.block_kv, warps=sched.warps,
+             rotate_buffers=n_sets)  # fmt: skip
+    return t
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--sms", type=int, nargs="+", default=list(SMS))
+    ap.add_argument("--reps", type=int, default=10)
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"provenance": provenance(), "contexts": [], "errors": []}
+    doc["provenance"]["command"] = "python " + " ".join(
+        ["data/gpu/probe/sm_scaling.py", *sys.argv[1:]]
+    )
+    l2 = doc["provenance"]["l2_bytes"]
+    start = time.monotonic()
+    for n in args.sms:
+        ctx = GreenContext(n)
+        row = {"requested_sms": n, "context_sms": ctx.sms, "green_context": ctx.gctx is not None}
+        row["distinct_smids"] = distinct_sms(ctx)
+        row["copy"] = copy_bandwidth(ctx, args.reps)
+        row["kernels"] = []
+        print(f"n={n}: context {ctx.sms} SMs, {row['distinct_smids']} distinct %smid, copy "
+              f"{row['copy']['bytes_per_s'] / 1e12:.2f} TB/s", flush=True)  # fmt: skip
+        for name, d, seq, tiles in CONFIGS:
+            try:
+                t = time_kernel(ctx, name, d, seq, tiles, args.reps, l2)
+            except Exception as e:  # keep going; record what failed
+                doc["errors"].append(
+                    f"n={n} {name} d={d} N={seq} {tiles}: {type(e).__name__}: {e}"
+                )
+                continue
+            row["kernels"].append(t)
+            print(f"  {name:10s} d={d:3d} N={seq:5d} {tiles} {t['median_ms']:9.3f} ms", flush=True)
+        ctx.close()
+        doc["contexts"].append(row)
+        doc["wall_s"] = time.monotonic() - start
+        (out / "sm_scaling.json").write_text(json.dumps(doc, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
