@@ -204,7 +204,13 @@ def _why(r: TileResult, best: TileResult, sm_count: int, seq_len: int) -> str:
     if out:
         return "; ".join(out)
     steps = -(-seq_len // r.block_kv), -(-seq_len // best.block_kv)
-    return f"same traffic and resident warps; {steps[0]} K/V steps per CTA vs {steps[1]}"
+    alike = "no more traffic, as many resident warps"
+    if steps[0] != steps[1]:
+        return f"{alike}; {steps[0]} K/V steps per CTA vs {steps[1]}"
+    if r.block_q != best.block_q:  # same steps, larger or smaller Q tiles per CTA
+        tile = f"{r.block_q}x{r.block_kv} tiles vs {best.block_q}x{best.block_kv}"
+        return f"{alike}; {tile} ({r.warps} warps vs {best.warps})"
+    return f"{alike}, same tiles; {r.warps} warps per CTA vs {best.warps}"
 
 
 def search_tiles(

@@ -8,6 +8,7 @@ import difflib
 import functools
 import numbers
 import os
+import sys
 import tomllib
 import warnings
 from importlib import resources
@@ -166,8 +167,17 @@ def _convert_chip_totals(values: dict, data: dict, origin: dict, src: _Source) -
         f"converted with sm_count = {values.get('sm_count')} and clock_hz = "
         f"{values.get('clock_hz')}: {'; '.join(notes)}. Write the new keys to silence this.",
         FutureWarning,
-        stacklevel=4,
+        stacklevel=_outside_simulator(),
     )
+
+
+def _outside_simulator() -> int:
+    """The ``stacklevel`` of the first caller outside this package (the user's load_gpu)."""
+    frame, level = sys._getframe(1), 1
+    package = os.path.dirname(__file__)
+    while frame is not None and os.path.dirname(frame.f_code.co_filename) == package:
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _read(src: _Source) -> dict[str, Any]:
