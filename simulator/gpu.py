@@ -22,6 +22,44 @@ from simulator.errors import GPUSpecError
 __all__ = ["GPUSpec", "GPUSpecError"]
 
 
+# Chip totals that earlier spec files stored; now derived. For each: the stored field it
+# comes from, and what the stored field is multiplied by (besides clock_hz).
+DERIVED = {
+    "tensor_fp16_flops_per_s": ("tensor_fp16_flops_per_cycle_per_sm", "sm_count"),
+    "tensor_bf16_flops_per_s": ("tensor_bf16_flops_per_cycle_per_sm", "sm_count"),
+    "tensor_tf32_flops_per_s": ("tensor_tf32_flops_per_cycle_per_sm", "sm_count"),
+    "tensor_fp64_flops_per_s": ("tensor_fp64_flops_per_cycle_per_sm", "sm_count"),
+    "fp32_flops_per_s": ("fp32_flops_per_cycle_per_sm", "sm_count"),
+    "fp64_flops_per_s": ("fp64_flops_per_cycle_per_sm", "sm_count"),
+    "sfu_ops_per_s": ("sfu_ops_per_cycle_per_sm", "sm_count"),
+    "l2_bandwidth_bytes_per_s": ("l2_bandwidth_bytes_per_cycle_per_partition", "l2_partitions"),
+}
+
+
+def derived_message(key: str) -> str:
+    """Why ``key`` cannot be set, and what to set instead."""
+    stored, count = DERIVED[key]
+    return (
+        f"{key} is a chip total, derived as {stored} x {count} x clock_hz (docs/gpus.md, "
+        f"'What scales with what'); set {stored} instead"
+    )
+
+
+class _ChipTotal:
+    """A chip total, read-only: its stored per-SM (or per-partition) field x the count of those
+    x ``clock_hz``, as :data:`DERIVED` says."""
+
+    def __set_name__(self, owner, name):
+        self.name = name
+        self.stored, self.count = DERIVED[name]
+        self.__doc__ = f"{name}: {self.stored} x {self.count} x clock_hz (derived)."
+
+    def __get__(self, spec, owner=None):
+        if spec is None:
+            return self
+        return getattr(spec, self.stored) * getattr(spec, self.count) * spec.clock_hz
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class GPUSpec:
     """One GPU, real or hypothetical. Counts and sizes are ints, rates are floats.
@@ -106,42 +144,15 @@ class GPUSpec:
                 raise GPUSpecError(f"GPUSpec.replace: {_unknown_key(key)}", key=key)
         return dataclasses.replace(self, **changes)
 
-    # -- chip totals, derived from the per-SM and per-partition resources ---------------------
-    def _per_s(self, per_cycle_per_sm: float) -> float:
-        return per_cycle_per_sm * self.sm_count * self.clock_hz
-
-    @property
-    def tensor_fp16_flops_per_s(self) -> float:
-        return self._per_s(self.tensor_fp16_flops_per_cycle_per_sm)
-
-    @property
-    def tensor_bf16_flops_per_s(self) -> float:
-        return self._per_s(self.tensor_bf16_flops_per_cycle_per_sm)
-
-    @property
-    def tensor_tf32_flops_per_s(self) -> float:
-        return self._per_s(self.tensor_tf32_flops_per_cycle_per_sm)
-
-    @property
-    def tensor_fp64_flops_per_s(self) -> float:
-        return self._per_s(self.tensor_fp64_flops_per_cycle_per_sm)
-
-    @property
-    def fp32_flops_per_s(self) -> float:
-        return self._per_s(self.fp32_flops_per_cycle_per_sm)
-
-    @property
-    def fp64_flops_per_s(self) -> float:
-        return self._per_s(self.fp64_flops_per_cycle_per_sm)
-
-    @property
-    def sfu_ops_per_s(self) -> float:
-        return self._per_s(self.sfu_ops_per_cycle_per_sm)
-
-    @property
-    def l2_bandwidth_bytes_per_s(self) -> float:
-        """L2 bandwidth of the chip: partitions x bytes per cycle each x clock."""
-        return self.l2_partitions * self.l2_bandwidth_bytes_per_cycle_per_partition * self.clock_hz
+    # -- chip totals, derived from the per-SM and per-partition resources (DERIVED) -----------
+    tensor_fp16_flops_per_s = _ChipTotal()
+    tensor_bf16_flops_per_s = _ChipTotal()
+    tensor_tf32_flops_per_s = _ChipTotal()
+    tensor_fp64_flops_per_s = _ChipTotal()
+    fp32_flops_per_s = _ChipTotal()
+    fp64_flops_per_s = _ChipTotal()
+    sfu_ops_per_s = _ChipTotal()
+    l2_bandwidth_bytes_per_s = _ChipTotal()
 
     @property
     def sm_memory_bandwidth_bytes_per_s(self) -> float:
@@ -154,7 +165,7 @@ class GPUSpec:
         ``fp16`` and ``bf16`` use the tensor cores; ``fp32`` is plain FP32 FMA (attention kernels
         in fp32 are written without TF32); ``fp64`` uses the FP64 tensor cores.
         """
-        return self._per_s(self.mma_flops_per_cycle_per_sm(dtype))
+        return self.mma_flops_per_cycle_per_sm(dtype) * self.sm_count * self.clock_hz
 
     def mma_flops_per_cycle_per_sm(self, dtype: str) -> float:
         """Matrix-multiply FLOP one SM completes per cycle for inputs of ``dtype`` (dense)."""
@@ -188,27 +199,6 @@ _MMA_FIELDS = {
     "fp32": "fp32_flops_per_cycle_per_sm",
     "fp64": "tensor_fp64_flops_per_cycle_per_sm",
 }
-# Chip totals that earlier spec files stored; now derived. For each: the stored field it
-# comes from, and what the stored field is multiplied by (besides clock_hz).
-DERIVED = {
-    "tensor_fp16_flops_per_s": ("tensor_fp16_flops_per_cycle_per_sm", "sm_count"),
-    "tensor_bf16_flops_per_s": ("tensor_bf16_flops_per_cycle_per_sm", "sm_count"),
-    "tensor_tf32_flops_per_s": ("tensor_tf32_flops_per_cycle_per_sm", "sm_count"),
-    "tensor_fp64_flops_per_s": ("tensor_fp64_flops_per_cycle_per_sm", "sm_count"),
-    "fp32_flops_per_s": ("fp32_flops_per_cycle_per_sm", "sm_count"),
-    "fp64_flops_per_s": ("fp64_flops_per_cycle_per_sm", "sm_count"),
-    "sfu_ops_per_s": ("sfu_ops_per_cycle_per_sm", "sm_count"),
-    "l2_bandwidth_bytes_per_s": ("l2_bandwidth_bytes_per_cycle_per_partition", "l2_partitions"),
-}
-
-
-def derived_message(key: str) -> str:
-    """Why ``key`` cannot be set, and what to set instead."""
-    stored, count = DERIVED[key]
-    return (
-        f"{key} is a chip total, derived as {stored} x {count} x clock_hz (docs/gpus.md, "
-        f"'What scales with what'); set {stored} instead"
-    )
 
 
 _UNITS = (  # name suffix -> unit, longest suffix first
