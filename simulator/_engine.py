@@ -16,6 +16,8 @@ shared-memory pipes are per SM (the pipes: one arithmetic server per SM, with
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 from numba import njit
 
@@ -68,6 +70,18 @@ B_L2, B_HBM, B_TENSOR, B_FP32, B_SFU, B_SMEM, B_SM_MEM = range(7)
 ) = range(8)
 # runner registers: next CTA to dispatch, slot waiting for a CTA outside the window (or -1)
 R_NEXT, R_PENDING = range(2)
+
+# The engine's state, named (numba passes namedtuples of arrays as they are).
+# What the memory system keeps across kernels: the L2 (``l2_on`` false: no L2), the L2 and HBM
+# servers' free times, the spill pseudo-tensor and each tensor's space, and the counters.
+Memory = namedtuple("Memory", "l2_on l2 srv local space tstat busy cnt")
+# One kernel: its CTA count, the SM count (slot s runs on SM s % sm_stride), spilled bytes per
+# CTA step, the shared memory a CTA declares, when it ends so far, and the per-CTA timeline.
+Kernel = namedtuple("Kernel", "n_ctas sm_stride spill_bytes smem_limit kernel_end span")
+# The resident CTAs: integer and float slot state, the per-SM servers, the runner registers.
+Slots = namedtuple("Slots", "si sf units reg")
+# The heap of SMs: key time, key slot, SM, and its size (one-element array).
+Heap = namedtuple("Heap", "ht hs hm hn")
 
 
 @njit(inline="always", _nrt=False)
@@ -151,13 +165,11 @@ def _next_step_loads(ev, ptr, end, step):
 
 
 @njit(inline="always", _nrt=False)
-def _request(
-    op, tensor, offset, rows, row_bytes, stride, nbytes, t, cfg, l2_on, l2, srv, port, tstat, busy,
-    cnt,
-):  # fmt: skip
+def _request(mem, cfg, port, op, tensor, offset, rows, row_bytes, stride, nbytes, t):
     """One LOAD/STORE/REDUCE issued at ``t`` by an SM whose memory path is the server ``port``
-    (a one-element view): counts its bytes, runs it through the L2 and the bandwidth servers,
-    and returns when it completes."""
+    (a one-element view): counts its bytes, runs it through the L2 and the bandwidth servers of
+    ``mem`` (a Memory), and returns when it completes."""
+    l2_on, l2, srv, tstat, busy, cnt = mem.l2_on, mem.l2, mem.srv, mem.tstat, mem.busy, mem.cnt
     # the SM's own path to the memory system, in parallel with the chip's servers
     port[0] = max(port[0], t) + nbytes / cfg[C_SM_MEM_BW]
     busy[B_SM_MEM] += nbytes / cfg[C_SM_MEM_BW]
@@ -195,37 +207,18 @@ def _request(
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def run_window(
-    ev,
-    cta_off,
-    win_c0,
-    win_c1,
-    n_ctas,
-    sm_stride,
-    spill_bytes,
-    local,
-    space,
-    smem_limit,
-    cfg,
-    l2_on,
-    l2,
-    srv,
-    units,
-    si,
-    sf,
-    ht,
-    hs,
-    hm,
-    hn,
-    reg,
-    tstat,
-    busy,
-    cnt,
-    kernel_end,
-    span,
-):
+def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
     """Replay until the kernel ends (returns 0) or a slot needs a CTA beyond the loaded window
-    (returns 1; ``reg[R_PENDING]`` holds the slot, whose SM stays at the heap's root)."""
+    (returns 1; ``reg[R_PENDING]`` holds the slot, whose SM stays at the heap's root).
+
+    ``ev``, ``cta_off``: the window's events and each CTA's first event, for CTAs
+    ``win_c0 <= c < win_c1``; ``kern``: a Kernel; ``mem``: Memory; ``slots``: Slots; ``heap``:
+    Heap."""
+    n_ctas, sm_stride, spill_bytes = kern.n_ctas, kern.sm_stride, kern.spill_bytes
+    smem_limit, kernel_end, span = kern.smem_limit, kern.kernel_end, kern.span
+    local, space, busy, cnt = mem.local, mem.space, mem.busy, mem.cnt
+    si, sf, units, reg = slots.si, slots.sf, slots.units, slots.reg
+    ht, hs, hm, hn = heap.ht, heap.hs, heap.hm, heap.hn
     n = hn[0]
     n_slots = si.shape[0]
     frac = cfg[C_CTA_FRAC]
@@ -287,8 +280,8 @@ def run_window(
                 off = s * spill_bytes
                 for o in (STORE, LOAD):
                     done = _request(
-                        o, local, off, 1, spill_bytes, spill_bytes, spill_bytes, t, cfg,
-                        l2_on, l2, srv, units[sm, U_SM_MEM:], tstat, busy, cnt,
+                        mem, cfg, units[sm, U_SM_MEM:], o, local, off, 1, spill_bytes,
+                        spill_bytes, spill_bytes, t,
                     )  # fmt: skip
                     if o == STORE:
                         stores = max(stores, done)
@@ -318,9 +311,8 @@ def run_window(
                 for i in range(lo, hi):
                     e = ev[i]
                     done = _request(
-                        LOAD, e.tensor, e.offset_bytes, e.rows, e.row_bytes,
-                        e.row_stride_bytes, e.bytes, t, cfg, l2_on, l2, srv, units[sm, U_SM_MEM:],
-                        tstat, busy, cnt,
+                        mem, cfg, units[sm, U_SM_MEM:], LOAD, e.tensor, e.offset_bytes, e.rows,
+                        e.row_bytes, e.row_stride_bytes, e.bytes, t,
                     )  # fmt: skip
                     sf[s, F_READY_NEXT] = max(sf[s, F_READY_NEXT], done)
             if finished or op <= REDUCE:
@@ -356,8 +348,8 @@ def run_window(
             e = ev[ptr]
             if op <= REDUCE:  # LOAD, STORE, REDUCE
                 done = _request(
-                    op, e.tensor, e.offset_bytes, e.rows, e.row_bytes, e.row_stride_bytes,
-                    e.bytes, t, cfg, l2_on, l2, srv, units[sm, U_SM_MEM:], tstat, busy, cnt,
+                    mem, cfg, units[sm, U_SM_MEM:], op, e.tensor, e.offset_bytes, e.rows,
+                    e.row_bytes, e.row_stride_bytes, e.bytes, t,
                 )  # fmt: skip
                 if op == LOAD:
                     ready = max(ready, done)

@@ -202,9 +202,9 @@ def simulate(
             kinfo.name in options.prefetch_kernels,
             options.efficiency(kinfo.name),
         )
-        engine_state = (local, space, l2_on, l2, srv, tstat, busy, cnt)
+        mem = E.Memory(l2_on, l2, srv, local, space, tstat, busy, cnt)
         end_s, span = _replay_kernel(
-            source, k, kinfo, occ, gpu, cfg, start, engine_state, window_events, timeline, progress
+            source, k, kinfo, occ, gpu, cfg, start, mem, window_events, timeline, progress
         )
         if progress:
             progress(k, kinfo.ctas, kinfo.ctas)
@@ -238,12 +238,10 @@ def simulate(
     return res
 
 
-def _replay_kernel(
-    source, k, kinfo, occ, gpu, cfg, start, engine_state, window_events, timeline, progress
-):
+def _replay_kernel(source, k, kinfo, occ, gpu, cfg, start, mem, window_events, timeline, progress):
     """Replay kernel ``k`` from ``start``: returns its end time and (with ``timeline``) the
-    start, end and SM of each CTA. Updates the shared engine state (L2, servers, counters)."""
-    local, space, l2_on, l2, srv, tstat, busy, cnt = engine_state
+    start, end and SM of each CTA. Updates ``mem``, the shared engine state (L2, servers,
+    counters)."""
     slots = min(kinfo.ctas, occ.ctas_per_sm * gpu.sm_count)
     units = np.full((gpu.sm_count, E.N_UNITS), start)
     si = np.zeros((slots, E.N_SLOT_INT), np.int64)  # slot s runs on SM s % sm_count
@@ -259,15 +257,13 @@ def _replay_kernel(
     per_cta = max(1, len(source.cta_events(k, 0, 1)))
     width = max(2 * slots, window_events // per_cta)
     windows = Windows(source, k, kinfo.ctas, width, slots)
+    kern = E.Kernel(kinfo.ctas, gpu.sm_count, spill_bytes, kinfo.smem_bytes, kernel_end, span)
+    state, heap = E.Slots(si, sf, units, reg), E.Heap(ht, hs, hm, hn)
     try:
         ev, cta_off, c0, c1 = windows.current
         for s in range(slots):  # the first wave, in CTA order; equal times form a valid heap
             E._start_cta(s, s, start, si, sf, cta_off, c0)
-        while E.run_window(
-            ev, cta_off, c0, c1, kinfo.ctas, gpu.sm_count, spill_bytes, local, space,
-            kinfo.smem_bytes, cfg, l2_on, l2, srv, units, si, sf, ht, hs, hm, hn, reg, tstat,
-            busy, cnt, kernel_end, span,
-        ):  # fmt: skip
+        while E.run_window(ev, cta_off, c0, c1, kern, cfg, mem, state, heap):
             if progress:
                 progress(k, c1, kinfo.ctas)
             # next window; resident CTAs keep their remaining events, copied to the front
