@@ -29,7 +29,9 @@ from kernels._emit import (
     P_KV_HEADS,
     P_SEQ,
     STORE,
-    put,
+    buf,
+    calc,
+    mem,
 )
 from kernels._numerics import acc_dtype, to_dtype
 from kernels._record import offset4
@@ -91,6 +93,8 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
     eb, acc, br, bc, causal = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV], p[P_CAUSAL]
     t_q, t_kv, grp = (n + br - 1) // br, (n + bc - 1) // bc, nh // nkh
     row = d * eb
+    bufs = (Q_S, K_S, V_S, O_ACC, S_ACC, M_L)
+    sizes = (br * row, bc * row, bc * row, br * d * acc, br * bc * acc, 2 * br * acc)
     k = 0
     for cta in range(cta_start, cta_stop):
         bh, i = cta // t_q, cta % t_q
@@ -99,45 +103,35 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
         q0 = i * br
         r = min(br, n - q0)
         # on-chip buffers, live for the whole CTA
-        k = put(ev, k, write, kernel, cta, -1, ALLOC, Q_S, -1, -1, 0, 0, 0, 0, br * row, 0)
-        k = put(ev, k, write, kernel, cta, -1, ALLOC, K_S, -1, -1, 0, 0, 0, 0, bc * row, 0)
-        k = put(ev, k, write, kernel, cta, -1, ALLOC, V_S, -1, -1, 0, 0, 0, 0, bc * row, 0)
-        k = put(ev, k, write, kernel, cta, -1, ALLOC, O_ACC, -1, -1, 0, 0, 0, 0, br * d * acc, 0)
-        k = put(ev, k, write, kernel, cta, -1, ALLOC, S_ACC, -1, -1, 0, 0, 0, 0, br * bc * acc, 0)
-        k = put(ev, k, write, kernel, cta, -1, ALLOC, M_L, -1, -1, 0, 0, 0, 0, 2 * br * acc, 0)
+        for t in range(6):
+            k = buf(ev, k, write, kernel, cta, ALLOC, bufs[t], sizes[t])
         # Q_i: HBM -> SRAM, once per CTA
         qoff = ((b * nh + h) * n + q0) * row
-        k = put(ev, k, write, kernel, cta, -1, LOAD, Q, i, -1, qoff, r, row, row, r * row, 0)
+        k = mem(ev, k, write, kernel, cta, -1, LOAD, Q, i, -1, qoff, r, row, row)
         last = t_kv if causal == 0 else min(t_kv, (q0 + r - 1) // bc + 1)
         for j in range(last):
             k0 = j * bc
             c = min(bc, n - k0)
             kvoff = ((b * nkh + kvh) * n + k0) * row
             # K_j, V_j: HBM -> SRAM, once per (i, j)
-            k = put(ev, k, write, kernel, cta, j, LOAD, K, j, -1, kvoff, c, row, row, c * row, 0)
-            k = put(ev, k, write, kernel, cta, j, LOAD, V, j, -1, kvoff, c, row, row, c * row, 0)
-            k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, 2 * r * c * d)
+            k = mem(ev, k, write, kernel, cta, j, LOAD, K, j, -1, kvoff, c, row, row)
+            k = mem(ev, k, write, kernel, cta, j, LOAD, V, j, -1, kvoff, c, row, row)
+            k = calc(ev, k, write, kernel, cta, j, MMA, i, j, 2 * r * c * d)  # S = Q K^T
             ew = EW_PER_SCORE * r * c + r * d + EW_PER_ROW * r
             if causal != 0 and k0 + c - 1 > q0:
                 ew += r * c  # diagonal block: apply the mask
-            k = put(ev, k, write, kernel, cta, j, EW, -1, i, j, 0, 0, 0, 0, 0, ew)
-            k = put(ev, k, write, kernel, cta, j, EXP, -1, i, j, 0, 0, 0, 0, 0, r * c + r)
-            k = put(ev, k, write, kernel, cta, j, MMA, -1, i, j, 0, 0, 0, 0, 0, 2 * r * c * d)
+            k = calc(ev, k, write, kernel, cta, j, EW, i, j, ew)
+            k = calc(ev, k, write, kernel, cta, j, EXP, i, j, r * c + r)
+            k = calc(ev, k, write, kernel, cta, j, MMA, i, j, 2 * r * c * d)  # O += P V
         # O_i /= l_i, L_i = m_i + log(l_i)
-        k = put(ev, k, write, kernel, cta, -1, EW, -1, i, -1, 0, 0, 0, 0, 0, r * d + r)
-        k = put(ev, k, write, kernel, cta, -1, EXP, -1, i, -1, 0, 0, 0, 0, 0, r)
+        k = calc(ev, k, write, kernel, cta, -1, EW, i, -1, r * d + r)
+        k = calc(ev, k, write, kernel, cta, -1, EXP, i, -1, r)
         # O_i, L_i: SRAM -> HBM, once per CTA
-        k = put(ev, k, write, kernel, cta, -1, STORE, O, i, -1, qoff, r, row, row, r * row, 0)
+        k = mem(ev, k, write, kernel, cta, -1, STORE, O, i, -1, qoff, r, row, row)
         loff = ((b * nh + h) * n + q0) * acc
-        k = put(
-            ev, k, write, kernel, cta, -1, STORE, LSE, i, -1, loff, 1, r * acc, r * acc, r * acc, 0
-        )
-        k = put(ev, k, write, kernel, cta, -1, FREE, M_L, -1, -1, 0, 0, 0, 0, 2 * br * acc, 0)
-        k = put(ev, k, write, kernel, cta, -1, FREE, S_ACC, -1, -1, 0, 0, 0, 0, br * bc * acc, 0)
-        k = put(ev, k, write, kernel, cta, -1, FREE, O_ACC, -1, -1, 0, 0, 0, 0, br * d * acc, 0)
-        k = put(ev, k, write, kernel, cta, -1, FREE, V_S, -1, -1, 0, 0, 0, 0, bc * row, 0)
-        k = put(ev, k, write, kernel, cta, -1, FREE, K_S, -1, -1, 0, 0, 0, 0, bc * row, 0)
-        k = put(ev, k, write, kernel, cta, -1, FREE, Q_S, -1, -1, 0, 0, 0, 0, br * row, 0)
+        k = mem(ev, k, write, kernel, cta, -1, STORE, LSE, i, -1, loff, 1, r * acc, r * acc)
+        for t in range(5, -1, -1):
+            k = buf(ev, k, write, kernel, cta, FREE, bufs[t], sizes[t])
     return k
 
 
@@ -150,7 +144,6 @@ def execute(s, q, k, v, grad_out, rec):
     qd, kd = (nb, nh, n, d), (nb, sh.n_kv_heads, n, d)
     out = np.zeros(qd, q.dtype)
     lse = np.zeros((nb, nh, n), at)
-    put = rec.put
     buffers = [
         (Q_S, br * d * eb),
         (K_S, bc * d * eb),
@@ -166,23 +159,9 @@ def execute(s, q, k, v, grad_out, rec):
         q0 = i * br
         r = min(br, n - q0)
         for t, size in buffers:
-            put(0, cta, -1, Op.ALLOC, t, -1, -1, 0, 0, 0, 0, size, 0)
+            rec.buf(0, cta, Op.ALLOC, t, size)
         q_i = q[b, h, q0 : q0 + r].astype(at)
-        put(
-            0,
-            cta,
-            -1,
-            Op.LOAD,
-            Q,
-            i,
-            -1,
-            offset4(qd, b, h, q0, 0, eb),
-            r,
-            d * eb,
-            d * eb,
-            q_i.size * eb,
-            0,
-        )
+        rec.mem(0, cta, -1, Op.LOAD, Q, i, -1, offset4(qd, b, h, q0, 0, eb), r, d * eb, d * eb)
         o_i = np.zeros((r, d), at)
         m_i = np.full(r, -np.inf, at)
         l_i = np.zeros(r, at)
@@ -195,10 +174,10 @@ def execute(s, q, k, v, grad_out, rec):
             k_j = k[b, kvh, k0 : k0 + c].astype(at)
             v_j = v[b, kvh, k0 : k0 + c].astype(at)
             off = offset4(kd, b, kvh, k0, 0, eb)
-            put(0, cta, j, Op.LOAD, K, j, -1, off, c, d * eb, d * eb, k_j.size * eb, 0)
-            put(0, cta, j, Op.LOAD, V, j, -1, off, c, d * eb, d * eb, v_j.size * eb, 0)
+            rec.mem(0, cta, j, Op.LOAD, K, j, -1, off, c, d * eb, d * eb)
+            rec.mem(0, cta, j, Op.LOAD, V, j, -1, off, c, d * eb, d * eb)
             s_ij = (q_i @ k_j.T) * at.type(sh.scale)
-            put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, 2 * r * c * d)
+            rec.calc(0, cta, j, Op.MMA, i, j, 2 * r * c * d)
             ew = EW_PER_SCORE * r * c + r * d + EW_PER_ROW * r
             if sh.causal and k0 + c - 1 > q0:
                 s_ij = np.where(np.arange(k0, k0 + c)[None, :] > rows, -np.inf, s_ij)
@@ -207,34 +186,20 @@ def execute(s, q, k, v, grad_out, rec):
             alpha = np.exp(m_i - m_new)
             p_ij = np.exp(s_ij - m_new[:, None])
             l_i = alpha * l_i + p_ij.sum(axis=1)
-            put(0, cta, j, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0, ew)
-            put(0, cta, j, Op.EXP, -1, i, j, 0, 0, 0, 0, 0, p_ij.size + r)
+            rec.calc(0, cta, j, Op.ELEMENTWISE, i, j, ew)
+            rec.calc(0, cta, j, Op.EXP, i, j, p_ij.size + r)
             # P enters the tensor cores in the input precision; O accumulates in fp32/fp64
             o_i = alpha[:, None] * o_i + to_dtype(p_ij, dt).astype(at) @ v_j
-            put(0, cta, j, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, 2 * r * c * d)
+            rec.calc(0, cta, j, Op.MMA, i, j, 2 * r * c * d)
             m_i = m_new
         o_i = o_i / l_i[:, None]
-        put(0, cta, -1, Op.ELEMENTWISE, -1, i, -1, 0, 0, 0, 0, 0, r * d + r)
+        rec.calc(0, cta, -1, Op.ELEMENTWISE, i, -1, r * d + r)
         lse[b, h, q0 : q0 + r] = m_i + np.log(l_i)
-        put(0, cta, -1, Op.EXP, -1, i, -1, 0, 0, 0, 0, 0, r)
+        rec.calc(0, cta, -1, Op.EXP, i, -1, r)
         out[b, h, q0 : q0 + r] = to_dtype(o_i, dt)
-        put(
-            0,
-            cta,
-            -1,
-            Op.STORE,
-            O,
-            i,
-            -1,
-            offset4(qd, b, h, q0, 0, eb),
-            r,
-            d * eb,
-            d * eb,
-            r * d * eb,
-            0,
-        )
+        rec.mem(0, cta, -1, Op.STORE, O, i, -1, offset4(qd, b, h, q0, 0, eb), r, d * eb, d * eb)
         loff = ((b * nh + h) * n + q0) * acc
-        put(0, cta, -1, Op.STORE, LSE, i, -1, loff, 1, r * acc, r * acc, r * acc, 0)
+        rec.mem(0, cta, -1, Op.STORE, LSE, i, -1, loff, 1, r * acc, r * acc)
         for t, size in reversed(buffers):
-            put(0, cta, -1, Op.FREE, t, -1, -1, 0, 0, 0, 0, size, 0)
+            rec.buf(0, cta, Op.FREE, t, size)
     return out, lse

@@ -251,46 +251,33 @@ def execute(s, q, k, v, grad_out, rec):
     fwd = flash2.execute(s.__class__("flash2", sh, br, bc, s.warps), q, k, v, None, Recorder())
     o, lse = fwd  # what the forward left in HBM: O in the input dtype, L in fp32/fp64
     z = _sizes(sh, br, bc)
-    put = rec.put
     d_vec = np.zeros((nb, nh, n), at)
     dq_acc = np.zeros(qd, at)
     dq, dk, dv = np.zeros(qd, q.dtype), np.zeros(kd, q.dtype), np.zeros(kd, q.dtype)
 
     def mem(kern, cta, step, op, t, bi, bj, dims, b, h, r0, nrows, elem):
+        """Rows r0..r0+nrows of (B, H, R, C) tensor t: a whole-row LOAD or STORE."""
+        row = dims[3] * elem
         off = offset4(dims, b, h, r0, 0, elem)
-        put(
-            kern,
-            cta,
-            step,
-            op,
-            t,
-            bi,
-            bj,
-            off,
-            nrows,
-            dims[3] * elem,
-            dims[3] * elem,
-            nrows * dims[3] * elem,
-            0,
-        )
+        rec.mem(kern, cta, step, op, t, bi, bj, off, nrows, row, row)
 
     for cta in range(s.t_q * nb * nh):  # kernel 0: D = rowsum(dO * O), dQ_acc = 0
         bh, i = divmod(cta, s.t_q)
         b, h = divmod(bh, nh)
         q0 = i * br
         r = min(br, n - q0)
-        put(0, cta, -1, Op.ALLOC, ROW_R, -1, -1, 0, 0, 0, 0, z[ROW_R], 0)
+        rec.buf(0, cta, Op.ALLOC, ROW_R, z[ROW_R])
         o_i = o[b, h, q0 : q0 + r].astype(at)
         mem(0, cta, -1, Op.LOAD, O, i, -1, qd, b, h, q0, r, eb)
         do_i = grad_out[b, h, q0 : q0 + r].astype(at)
         mem(0, cta, -1, Op.LOAD, DO, i, -1, qd, b, h, q0, r, eb)
         d_vec[b, h, q0 : q0 + r] = (do_i * o_i).sum(axis=1)
-        put(0, cta, -1, Op.ELEMENTWISE, -1, i, -1, 0, 0, 0, 0, 0, EW_D_PER_ELEM * r * d)
+        rec.calc(0, cta, -1, Op.ELEMENTWISE, i, -1, EW_D_PER_ELEM * r * d)
         voff = (bh * n + q0) * acc
-        put(0, cta, -1, Op.STORE, D, i, -1, voff, 1, r * acc, r * acc, r * acc, 0)
+        rec.mem(0, cta, -1, Op.STORE, D, i, -1, voff, 1, r * acc, r * acc)
         dq_acc[b, h, q0 : q0 + r] = 0
         mem(0, cta, -1, Op.STORE, DQ_ACC, i, -1, qd, b, h, q0, r, acc)
-        put(0, cta, -1, Op.FREE, ROW_R, -1, -1, 0, 0, 0, 0, z[ROW_R], 0)
+        rec.buf(0, cta, Op.FREE, ROW_R, z[ROW_R])
 
     for cta in range(nb * sh.n_kv_heads * s.t_kv):  # kernel 1: outer loop over K/V blocks
         bkh, j = divmod(cta, s.t_kv)
@@ -298,7 +285,7 @@ def execute(s, q, k, v, grad_out, rec):
         k0 = j * bc
         c = min(bc, n - k0)
         for t in MAIN_BUFFERS:
-            put(1, cta, -1, Op.ALLOC, t, -1, -1, 0, 0, 0, 0, z[t], 0)
+            rec.buf(1, cta, Op.ALLOC, t, z[t])
         k_j = k[b, kvh, k0 : k0 + c].astype(at)
         mem(1, cta, -1, Op.LOAD, K, j, -1, kd, b, kvh, k0, c, eb)
         v_j = v[b, kvh, k0 : k0 + c].astype(at)
@@ -319,65 +306,50 @@ def execute(s, q, k, v, grad_out, rec):
                 mem(1, cta, step, Op.LOAD, DO, i, -1, qd, b, h, q0, r, eb)
                 voff = ((b * nh + h) * n + q0) * acc
                 l_i = lse[b, h, q0 : q0 + r]
-                put(1, cta, step, Op.LOAD, LSE, i, -1, voff, 1, r * acc, r * acc, r * acc, 0)
+                rec.mem(1, cta, step, Op.LOAD, LSE, i, -1, voff, 1, r * acc, r * acc)
                 dd_i = d_vec[b, h, q0 : q0 + r]
-                put(1, cta, step, Op.LOAD, D, i, -1, voff, 1, r * acc, r * acc, r * acc, 0)
+                rec.mem(1, cta, step, Op.LOAD, D, i, -1, voff, 1, r * acc, r * acc)
                 mm = 2 * r * c * d
                 s_ij = (q_i @ k_j.T) * scale
-                put(1, cta, step, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mm)
+                rec.calc(1, cta, step, Op.MMA, i, j, mm)
                 ew = EW_P_PER_SCORE * r * c
                 if sh.causal and k0 + c - 1 > q0:
                     s_ij = np.where(keys > np.arange(q0, q0 + r)[:, None], -np.inf, s_ij)
                     ew += r * c
-                put(1, cta, step, Op.ELEMENTWISE, -1, i, j, 0, 0, 0, 0, 0, ew)
+                rec.calc(1, cta, step, Op.ELEMENTWISE, i, j, ew)
                 p_ij = np.exp(s_ij - l_i[:, None])  # P rebuilt from the forward's logsumexp
-                put(1, cta, step, Op.EXP, -1, i, j, 0, 0, 0, 0, 0, r * c)
+                rec.calc(1, cta, step, Op.EXP, i, j, r * c)
                 dv_j += to_dtype(p_ij, dt).astype(at).T @ do_i
-                put(1, cta, step, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mm)
+                rec.calc(1, cta, step, Op.MMA, i, j, mm)
                 dp_ij = do_i @ v_j.T
-                put(1, cta, step, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mm)
+                rec.calc(1, cta, step, Op.MMA, i, j, mm)
                 ds_ij = to_dtype(p_ij * (dp_ij - dd_i[:, None]), dt).astype(at)
-                put(
-                    1,
-                    cta,
-                    step,
-                    Op.ELEMENTWISE,
-                    -1,
-                    i,
-                    j,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                    EW_DS_PER_SCORE * r * c + EW_DQ_PER_ELEM * r * d,
-                )
+                ew_ds = EW_DS_PER_SCORE * r * c + EW_DQ_PER_ELEM * r * d
+                rec.calc(1, cta, step, Op.ELEMENTWISE, i, j, ew_ds)
                 dq_part = (ds_ij @ k_j) * scale
-                put(1, cta, step, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mm)
+                rec.calc(1, cta, step, Op.MMA, i, j, mm)
                 dq_acc[b, h, q0 : q0 + r] += dq_part
                 off = offset4(qd, b, h, q0, 0, acc)
-                put(
-                    1, cta, step, Op.REDUCE, DQ_ACC, i, j, off, r, d * acc, d * acc, r * d * acc, 0
-                )
+                rec.mem(1, cta, step, Op.REDUCE, DQ_ACC, i, j, off, r, d * acc, d * acc)
                 dk_j += ds_ij.T @ q_i
-                put(1, cta, step, Op.MMA, -1, i, j, 0, 0, 0, 0, 0, mm)
+                rec.calc(1, cta, step, Op.MMA, i, j, mm)
         dk_j *= scale
-        put(1, cta, -1, Op.ELEMENTWISE, -1, -1, j, 0, 0, 0, 0, 0, c * d)
+        rec.calc(1, cta, -1, Op.ELEMENTWISE, -1, j, c * d)
         dk[b, kvh, k0 : k0 + c] = to_dtype(dk_j, dt)
         mem(1, cta, -1, Op.STORE, DK, j, -1, kd, b, kvh, k0, c, eb)
         dv[b, kvh, k0 : k0 + c] = to_dtype(dv_j, dt)
         mem(1, cta, -1, Op.STORE, DV, j, -1, kd, b, kvh, k0, c, eb)
         for t in reversed(MAIN_BUFFERS):
-            put(1, cta, -1, Op.FREE, t, -1, -1, 0, 0, 0, 0, z[t], 0)
+            rec.buf(1, cta, Op.FREE, t, z[t])
 
     for cta in range(s.t_q * nb * nh):  # kernel 2: dQ = dQ_acc in the input dtype
         bh, i = divmod(cta, s.t_q)
         b, h = divmod(bh, nh)
         q0 = i * br
         r = min(br, n - q0)
-        put(2, cta, -1, Op.ALLOC, DQ_R, -1, -1, 0, 0, 0, 0, z[DQ_R], 0)
+        rec.buf(2, cta, Op.ALLOC, DQ_R, z[DQ_R])
         mem(2, cta, -1, Op.LOAD, DQ_ACC, i, -1, qd, b, h, q0, r, acc)
         dq[b, h, q0 : q0 + r] = to_dtype(dq_acc[b, h, q0 : q0 + r], dt)
         mem(2, cta, -1, Op.STORE, DQ, i, -1, qd, b, h, q0, r, eb)
-        put(2, cta, -1, Op.FREE, DQ_R, -1, -1, 0, 0, 0, 0, z[DQ_R], 0)
+        rec.buf(2, cta, Op.FREE, DQ_R, z[DQ_R])
     return dq, dk, dv
