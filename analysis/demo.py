@@ -2,9 +2,10 @@
 
 It compares standard attention with FlashAttention-1 and -2 (forward and backward) on a GPT-style
 shape, shows the tiling rule for that GPU, checks the seeds' headline claims against the model,
-and writes demo.json plus six plots: traffic and time per schedule, traffic against N (log-log,
+and writes demo.json plus seven plots: traffic and time per schedule, traffic against N (log-log,
 six schedules), a roofline, a per-SM timeline of FlashAttention-2, traffic and time against
-block size, and hypothetical GPUs (shared memory and HBM bandwidth scaled).
+block size, and hypothetical GPUs: shared memory scaled, and the SM count scaled (each SM
+keeping its resources, the L2 and HBM the chip's; docs/hypothetical-gpus.md).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import kernels
 import simulator
 from analysis import comparison as cmp
-from analysis import plots, report, sweep
+from analysis import plots, report, sm_scaling, sweep
 from analysis.flops import recompute_ratios
 from analysis.tiling import tiling_rule
 
@@ -27,6 +28,7 @@ SCALING_NS = (256, 512, 1024, 2048, 4096)  # sequence lengths of the traffic-vs-
 SCALING_HEADS = 4
 BLOCKS = (16, 32, 64, 128, 256)  # block sizes of the Fig. 2 (middle) picture
 SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)  # hypothetical GPUs: shared memory or HBM bandwidth scaled
+SM_SCALES = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)  # hypothetical GPUs: fewer SMs
 
 
 def _say(text: str, quiet: bool) -> None:
@@ -99,6 +101,53 @@ def _hypothetical(gpu, shape, quiet) -> list[sweep.SweepRow]:
     return rows
 
 
+def _fewer_sms(gpu, shape, quiet) -> list[sweep.SweepRow]:
+    """Standard and flash2 forward on GPUs with 1/16 .. all of ``gpu``'s SMs, default blocks."""
+    return sweep.run_sweep(
+        sweep.gpu_variants(gpu, sm_scales=SM_SCALES),
+        ["standard", "flash2"],
+        [shape],
+        [(None, None)],
+        progress=lambda i, n, s: _say(f"  fewer SMs: {s}", quiet),
+    )
+
+
+def _sm_claim(sms_rows, gpu, shape) -> str:
+    """What the SM count does to flash2, next to the H200 measured on 8 of its SMs."""
+    fa2 = sorted((r.sm_count, r.time_s) for r in sms_rows if r.schedule == "flash2")
+    fa2 = [(n, t) for n, t in fa2 if t > 0]  # tilings that do not fit have no time
+    if len(fa2) < 2:
+        return "hypothetical GPUs with fewer SMs: flash2's default tiling does not fit this GPU."
+    (n_few, t_few), (n_all, t_all) = fa2[0], fa2[-1]
+    text = (
+        f"hypothetical GPUs with fewer SMs: flash2 on {n_few} of {gpu.name}'s SMs takes "
+        f"{t_few / t_all:.1f}x its time on {n_all} (each SM keeps its resources, the L2 and HBM "
+        "stay the chip's)"
+    )
+    return text + _measured_on_fewer_sms(shape) + "."
+
+
+def _measured_on_fewer_sms(shape) -> str:
+    """The H200 measured on its fewest SMs (data/gpu/probe/sm_scaling.json, where present):
+    this project's flash2 forward at ``shape``'s head dim, the longest sequence measured."""
+    try:
+        runs = sm_scaling.load_measurements()
+    except simulator.FileError:
+        return ""
+    fwd = [(v["shape"].seq_len, v["tiles"], k) for k, v in runs.items()
+           if v["schedule"] == "flash2" and v["shape"].head_dim == shape.head_dim]  # fmt: skip
+    if not fwd:
+        return ""
+    label = max(fwd)[2]  # the longest sequence, then the largest tiles
+    run = runs[label]
+    few, full = min(run["times"]), max(run["times"])
+    ratio = run["times"][few] / run["times"][full]
+    return (
+        f"; measured, this project's {label} on {few} of the H200's {full} SMs (a CUDA green "
+        f"context) takes {ratio:.1f}x (docs/hypothetical-gpus.md)"
+    )
+
+
 def _claims(rows, gpu, shape) -> list[str]:
     """The seeds' headline claims, next to what the model says for this GPU and shape."""
     by = {r.schedule: r for r in rows if not r.error}
@@ -144,7 +193,7 @@ def _claims(rows, gpu, shape) -> list[str]:
     return lines
 
 
-def _plot(rows, scaling, blocks, hypo, gpu, shape, out: Path) -> list[Path]:
+def _plot(rows, scaling, blocks, hypo, sms_rows, gpu, shape, out: Path) -> list[Path]:
     title = (
         f"{gpu.name}: B={shape.batch}, H={shape.heads}, N={shape.seq_len}, "
         f"d={shape.head_dim}, {shape.dtype}"
@@ -171,6 +220,12 @@ def _plot(rows, scaling, blocks, hypo, gpu, shape, out: Path) -> list[Path]:
             out / "demo_hypothetical_sram.png",
             f"scaled shared memory ({gpu.name}), blocks by B = M/(4d)",
         ),
+        plots.gpu_sweep(
+            sms_rows,
+            "sm_count",
+            out / "demo_hypothetical_sms.png",
+            f"fewer SMs ({gpu.name}: each SM as it is; L2 and HBM the chip's)",
+        ),
     ]
 
 
@@ -195,7 +250,8 @@ def run_demo(
     scaling = _scaling(gpu, seq_lens, quiet)
     blocks = _block_sizes(gpu, shape, quiet)
     hypo = _hypothetical(gpu, shape, quiet)
-    pictures = _plot(rows, scaling, blocks, hypo, gpu, shape, out)
+    sms_rows = _fewer_sms(gpu, shape, quiet)
+    pictures = _plot(rows, scaling, blocks, hypo, sms_rows, gpu, shape, out)
     rule = tiling_rule(gpu, shape.head_dim, shape.dtype)
     summary = {
         "gpu": gpu.name,
@@ -209,7 +265,12 @@ def run_demo(
         "rows": [r.to_dict() for r in rows],
         "scaling": scaling,
         "block_sizes": [{"block": b, "global_bytes": g, "time_s": t} for b, g, t in blocks],
-        "claims": _claims(rows, gpu, shape),
+        "fewer_sms": [
+            {"sm_count": r.sm_count, "schedule": r.schedule, "time_s": r.time_s}
+            for r in sms_rows
+            if not r.error
+        ],
+        "claims": [*_claims(rows, gpu, shape), _sm_claim(sms_rows, gpu, shape)],
         "plots": [str(p) for p in pictures],
     }
     with simulator.atomic_write(out / "demo.json") as f:

@@ -159,9 +159,9 @@ def test_demo_writes_json_and_plots(tmp_path, capsys):
     assert len(summary["rows"]) == 6
     for p in summary["plots"]:
         assert (tmp_path / p.split("/")[-1]).stat().st_size > 10_000
-    assert len(summary["plots"]) == 6
+    assert len(summary["plots"]) == 7
     claims = " ".join(summary["claims"])
-    assert "M = " in claims and "recompute" in claims and "V2" in claims
+    assert "M = " in claims and "recompute" in claims and "V2" in claims and "SMs" in claims
     assert "faster" in capsys.readouterr().out
 
 
