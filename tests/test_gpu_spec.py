@@ -318,8 +318,8 @@ def test_chip_totals_are_per_cycle_times_count_times_clock(name):
 
 
 def test_h200_per_sm_values(h200):
-    assert h200.sm_memory_bytes_per_cycle_per_sm == 53.05  # data/gpu/probe/probe.json
-    assert h200.sm_memory_bandwidth_bytes_per_s == _approx(53.05 * 1.98e9)
+    assert h200.sm_memory_bytes_per_cycle_per_sm == 71.7  # data/gpu/probe/sm_scaling.json
+    assert h200.sm_memory_bandwidth_bytes_per_s == _approx(71.7 * 1.98e9)
     assert (h200.l2_partitions, h200.l2_bandwidth_bytes_per_cycle_per_partition) == (2, 2560)
 
 

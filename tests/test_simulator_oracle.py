@@ -105,7 +105,7 @@ def test_timing_worked_by_hand():
     hbm_rate = 4.8e12 * 0.896
     hbm_lat = 560 / 1.98e9
     mma_rate = 989e12 / 132  # one SM's tensor pipe: the datasheet's chip rate over 132 SMs
-    port_rate = 53.05 * 1.98e9  # the SM's path to memory, sm_memory_bytes_per_cycle_per_sm
+    port_rate = 71.7 * 1.98e9  # the SM's path to memory, sm_memory_bytes_per_cycle_per_sm
     start = 4e-6  # one launch
     # the load misses to HBM; it also passes the SM's path, in parallel
     ready = start + max(1000 / port_rate, 1000 / hbm_rate + hbm_lat)

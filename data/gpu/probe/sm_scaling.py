@@ -9,7 +9,10 @@ For each n in --sms (132 = the whole GPU, the primary context) it
 - creates a green context of n SMs with cuda-bindings (cuDevSmResourceSplitByCount,
   cuGreenCtxCreate) and reads back the SMs it got (cuCtxGetDevResource), then checks that count
   independently: a kernel of many CTAs records %smid and the distinct values are counted;
-- times a device-to-device copy (bytes read + written) on a stream of that context;
+- times a device-to-device copy (bytes read + written) on a stream of that context, and
+  cp.async reads into shared memory (probe.py's "chunked" kernel: 32 or 64 KiB in flight per
+  CTA, 2 to 6 CTAs per SM, from an L2-resident 16 MiB buffer and from HBM): what one SM's path
+  to the memory system carries when enough bytes are in flight;
 - times the flash2 forward and backward of kernels/gpu.py, two tilings each, d = 64 and 128,
   with benchmarks.gpu_measure's method (CUDA events, warm-up, median, rotating inputs).
 
@@ -27,7 +30,12 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from probe import events_ms, module
 
 import kernels
 from benchmarks.gpu_measure import (
@@ -136,6 +144,31 @@ def copy_bandwidth(ctx: GreenContext, reps: int) -> dict:
             "bytes_per_s": 2 * n / (t["median_ms"] * 1e-3)}  # fmt: skip
 
 
+def chunked_reads(ctx: GreenContext, reps: int) -> list[dict]:
+    """cp.async reads of CHUNK bytes per CTA, waited for, repeated (probe.py's kernel), on
+    ``ctx``'s SMs: bytes per second against bytes in flight per SM."""
+    import cupy
+
+    rows = []
+    with ctx.stream:
+        big = cupy.ones((2 << 30) // 4, cupy.uint32)
+        sink = cupy.zeros(4, cupy.int32)
+        for chunk in (32768, 65536):
+            fn = module(ILP=1, OP=0, CHUNK=chunk).get_function("chunked")
+            fn.max_dynamic_shared_size_bytes = chunk
+            for ctas_per_sm in (4, 6) if chunk == 32768 else (2, 3):  # fit in 227 KiB
+                for region, label in ((big.nbytes, "hbm"), (16 << 20, "l2")):
+                    g = ctx.sms * ctas_per_sm
+                    iters = max(8, (256 << 20) // (g * chunk)) if label == "hbm" else 64
+                    args = (big, np.int64(region), np.int32(iters), sink)
+                    med, _ = events_ms(fn, g, 256, args, chunk, reps=reps)
+                    nbytes = g * iters * chunk
+                    rows.append(dict(chunk_bytes=chunk, ctas_per_sm=ctas_per_sm, source=label,
+                                     bytes=nbytes, median_ms=med,
+                                     bytes_per_s=nbytes / (med * 1e-3)))  # fmt: skip
+    return rows
+
+
 def time_kernel(ctx, name, d, n, tiles, reps, l2):
     import cupy
 
@@ -176,9 +209,16 @@ def main(argv=None) -> None:
         row = {"requested_sms": n, "context_sms": ctx.sms, "green_context": ctx.gctx is not None}
         row["distinct_smids"] = distinct_sms(ctx)
         row["copy"] = copy_bandwidth(ctx, args.reps)
+        row["chunked"] = chunked_reads(ctx, args.reps)
+        best = max(r["bytes_per_s"] for r in row["chunked"])
         row["kernels"] = []
-        print(f"n={n}: context {ctx.sms} SMs, {row['distinct_smids']} distinct %smid, copy "
-              f"{row['copy']['bytes_per_s'] / 1e12:.2f} TB/s", flush=True)  # fmt: skip
+        copy = row["copy"]["bytes_per_s"]
+        print(
+            f"n={n}: context {ctx.sms} SMs, {row['distinct_smids']} distinct %smid, copy "
+            f"{copy / 1e12:.2f} TB/s, cp.async reads up to {best / 1e12:.2f} TB/s "
+            f"({best / ctx.sms / 1e9:.1f} GB/s per SM)",
+            flush=True,
+        )
         for name, d, seq, tiles in CONFIGS:
             try:
                 t = time_kernel(ctx, name, d, seq, tiles, args.reps, l2)
