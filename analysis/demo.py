@@ -31,9 +31,26 @@ SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)  # hypothetical GPUs: shared memory or HBM b
 SM_SCALES = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)  # hypothetical GPUs: fewer SMs
 
 
-def _say(text: str, quiet: bool) -> None:
-    if not quiet:
-        print(text, file=sys.stderr, flush=True)
+_STAGE = [""]  # the stage the progress line last named
+
+
+def _say(stage: str, detail: str, quiet: bool) -> None:
+    """Progress on stderr: one line redrawn on a terminal; elsewhere a line per stage, not per
+    simulation."""
+    if quiet:
+        return
+    if sys.stderr.isatty():
+        print(f"\r  {stage}: {detail:<60.60}", end="", file=sys.stderr, flush=True)
+    elif stage != _STAGE[0]:
+        print(f"  {stage} ...", file=sys.stderr, flush=True)
+    _STAGE[0] = stage
+
+
+def _done(quiet: bool) -> None:
+    """End the progress line (a terminal's redrawn line needs its newline)."""
+    if not quiet and sys.stderr.isatty():
+        print(file=sys.stderr, flush=True)
+    _STAGE[0] = ""
 
 
 def _regime(gpu: simulator.GPUSpec, shape: kernels.AttentionShape) -> str:
@@ -58,7 +75,7 @@ def _scaling(gpu, seq_lens, quiet) -> dict[str, list[dict]]:
     for n in seq_lens:
         shape = kernels.AttentionShape(1, SCALING_HEADS, n, 64, "fp16")
         for name in out:
-            _say(f"  scaling: {name} N={n}", quiet)
+            _say("traffic against N", f"{name} N={n}", quiet)
             b = min(64, n)
             res = simulator.simulate(kernels.schedule(name, shape, b, b), gpu)
             out[name].append(
@@ -76,7 +93,7 @@ def _block_sizes(gpu, shape, quiet) -> list[tuple[int, int, float]]:
     """FlashAttention-2 forward traffic and time against its (square) block size."""
     points = []
     for b in BLOCKS:
-        _say(f"  block size {b}", quiet)
+        _say("block sizes", f"{b} x {b}", quiet)
         try:
             res = simulator.simulate(kernels.schedule("flash2", shape, b, b), gpu)
         except simulator.CapacityError:
@@ -96,7 +113,7 @@ def _hypothetical(gpu, shape, quiet) -> list[sweep.SweepRow]:
             ["standard", "flash2"],
             [shape],
             [(b, b)],
-            progress=lambda i, n, s: _say(f"  hypothetical: {s}", quiet),
+            progress=lambda i, n, s: _say("scaled shared memory", s, quiet),
         )
     return rows
 
@@ -108,7 +125,7 @@ def _fewer_sms(gpu, shape, quiet) -> list[sweep.SweepRow]:
         ["standard", "flash2"],
         [shape],
         [(None, None)],
-        progress=lambda i, n, s: _say(f"  fewer SMs: {s}", quiet),
+        progress=lambda i, n, s: _say("fewer SMs", s, quiet),
     )
 
 
@@ -245,12 +262,13 @@ def run_demo(
         shape,
         gpu,
         cmp.FORWARD + cmp.BACKWARD,
-        progress=lambda n: _say(f"  simulating {n} ...", quiet),
+        progress=lambda n: _say("the six schedules", n, quiet),
     )
     scaling = _scaling(gpu, seq_lens, quiet)
     blocks = _block_sizes(gpu, shape, quiet)
     hypo = _hypothetical(gpu, shape, quiet)
     sms_rows = _fewer_sms(gpu, shape, quiet)
+    _done(quiet)
     pictures = _plot(rows, scaling, blocks, hypo, sms_rows, gpu, shape, out)
     rule = tiling_rule(gpu, shape.head_dim, shape.dtype)
     summary = {
