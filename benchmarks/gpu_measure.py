@@ -56,6 +56,14 @@ NCU_METRICS = (
 )
 
 
+def command_line() -> str:
+    """This process's command, its script named relative to the repository when it lies
+    inside it, so that committed data hold no machine paths."""
+    root, script = Path(__file__).resolve().parents[1], Path(sys.argv[0]).resolve()
+    rel = script.relative_to(root) if script.is_relative_to(root) else script
+    return " ".join([str(rel), *sys.argv[1:]])
+
+
 def provenance() -> dict:
     import cupy
 
@@ -69,7 +77,7 @@ def provenance() -> dict:
         "cuda_runtime_version": cupy.cuda.runtime.runtimeGetVersion(),
         "nvrtc_version": list(cupy.cuda.nvrtc.getVersion()),
         "cupy": cupy.__version__,
-        "command": " ".join(sys.argv),
+        "command": command_line(),
         "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "cuda_sources_sha256": {
             p.name: hashlib.sha256(p.read_bytes()).hexdigest()
@@ -418,7 +426,7 @@ def main_ncu(args) -> None:
             )
     (out / "ncu_launches.json").write_text(
         json.dumps(
-            {"metrics": NCU_METRICS, "launches": order, "command": " ".join(sys.argv)}, indent=1
+            {"metrics": NCU_METRICS, "launches": order, "command": command_line()}, indent=1
         )
     )
 
