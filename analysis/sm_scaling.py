@@ -49,7 +49,8 @@ class ScalingRow:
 
 
 def load_measurements(path: Path = DATA) -> dict:
-    """{label: {(schedule, shape, tiles)..., sms: seconds}} from the probe's JSON."""
+    """The probe's kernel timings: ``{label: {"schedule", "shape", "tiles", "times": {SMs:
+    median seconds}}}``, labels such as ``"flash2 d=64 N=8192 128x128 w8"``."""
     try:
         doc = json.loads(Path(path).read_text())
         out: dict[str, dict] = {}
