@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tomllib
 from pathlib import Path
 
 import kernels
 import simulator
-from simulator.calibration import DEFAULT_PATH, Harness
+from simulator.calibration import Harness, load_calibration
 
-__all__ = ["DATA", "ScalingRow", "load_measurements", "measured_harness", "scaling_report"]
+__all__ = ["DATA", "ScalingRow", "load_measurements", "scaling_report"]
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gpu" / "probe" / "sm_scaling.json"
 
@@ -74,20 +73,12 @@ def load_measurements(path: Path = DATA) -> dict:
     return out
 
 
-def measured_harness(path: Path = DEFAULT_PATH) -> Harness:
-    """The launch harness measured on the H200 (the ``[harness]`` table of the calibration)."""
-    try:
-        return Harness(**tomllib.loads(Path(path).read_text())["harness"])
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise simulator.FileError(f"{path}: no readable [harness] table: {err!r}") from None
-
-
 def scaling_report(
     path: Path = DATA, gpu: simulator.GPUSpec | None = None, harness: Harness | None = None
 ) -> list[ScalingRow]:
     """Measured and predicted scaling rows, in the order of the file (see the module doc)."""
     gpu = gpu or simulator.load_gpu("h200")
-    harness = harness or measured_harness()
+    harness = harness or load_calibration().harness  # measured launch costs, nothing fitted
     rows = []
     for label, m in load_measurements(path).items():
         sched = kernels.schedule(m["schedule"], m["shape"], *m["tiles"])
@@ -216,12 +207,7 @@ def plot(rows: list[ScalingRow], path: Path = FIGURE) -> Path:
 
 def update_doc(rows: list[ScalingRow], doc: Path = DOC, figure: Path = FIGURE) -> None:
     """Replace the generated block of ``doc`` and redraw ``figure``."""
-    import re
+    from analysis.validation_doc import replace_block
 
-    text = doc.read_text()
-    if BEGIN not in text or END not in text:
-        raise simulator.FileError(f"{doc}: no generated block ({BEGIN} ... {END}) to replace")
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-    with simulator.atomic_write(doc) as f:
-        f.write(pattern.sub(lambda _: markdown(rows), text))
+    replace_block(doc, BEGIN, END, markdown(rows))
     plot(rows, figure)

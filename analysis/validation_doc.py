@@ -319,14 +319,20 @@ def fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
+def replace_block(doc: Path, begin: str, end: str, block: str) -> None:
+    """Replace the generated block of ``doc`` (``begin`` ... ``end``, markers included) with
+    ``block``, which starts and ends with the same markers."""
+    text = doc.read_text()
+    if begin not in text or end not in text:
+        raise FileError(f"{doc}: no generated block ({begin} ... {end}) to replace")
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+    with atomic_write(doc) as f:
+        f.write(pattern.sub(lambda _: block, text))
+
+
 def update_doc(report, cal=None, doc: Path = DOC, figure: Path = FIGURE) -> None:
     """Replace the generated block of ``doc`` and redraw ``figure``."""
-    text = doc.read_text()
-    if BEGIN not in text or END not in text:
-        raise FileError(f"{doc}: no generated block ({BEGIN} ... {END}) to replace")
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-    with atomic_write(doc) as f:
-        f.write(pattern.sub(lambda _: markdown(report, cal), text))
+    replace_block(doc, BEGIN, END, markdown(report, cal))
     plot(report, figure)
 
 

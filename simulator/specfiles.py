@@ -147,7 +147,8 @@ def _convert_chip_totals(values: dict, data: dict, origin: dict, src: _Source) -
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
             msg = f"{src.label}: {key} = {value!r} must be a positive number"
             raise GPUSpecError(msg, key=key)
-        values.setdefault("l2_partitions", 1)  # an old file's L2 bandwidth: one partition
+        if count == "l2_partitions":
+            values.setdefault(count, 1)  # an old file's L2 bandwidth: one partition
         missing = [k for k in (count, "clock_hz") if not isinstance(values.get(k), numbers.Real)]
         if missing:
             raise GPUSpecError(
