@@ -31,26 +31,27 @@ SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)  # hypothetical GPUs: shared memory or HBM b
 SM_SCALES = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)  # hypothetical GPUs: fewer SMs
 
 
-_STAGE = [""]  # the stage the progress line last named
-
-
-def _say(stage: str, detail: str, quiet: bool) -> None:
+class _Progress:
     """Progress on stderr: one line redrawn on a terminal; elsewhere a line per stage, not per
-    simulation."""
-    if quiet:
-        return
-    if sys.stderr.isatty():
-        print(f"\r  {stage}: {detail:<60.60}", end="", file=sys.stderr, flush=True)
-    elif stage != _STAGE[0]:
-        print(f"  {stage} ...", file=sys.stderr, flush=True)
-    _STAGE[0] = stage
+    simulation. Silent when ``quiet``. Call it as ``progress(stage, detail)``."""
 
+    def __init__(self, quiet: bool):
+        self.quiet, self.stage = quiet, ""
 
-def _done(quiet: bool) -> None:
-    """End the progress line (a terminal's redrawn line needs its newline)."""
-    if not quiet and sys.stderr.isatty():
-        print(file=sys.stderr, flush=True)
-    _STAGE[0] = ""
+    def __call__(self, stage: str, detail: str) -> None:
+        if self.quiet:
+            return
+        if sys.stderr.isatty():
+            print(f"\r  {stage}: {detail:<60.60}", end="", file=sys.stderr, flush=True)
+        elif stage != self.stage:
+            print(f"  {stage} ...", file=sys.stderr, flush=True)
+        self.stage = stage
+
+    def done(self) -> None:
+        """End the progress line (a terminal's redrawn line needs its newline)."""
+        if not self.quiet and sys.stderr.isatty():
+            print(file=sys.stderr, flush=True)
+        self.stage = ""
 
 
 def _regime(gpu: simulator.GPUSpec, shape: kernels.AttentionShape) -> str:
@@ -69,13 +70,13 @@ def _regime(gpu: simulator.GPUSpec, shape: kernels.AttentionShape) -> str:
     )
 
 
-def _scaling(gpu, seq_lens, quiet) -> dict[str, list[dict]]:
+def _scaling(gpu, seq_lens, say) -> dict[str, list[dict]]:
     """Global bytes of the six schedules vs N (batch 1, SCALING_HEADS heads, d 64)."""
     out: dict[str, list[dict]] = {name: [] for name in cmp.FORWARD + cmp.BACKWARD}
     for n in seq_lens:
         shape = kernels.AttentionShape(1, SCALING_HEADS, n, 64, "fp16")
         for name in out:
-            _say("traffic against N", f"{name} N={n}", quiet)
+            say("traffic against N", f"{name} N={n}")
             b = min(64, n)
             res = simulator.simulate(kernels.schedule(name, shape, b, b), gpu)
             out[name].append(
@@ -89,11 +90,11 @@ def _scaling(gpu, seq_lens, quiet) -> dict[str, list[dict]]:
     return out
 
 
-def _block_sizes(gpu, shape, quiet) -> list[tuple[int, int, float]]:
+def _block_sizes(gpu, shape, say) -> list[tuple[int, int, float]]:
     """FlashAttention-2 forward traffic and time against its (square) block size."""
     points = []
     for b in BLOCKS:
-        _say("block sizes", f"{b} x {b}", quiet)
+        say("block sizes", f"{b} x {b}")
         try:
             res = simulator.simulate(kernels.schedule("flash2", shape, b, b), gpu)
         except simulator.CapacityError:
@@ -102,7 +103,7 @@ def _block_sizes(gpu, shape, quiet) -> list[tuple[int, int, float]]:
     return points
 
 
-def _hypothetical(gpu, shape, quiet) -> list[sweep.SweepRow]:
+def _hypothetical(gpu, shape, say) -> list[sweep.SweepRow]:
     """Standard and flash2 forward on GPUs with scaled shared memory, blocks by the seed rule."""
     rows = []
     for g in sweep.gpu_variants(gpu, sram_scales=SCALES):
@@ -113,19 +114,19 @@ def _hypothetical(gpu, shape, quiet) -> list[sweep.SweepRow]:
             ["standard", "flash2"],
             [shape],
             [(b, b)],
-            progress=lambda i, n, s: _say("scaled shared memory", s, quiet),
+            progress=lambda i, n, s: say("scaled shared memory", s),
         )
     return rows
 
 
-def _fewer_sms(gpu, shape, quiet) -> list[sweep.SweepRow]:
+def _fewer_sms(gpu, shape, say) -> list[sweep.SweepRow]:
     """Standard and flash2 forward on GPUs with 1/16 .. all of ``gpu``'s SMs, default blocks."""
     return sweep.run_sweep(
         sweep.gpu_variants(gpu, sm_scales=SM_SCALES),
         ["standard", "flash2"],
         [shape],
         [(None, None)],
-        progress=lambda i, n, s: _say("fewer SMs", s, quiet),
+        progress=lambda i, n, s: say("fewer SMs", s),
     )
 
 
@@ -257,18 +258,18 @@ def run_demo(
     t0 = time.perf_counter()
     if out.exists() and not out.is_dir():
         raise simulator.FileError(f"--out {out}: is a file; give a folder for JSON and plots")
-    quiet = as_json
+    say = _Progress(quiet=as_json)
     rows = cmp.compare(
         shape,
         gpu,
         cmp.FORWARD + cmp.BACKWARD,
-        progress=lambda n: _say("the six schedules", n, quiet),
+        progress=lambda n: say("the six schedules", n),
     )
-    scaling = _scaling(gpu, seq_lens, quiet)
-    blocks = _block_sizes(gpu, shape, quiet)
-    hypo = _hypothetical(gpu, shape, quiet)
-    sms_rows = _fewer_sms(gpu, shape, quiet)
-    _done(quiet)
+    scaling = _scaling(gpu, seq_lens, say)
+    blocks = _block_sizes(gpu, shape, say)
+    hypo = _hypothetical(gpu, shape, say)
+    sms_rows = _fewer_sms(gpu, shape, say)
+    say.done()
     pictures = _plot(rows, scaling, blocks, hypo, sms_rows, gpu, shape, out)
     rule = tiling_rule(gpu, shape.head_dim, shape.dtype)
     summary = {
