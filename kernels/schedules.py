@@ -11,6 +11,7 @@ from types import ModuleType
 import numpy as np
 
 from kernels._emit import N_PARAMS, P_EXTRA, run_emitter
+from kernels.implementation import DEFAULT_IMPLEMENTATION, Implementation, implementation
 from kernels.shape import MAX_SIZE, AttentionShape
 from simulator.errors import TilingError
 from simulator.trace import EVENT_DTYPE, KernelInfo, TensorInfo, Trace, TraceMeta
@@ -58,6 +59,12 @@ class Schedule:
         Warps per CTA.
     options : tuple of (str, int)
         Schedule-specific options (``softmax_passes`` for standard attention).
+    impl : Implementation or None
+        How a kernel executes these tiles (``kernels.IMPLEMENTATIONS``: MMA class, loads,
+        warp roles, overlap, register budget); None means this project's kernels,
+        ``"flashio"``. A preset name is accepted and stored as its Implementation; the
+        flashio preset itself is stored as None, so both spellings compare and hash equal.
+        The implementation never changes the trace (bytes): only time models read it.
     """
 
     name: str
@@ -66,6 +73,7 @@ class Schedule:
     block_kv: int
     warps: int = DEFAULT_WARPS
     options: tuple[tuple[str, int], ...] = field(default=())
+    impl: Implementation | None = None
 
     def __post_init__(self):
         if self.name not in SCHEDULES:
@@ -81,7 +89,17 @@ class Schedule:
             object.__setattr__(self, f, int(v))
         if self.warps > 32:
             raise TilingError(f"warps={self.warps} exceeds 32 (1024 threads per CTA)")
+        if self.impl is not None:
+            impl = implementation(self.impl)
+            if impl == implementation(DEFAULT_IMPLEMENTATION):
+                impl = None
+            object.__setattr__(self, "impl", impl)
         _module(self.name).validate(self)
+
+    @property
+    def implementation(self) -> Implementation:
+        """The implementation executing this schedule (``impl``, or the flashio preset)."""
+        return implementation(self.impl)
 
     # -- sizes --------------------------------------------------------------------------------
     @property
@@ -129,6 +147,8 @@ class Schedule:
             "warps": self.warps,
             **dict(self.options),
         }
+        if self.impl is not None:  # time models look the implementation up by name
+            params["impl"] = self.impl.name
         return TraceMeta(self.name, params, mod.kernels(self), mod.tensors(self))
 
     @property
@@ -184,6 +204,8 @@ def schedule(
     block_q: int | None = None,
     block_kv: int | None = None,
     warps: int | None = None,
+    *,
+    impl: Implementation | str | None = None,
     **options: int,
 ) -> Schedule:
     """Build a named schedule; block sizes and warps default when not given.
@@ -195,9 +217,17 @@ def schedule(
     shape : AttentionShape
     block_q, block_kv : int, optional
         Br and Bc. Default: ``default_block(shape)`` (the seed's floor(M/(4d)) with the FA
-        paper's M = 192 KB; see ``analysis.tiling_rule`` for the GPU-aware rule).
+        paper's M = 192 KB; see ``analysis.tiling_rule`` for the GPU-aware rule), or with
+        ``impl`` the implementation's own tiling, ``impl.tiling(name, shape)``.
     warps : int, optional
-        Warps per CTA, default 4.
+        Warps per CTA, default 4 (with ``impl``: the implementation's).
+    impl : str, Implementation or None, optional
+        The kernel that executes the schedule: a preset name of ``kernels.IMPLEMENTATIONS``
+        (``"flashio"``, ``"flash-attn2"``, ``"triton"``, ``"fa3"``, ``"pytorch"``) or an
+        ``Implementation``; None means flashio with the defaults above. Block sizes and
+        warps not given default to the implementation's tiling for this shape (an error
+        names what it provides when it has none); the trace is the same as with ``impl=None``
+        and the same block sizes.
     **options
         Schedule-specific integer options, e.g. ``softmax_passes=1|2`` for ``standard``.
     """
@@ -205,6 +235,12 @@ def schedule(
         raise TilingError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
     if not isinstance(shape, AttentionShape):
         raise TypeError(f"shape must be an AttentionShape, got {type(shape).__name__}")
+    resolved = None if impl is None else implementation(impl)
+    if resolved is not None and None in (block_q, block_kv, warps):
+        tq, tkv, tw = resolved.tiling(name, shape)
+        block_q = tq if block_q is None else block_q
+        block_kv = tkv if block_kv is None else block_kv
+        warps = tw if warps is None else warps
     b = default_block(shape)
     mod = _module(name)
     opts = mod.default_options(shape, options) if hasattr(mod, "default_options") else options
@@ -219,4 +255,5 @@ def schedule(
         block_kv if block_kv is not None else b,
         warps if warps is not None else DEFAULT_WARPS,
         tuple(sorted(opts.items())),
+        resolved,
     )

@@ -37,13 +37,16 @@ LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in 
     C_FP32,
     C_SFU,
     C_SMEM,
-    C_CTA_FRAC,
+    C_OCCUPY,
     C_SYNC,
     C_SHARED_ISSUE,
     C_PREFETCH,
     C_SM_MEM_BW,
-) = range(13)
-N_CFG = 13
+    C_DURATION,
+) = range(14)
+N_CFG = 14
+# C_OCCUPY, C_DURATION: an arithmetic event of work w at rate R occupies its SM's pipe for
+# w / R * C_OCCUPY and takes its CTA at least w / R * C_DURATION (docs/model.md)
 # integer slot state columns; S_PF_* mark the LOADs of the next step issued early (prefetch)
 S_CTA, S_PTR, S_END, S_LIVE_SMEM, S_LIVE_REGS, S_STEP, S_PF_STEP, S_PF_LO, S_PF_HI = range(9)
 N_SLOT_INT = 9
@@ -75,9 +78,10 @@ R_NEXT, R_PENDING = range(2)
 # What the memory system keeps across kernels: the L2 (``l2_on`` false: no L2), the L2 and HBM
 # servers' free times, the spill pseudo-tensor and each tensor's space, and the counters.
 Memory = namedtuple("Memory", "l2_on l2 srv local space tstat busy cnt")
-# One kernel: its CTA count, the SM count (slot s runs on SM s % sm_stride), spilled bytes per
-# CTA step, the shared memory a CTA declares, when it ends so far, and the per-CTA timeline.
-Kernel = namedtuple("Kernel", "n_ctas sm_stride spill_bytes smem_limit kernel_end span")
+# One kernel: its CTA count, the SM count (slot s runs on SM s % sm_stride), the register spill
+# bytes a CTA stores and loads back per step, the shared memory a CTA declares, when it ends so
+# far, and the per-CTA timeline.
+Kernel = namedtuple("Kernel", "n_ctas sm_stride spill_store spill_load smem_limit kernel_end span")
 # The resident CTAs: integer and float slot state, the per-SM servers, the runner registers.
 Slots = namedtuple("Slots", "si sf units reg")
 # The heap of SMs: key time, key slot, SM, and its size (one-element array).
@@ -214,14 +218,16 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
     ``ev``, ``cta_off``: the window's events and each CTA's first event, for CTAs
     ``win_c0 <= c < win_c1``; ``kern``: a Kernel; ``mem``: Memory; ``slots``: Slots; ``heap``:
     Heap."""
-    n_ctas, sm_stride, spill_bytes = kern.n_ctas, kern.sm_stride, kern.spill_bytes
+    n_ctas, sm_stride = kern.n_ctas, kern.sm_stride
+    spill_store, spill_load = kern.spill_store, kern.spill_load
+    spill_region = max(spill_store, spill_load)
     smem_limit, kernel_end, span = kern.smem_limit, kern.kernel_end, kern.span
     local, space, busy, cnt = mem.local, mem.space, mem.busy, mem.cnt
     si, sf, units, reg = slots.si, slots.sf, slots.units, slots.reg
     ht, hs, hm, hn = heap.ht, heap.hs, heap.hm, heap.hn
     n = hn[0]
     n_slots = si.shape[0]
-    frac = cfg[C_CTA_FRAC]
+    occupy, duration = cfg[C_OCCUPY], cfg[C_DURATION]
     prefetch = cfg[C_PREFETCH] > 0
     if reg[R_PENDING] >= 0:  # resume: give the waiting slot its CTA
         s = reg[R_PENDING]
@@ -272,17 +278,19 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
             # (t, s) < (lt, ls). SYNC, ALLOC and FREE touch only the CTA.
             # register spills: each new step of the outer loop stores and reloads the registers
             # the kernel needs beyond the per-thread limit (local memory, through the L2)
-            if spill_bytes > 0 and step >= 0 and step != si[s, S_STEP]:
+            if spill_region > 0 and step >= 0 and step != si[s, S_STEP]:
                 if not _less(t, s, gt, gs):
                     _stop(si, sf, s, ptr, ready, stores)
                     _wait(ht, hs, hm, n, ev, si, sf, s, t, lt, ls)
                     break
-                off = s * spill_bytes
+                off = s * spill_region
                 for o in (STORE, LOAD):
+                    nb = spill_store if o == STORE else spill_load
+                    if nb == 0:
+                        continue
                     done = _request(
-                        mem, cfg, units[sm, U_SM_MEM:], o, local, off, 1, spill_bytes,
-                        spill_bytes, spill_bytes, t,
-                    )  # fmt: skip
+                        mem, cfg, units[sm, U_SM_MEM:], o, local, off, 1, nb, nb, nb, t
+                    )
                     if o == STORE:
                         stores = max(stores, done)
                     else:
@@ -371,10 +379,10 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                 start = t  # operands have arrived (see above)
                 # with shared issue, every kind of arithmetic queues at one server per SM
                 q = 0 if cfg[C_SHARED_ISSUE] > 0 else u
-                units[sm, q] = max(units[sm, q], start) + work / rate
-                busy[B_TENSOR + u] += work / rate
-                # a CTA with fewer warps than sub-partitions cannot use the whole pipe
-                t = max(start + work / (rate * frac), units[sm, q])
+                cost = work / rate
+                units[sm, q] = max(units[sm, q], start) + cost * occupy
+                busy[B_TENSOR + u] += cost * occupy
+                t = max(start + cost * duration, units[sm, q])
             elif op == SYNC:
                 t = t + cfg[C_SYNC]
             else:  # ALLOC, FREE

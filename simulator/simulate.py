@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable
@@ -14,10 +15,11 @@ from simulator._l2 import LINES_PER_GRANULE, SLOT_BITS, dirty_bytes, new_l2
 from simulator._windows import Windows
 from simulator.errors import FlashioError, GPUSpecError
 from simulator.gpu import GPUSpec
+from simulator.issue import Compiled, StepCost, lookup, step_costs
 from simulator.occupancy import CapacityError, occupancy
 from simulator.result import KernelResult, SimResult, TensorTraffic
 from simulator.specfiles import load_gpu
-from simulator.trace import Space, TraceSource
+from simulator.trace import Op, Space, TraceSource
 
 __all__ = ["ModelOptions", "simulate"]
 
@@ -44,11 +46,16 @@ class ModelOptions:
         Per kernel name, the fraction in (0, 1] of the arithmetic rates (tensor, FP32, SFU,
         shared memory) that the kernel's instruction stream achieves; kernels not named get 1.
         A dict is accepted and stored as sorted pairs.
+    issue_model : bool
+        Price each kernel's main-loop step by replaying its instructions (simulator.issue,
+        docs/model.md "Issue model") where the instruction census has the kernel's compiled
+        variant; other kernels keep the pipe rates.
     """
 
     shared_issue: bool = False
     prefetch_kernels: tuple[str, ...] = ()
     issue_efficiency: tuple[tuple[str, float], ...] = ()
+    issue_model: bool = False
 
     def __post_init__(self):
         names = self.prefetch_kernels
@@ -77,13 +84,98 @@ class ModelOptions:
 DEFAULT_OPTIONS = ModelOptions()
 
 
+@dataclass(frozen=True, slots=True)
+class ArithmeticCost:
+    """How a kernel's arithmetic events are charged (docs/model.md, "Arithmetic events" and
+    "Issue model"): an event of work w at pipe rate R occupies its SM's pipe for
+    ``w / R * occupy`` and takes its CTA at least ``w / R * duration``; a SYNC costs ``sync_s``.
+    ``step`` is the issue model's replayed step, when it priced the kernel."""
+
+    occupy: float
+    duration: float
+    sync_s: float
+    step: StepCost | None = None
+
+
+def _pipe_rates(gpu: GPUSpec, dtype: str) -> dict[int, float]:
+    """Per-SM rate of each arithmetic op at the SM clock, whatever the SM count."""
+    fp32 = gpu.fp64_flops_per_cycle_per_sm if dtype == "fp64" else gpu.fp32_flops_per_cycle_per_sm
+    return {
+        int(Op.MMA): gpu.mma_flops_per_cycle_per_sm(dtype) * gpu.clock_hz,
+        int(Op.ELEMENTWISE): fp32 * gpu.clock_hz,
+        int(Op.EXP): gpu.sfu_ops_per_cycle_per_sm * gpu.clock_hz,
+        int(Op.SHARED): gpu.smem_bandwidth_bytes_per_cycle_per_sm * gpu.clock_hz,
+    }
+
+
+def _ideal_step_s(events, rates: dict[int, float]) -> float:
+    """Seconds the arithmetic of one main-loop step takes at the pipe rates, one op after the
+    other: the median over the CTA's steps (the CTA's whole arithmetic if it has no steps)."""
+    work = np.where(events["op"] == int(Op.SHARED), events["bytes"], events["flops"])
+    secs = np.zeros(len(events))
+    for op, rate in rates.items():
+        sel = events["op"] == op
+        secs[sel] = work[sel] / rate
+    arith = np.isin(events["op"], list(rates))
+    steps = events["step"][arith]
+    if (steps >= 0).any():
+        per_step = np.bincount(steps[steps >= 0], weights=secs[arith][steps >= 0])
+        return float(np.median(per_step[per_step > 0]))
+    return float(secs[arith].sum())
+
+
+def compiled_kernels(meta, options: ModelOptions) -> list[Compiled | None]:
+    """Per kernel of ``meta``, its census entry when the issue model is on (else None)."""
+    if not options.issue_model:
+        return [None] * len(meta.kernels)
+    return [lookup(meta.params, k.name, k.warps) for k in meta.kernels]
+
+
+def _as_compiled(kinfo, comp: Compiled | None):
+    """``kinfo`` with the compiled kernel's registers (and shared memory, if known)."""
+    if comp is None:
+        return kinfo
+    smem = kinfo.smem_bytes if comp.smem_bytes is None else max(kinfo.smem_bytes, comp.smem_bytes)
+    return dataclasses.replace(kinfo, regs_per_thread=comp.registers, smem_bytes=smem)
+
+
+def arithmetic_cost(
+    source, k: int, kinfo, occ, gpu: GPUSpec, options: ModelOptions, comp: Compiled | None
+) -> ArithmeticCost:
+    """The ArithmeticCost of kernel ``k`` of ``source`` on ``gpu`` under ``options``;
+    ``comp``: its census entry (``compiled_kernels``), which the issue model replays."""
+    eff = options.efficiency(kinfo.name)
+    # a CTA with fewer warps than sub-partitions cannot use the whole pipe
+    frac = min(1.0, kinfo.warps / gpu.sm_sub_partitions)
+    base = ArithmeticCost(1.0 / eff, 1.0 / (eff * frac), gpu.cycles_to_s(gpu.smem_latency_cycles))
+    if comp is None:
+        return base
+    step = step_costs(gpu, comp.key, kinfo.warps, occ.ctas_per_sm, comp.impl)
+    mid = kinfo.ctas // 2
+    dtype = str(source.meta.params.get("dtype", "fp16"))
+    ideal = _ideal_step_s(source.cta_events(k, mid, mid + 1), _pipe_rates(gpu, dtype))
+    if step is None or ideal <= 0:
+        return base
+    # the replayed step holds its barriers: SYNC events cost nothing more
+    return ArithmeticCost(step.occupancy_s / ideal, step.duration_s / ideal, 0.0, step)
+
+
+def spill_bytes(kinfo, occ, gpu: GPUSpec, comp: Compiled | None) -> tuple[int, int]:
+    """Register-spill bytes a CTA stores and loads back per step: the compiled code's local
+    memory traffic where the census has it, else every register beyond the per-thread limit
+    (docs/model.md, "Register spills")."""
+    if comp is not None:
+        return comp.spill_store_bytes * kinfo.warps, comp.spill_load_bytes * kinfo.warps
+    b = occ.spilled_regs_per_thread * 4 * kinfo.warps * gpu.warp_size
+    return b, b
+
+
 def _config(
     gpu: GPUSpec,
     dtype: str,
-    warps: int,
+    cost: ArithmeticCost,
     shared_issue: bool = False,
     prefetch: bool = False,
-    efficiency: float = 1.0,
 ) -> np.ndarray:
     cfg = np.zeros(E.N_CFG)
     cfg[E.C_L2_BW] = gpu.l2_bandwidth_bytes_per_s
@@ -91,14 +183,14 @@ def _config(
     cfg[E.C_SM_MEM_BW] = gpu.sm_memory_bandwidth_bytes_per_s
     cfg[E.C_L2_LAT] = gpu.cycles_to_s(gpu.l2_latency_cycles)
     cfg[E.C_HBM_LAT] = gpu.cycles_to_s(gpu.hbm_latency_cycles)
-    # each SM's pipes: per-cycle rates of one SM at the SM clock, whatever the SM count
-    fp32 = gpu.fp64_flops_per_cycle_per_sm if dtype == "fp64" else gpu.fp32_flops_per_cycle_per_sm
-    cfg[E.C_TENSOR] = gpu.mma_flops_per_cycle_per_sm(dtype) * gpu.clock_hz * efficiency
-    cfg[E.C_FP32] = fp32 * gpu.clock_hz * efficiency
-    cfg[E.C_SFU] = gpu.sfu_ops_per_cycle_per_sm * gpu.clock_hz * efficiency
-    cfg[E.C_SMEM] = gpu.smem_bandwidth_bytes_per_cycle_per_sm * gpu.clock_hz * efficiency
-    cfg[E.C_CTA_FRAC] = min(1.0, warps / gpu.sm_sub_partitions)
-    cfg[E.C_SYNC] = gpu.cycles_to_s(gpu.smem_latency_cycles)
+    rates = _pipe_rates(gpu, dtype)
+    cfg[E.C_TENSOR] = rates[int(Op.MMA)]
+    cfg[E.C_FP32] = rates[int(Op.ELEMENTWISE)]
+    cfg[E.C_SFU] = rates[int(Op.EXP)]
+    cfg[E.C_SMEM] = rates[int(Op.SHARED)]
+    cfg[E.C_OCCUPY] = cost.occupy
+    cfg[E.C_DURATION] = cost.duration
+    cfg[E.C_SYNC] = cost.sync_s
     cfg[E.C_SHARED_ISSUE] = float(shared_issue)
     cfg[E.C_PREFETCH] = float(prefetch)
     return cfg
@@ -160,7 +252,10 @@ def simulate(
     space = np.array([int(t.space) for t in meta.tensors] + [int(Space.GLOBAL)], np.int64)
     n_tensors = local + 1
     shared_buffers = tuple(t for t in meta.tensors if t.space != Space.GLOBAL)
-    occs = [occupancy(k, gpu, shared_buffers) for k in meta.kernels]  # raises before any work
+    comps = compiled_kernels(meta, options)
+    # occupancy from the compiler's registers where the census has the kernel
+    kinfos = [_as_compiled(k, c) for k, c in zip(meta.kernels, comps, strict=True)]
+    occs = [occupancy(k, gpu, shared_buffers) for k in kinfos]  # raises before any work
 
     l2_on = gpu.l2_bytes > 0
     granule = LINES_PER_GRANULE * gpu.l2_line_bytes
@@ -189,23 +284,19 @@ def simulate(
     t_now = 0.0
     kernel_results = []
     spans = []
-    for k, (kinfo, occ) in enumerate(zip(meta.kernels, occs, strict=True)):
+    for k, (kinfo, occ, comp) in enumerate(zip(kinfos, occs, comps, strict=True)):
         before = tstat.sum(axis=0)
         cnt[E.K_PEAK_SMEM] = cnt[E.K_PEAK_REGS] = 0
         start = t_now + gpu.kernel_launch_s
         srv[:] = np.maximum(srv, start)
-        cfg = _config(
-            gpu,
-            dtype,
-            kinfo.warps,
-            options.shared_issue,
-            kinfo.name in options.prefetch_kernels,
-            options.efficiency(kinfo.name),
-        )
+        cost = arithmetic_cost(source, k, kinfo, occ, gpu, options, comp)
+        shared = options.shared_issue or cost.step is not None  # the replay priced all pipes
+        cfg = _config(gpu, dtype, cost, shared, kinfo.name in options.prefetch_kernels)
         mem = E.Memory(l2_on, l2, srv, local, space, tstat, busy, cnt)
         end_s, span = _replay_kernel(
-            source, k, kinfo, occ, gpu, cfg, start, mem, window_events, timeline, progress
-        )
+            source, k, kinfo, occ, gpu, cfg, start, mem, window_events, timeline, progress,
+            spill_bytes(kinfo, occ, gpu, comp),
+        )  # fmt: skip
         if progress:
             progress(k, kinfo.ctas, kinfo.ctas)
         if cnt[E.K_BAD_SMEM]:
@@ -238,7 +329,9 @@ def simulate(
     return res
 
 
-def _replay_kernel(source, k, kinfo, occ, gpu, cfg, start, mem, window_events, timeline, progress):
+def _replay_kernel(
+    source, k, kinfo, occ, gpu, cfg, start, mem, window_events, timeline, progress, spills
+):
     """Replay kernel ``k`` from ``start``: returns its end time and (with ``timeline``) the
     start, end and SM of each CTA. Updates ``mem``, the shared engine state (L2, servers,
     counters)."""
@@ -253,11 +346,10 @@ def _replay_kernel(source, k, kinfo, occ, gpu, cfg, start, mem, window_events, t
     hm, hn = np.arange(busy_sms, dtype=np.int64), np.array([busy_sms], np.int64)
     reg = np.array([slots, -1], np.int64)  # the first wave takes CTAs 0..slots-1
     kernel_end = np.array([start])
-    spill_bytes = occ.spilled_regs_per_thread * 4 * kinfo.warps * gpu.warp_size
     per_cta = max(1, len(source.cta_events(k, 0, 1)))
     width = max(2 * slots, window_events // per_cta)
     windows = Windows(source, k, kinfo.ctas, width, slots)
-    kern = E.Kernel(kinfo.ctas, gpu.sm_count, spill_bytes, kinfo.smem_bytes, kernel_end, span)
+    kern = E.Kernel(kinfo.ctas, gpu.sm_count, *spills, kinfo.smem_bytes, kernel_end, span)
     state, heap = E.Slots(si, sf, units, reg), E.Heap(ht, hs, hm, hn)
     try:
         ev, cta_off, c0, c1 = windows.current

@@ -7,7 +7,9 @@ import pytest
 
 from simulator.gpu import GPUSpec
 
-BUILTINS = ("a100-40gb", "a100-80gb", "h100-sxm", "h200", "h200-2xsram", "h200-8tbs")
+BUILTINS = (
+    "a100-40gb", "a100-80gb", "h100-sxm", "h200", "h200-2xsram", "h200-8tbs", "h200-measured"
+)  # fmt: skip
 
 
 def _toml_value(value) -> str:
@@ -56,6 +58,17 @@ _AMPERE = {
     "sfu_ops_per_s": 2.43648e12,  # 16 x 108 x 1.41 GHz
     "l2_bandwidth_bytes_per_s": 7.2192e12,  # [A100 WP] 5120 B/clk x 1.41 GHz
 }
+_SM, _CLK = 132, 1.778e9  # h200-measured: the SM clock under attention load
+_MEASURED = {  # per-cycle rates of simulator/specs/h200-measured.toml x 132 SMs x 1.778 GHz
+    "tensor_fp16_flops_per_s": 4087.0 * _SM * _CLK,
+    "tensor_bf16_flops_per_s": 4087.0 * _SM * _CLK,
+    "tensor_tf32_flops_per_s": 494.5e12 / 1.98e9 * _CLK,  # h200's per-cycle rate, kept
+    "tensor_fp64_flops_per_s": 67e12 / 1.98e9 * _CLK,
+    "fp32_flops_per_s": 244.3 * _SM * _CLK,
+    "fp64_flops_per_s": 34e12 / 1.98e9 * _CLK,
+    "sfu_ops_per_s": 16.0 * _SM * _CLK,
+    "l2_bandwidth_bytes_per_s": 3899.4 * 2 * _CLK,
+}
 OLD_CHIP_TOTALS = {
     "a100-40gb": _AMPERE,
     "a100-80gb": _AMPERE,
@@ -63,4 +76,5 @@ OLD_CHIP_TOTALS = {
     "h200": _HOPPER,
     "h200-2xsram": _HOPPER,
     "h200-8tbs": _HOPPER,
+    "h200-measured": _MEASURED,
 }

@@ -14,7 +14,13 @@ from collections import OrderedDict
 
 from simulator.gpu import GPUSpec
 from simulator.occupancy import CapacityError, occupancy
-from simulator.simulate import ModelOptions
+from simulator.simulate import (
+    ModelOptions,
+    _as_compiled,
+    arithmetic_cost,
+    compiled_kernels,
+    spill_bytes,
+)
 from simulator.trace import Op, Space, Trace
 
 __all__ = ["simulate_oracle"]
@@ -212,7 +218,10 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
     dtype = str(meta.params.get("dtype", "fp16"))
     sms = gpu.sm_count
     buffers = tuple(t for t in meta.tensors if t.space != Space.GLOBAL)
-    occs = [occupancy(k, gpu, buffers) for k in meta.kernels]
+    # the census's compiled registers and spills where the issue model has the kernel
+    comps = compiled_kernels(meta, options or ModelOptions())
+    kinfos = [_as_compiled(k, c) for k, c in zip(meta.kernels, comps, strict=True)]
+    occs = [occupancy(k, gpu, buffers) for k in kinfos]
 
     l2 = L2(gpu.l2_bytes, gpu.l2_line_bytes) if gpu.l2_bytes > 0 else None
     l2_server = Server(gpu.l2_bandwidth_bytes_per_s)
@@ -229,7 +238,6 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
     sm_memory_busy = 0.0  # the SMs' memory paths, summed over SMs and kernels
     l2_latency = gpu.l2_latency_cycles / gpu.clock_hz
     hbm_latency = gpu.hbm_latency_cycles / gpu.clock_hz
-    sync_latency = gpu.smem_latency_cycles / gpu.clock_hz
 
     n_t = len(meta.tensors)
     local = n_t  # pseudo-tensor of register spills (docs/model.md)
@@ -239,13 +247,15 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
     kernel_results = []
     t_now = 0.0
 
-    for k, (kinfo, occ) in enumerate(zip(meta.kernels, occs, strict=True)):
+    for k, (kinfo, occ, comp) in enumerate(zip(kinfos, occs, comps, strict=True)):
         before = [sum(row[i] for row in traffic) for i in range(4)]
         start = t_now + gpu.kernel_launch_s  # "starts kernel_launch_s after" the previous one
         for srv in (l2_server, hbm_server):  # free times raised to the kernel's start
             srv.free = max(srv.free, start)
-        eff = options.efficiency(kinfo.name)  # "the fraction of the arithmetic rates achieved"
-        if options.shared_issue:  # "one arithmetic server per SM", each op at its own rate
+        # how arithmetic is charged: "occupies ... w / R * occupy", "at least w / R * duration"
+        cost = arithmetic_cost(trace, k, kinfo, occ, gpu, options, comp)
+        # "one arithmetic server per SM", each op at its own rate
+        if options.shared_issue or cost.step is not None:
             pipes = []
             for _ in range(sms):
                 one = Server(1.0)
@@ -260,8 +270,8 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
         for port in ports:
             port.free = start
         prefetch = kinfo.name in options.prefetch_kernels
-        frac = min(1.0, kinfo.warps / gpu.sm_sub_partitions)
-        spill = occ.spilled_regs_per_thread * 4 * kinfo.warps * gpu.warp_size
+        spill_store, spill_load = spill_bytes(kinfo, occ, gpu, comp)
+        spill = max(spill_store, spill_load)
         slots = min(kinfo.ctas, occ.ctas_per_sm * sms)
         cta_events = _events_by_cta(trace, k, kinfo.ctas)
         resident = [Cta(cta_events[s], start) for s in range(slots)]  # CTA c in slot c
@@ -288,9 +298,9 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                 op = e["op"]
                 if spill and e["step"] >= 0 and e["step"] != cta.last_step:
                     # a new outer-loop step: store and reload the spilled registers
-                    where = [(s * spill, (s + 1) * spill)]
-                    request(cta, ports[sm], Op.STORE, local, where, spill)
-                    request(cta, ports[sm], Op.LOAD, local, where, spill)
+                    for o, nb in ((Op.STORE, spill_store), (Op.LOAD, spill_load)):
+                        if nb:
+                            request(cta, ports[sm], o, local, [(s * spill, s * spill + nb)], nb)
                     cta.last_step = e["step"]
                 if cta.pf_lo <= cta.pos < cta.pf_hi:
                     if cta.pos == cta.pf_lo:  # the prefetched step begins: its operands
@@ -321,13 +331,13 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                     w = e["bytes"] if op == Op.SHARED else e["flops"]
                     counts[op] += w
                     pipe = pipes[sm][PIPE_OF[op]]
-                    rate = rates[PIPE_OF[op]] * eff
+                    rate = rates[PIPE_OF[op]]
                     begin = max(cta.t, cta.ready)  # operands must have arrived
-                    pipe.free = max(pipe.free, begin) + w / rate
-                    pipe_busy[PIPE_OF[op]] += w / rate
-                    cta.t = max(begin + w / (rate * frac), pipe.free)
+                    pipe.free = max(pipe.free, begin) + w / rate * cost.occupy
+                    pipe_busy[PIPE_OF[op]] += w / rate * cost.occupy
+                    cta.t = max(begin + w / rate * cost.duration, pipe.free)
                 elif op == Op.SYNC:
-                    cta.t = max(cta.t, cta.ready) + sync_latency
+                    cta.t = max(cta.t, cta.ready) + cost.sync_s
                 elif op in (Op.ALLOC, Op.FREE):
                     sign = 1 if op == Op.ALLOC else -1
                     space = meta.tensors[e["tensor"]].space

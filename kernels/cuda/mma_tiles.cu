@@ -21,6 +21,14 @@ typedef unsigned int u32;
 #define NEG_INF (-__int_as_float(0x7f800000))
 #define POS_INF (__int_as_float(0x7f800000))
 #define LOG2E 1.4426950408889634f
+// MASKED(cond) guards the element masking of a tile. The instruction census
+// (benchmarks/sass_census.py) compiles with FLASHIO_UNMASKED to get the path a full, unmasked
+// tile takes; the kernels that run are compiled without it.
+#ifdef FLASHIO_UNMASKED
+#define MASKED(cond) false
+#else
+#define MASKED(cond) (cond)
+#endif
 
 // -- conversions -------------------------------------------------------------------------------
 __device__ __forceinline__ u32 pack2(float lo, float hi) {
@@ -96,9 +104,12 @@ __device__ __forceinline__ void red_add_v2(float* p, float a, float b) {
 // swizzled shared memory; rows >= rows_valid are zero-filled and read nothing from HBM.
 template <int ROWS, int COLS, int NT>
 __device__ __forceinline__ void load_tile(u16* s, const u16* g, long ld, int rows_valid, int tid) {
-    constexpr int CH = COLS / 8;
+    constexpr int CH = COLS / 8, CHUNKS = ROWS * CH;
+    // a trip count known at compile time, so the loop unrolls into straight-line code
 #pragma unroll
-    for (int idx = tid; idx < ROWS * CH; idx += NT) {
+    for (int it = 0; it < (CHUNKS + NT - 1) / NT; ++it) {
+        const int idx = tid + it * NT;
+        if (CHUNKS % NT != 0 && idx >= CHUNKS) break;
         int r = idx / CH, c = idx % CH;
         bool ok = r < rows_valid;
         cp_async16(s + swz<COLS>(r, c), ok ? g + r * ld + c * 8 : g, ok ? 16 : 0);

@@ -1,0 +1,195 @@
+"""The time model against the GPU, per implementation family, with nothing fitted.
+
+Every configuration measured on the H200 is simulated on ``h200-measured`` (microbenchmarked
+rates, simulator/specs/h200-measured.toml) with the issue model (``ModelOptions(issue_model=
+True)``: each kernel's main loop replayed from its compiled code, docs/model.md). No constant of
+this model comes from an attention kernel's timing, so every row is held out:
+
+- ``flashio``: this project's kernels, event-timed (data/gpu/gpu_measure.json), through the
+  launch harness of ``simulator/calibration.toml`` (host-side costs of that timing loop);
+- ``flash-attn2``: PyTorch's SDPA flash kernels (flash-attn 2), forward and backward;
+- ``triton``: a Triton FlashAttention-2 forward (benchmarks/triton_attention.py) at five
+  tilings (data/impl/impl_measure.json). For these two the measured time is the sum of the
+  attention kernels' durations that the profiler recorded in the same run (the conversions
+  PyTorch's backward adds around them are left out; the simulated time is the schedule's
+  kernels and the gaps between them).
+
+PyTorch's cuDNN kernels, flex_attention and eager attention were measured too; their kernels
+are not in the instruction census, so they are listed as not modelled.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import kernels
+import simulator
+from simulator.calibration import load_calibration
+from simulator.simulate import ModelOptions
+
+__all__ = ["FAMILIES", "GPU", "Measured", "markdown", "measurements", "predict", "report"]
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU = "h200-measured"
+OPTIONS = ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
+FAMILIES = ("flashio", "flash-attn2", "triton")
+NOT_MODELLED = ("torch_cudnn", "flex", "torch_eager")
+MIN_TIME_S = 50e-6  # shorter timings are launch overhead more than kernel
+
+
+@dataclass(frozen=True)
+class Measured:
+    family: str
+    schedule: str
+    shape: kernels.AttentionShape
+    block_q: int
+    block_kv: int
+    warps: int
+    time_s: float
+    harness: bool  # event-timed through this project's launch loop
+
+    @property
+    def label(self) -> str:
+        sh = self.shape
+        c = " causal" if sh.causal else ""
+        return (
+            f"{self.family} {self.schedule} {sh.dtype}{c} {sh.batch}x{sh.heads} N={sh.seq_len} "
+            f"d={sh.head_dim} {self.block_q}x{self.block_kv} w{self.warps}"
+        )
+
+
+def _shape(r) -> kernels.AttentionShape:
+    return kernels.AttentionShape(
+        int(r["batch"]), int(r["heads"]), int(r["seq_len"]), int(r["head_dim"]), r["dtype"],
+        causal=str(r["causal"]) == "True",
+    )  # fmt: skip
+
+
+def measurements(families=FAMILIES) -> tuple[list[Measured], dict]:
+    """Every measured configuration of ``families``, and counts of the rows left out."""
+    out, skipped = [], {}
+    gm = json.loads((ROOT / "data" / "gpu" / "gpu_measure.json").read_text())["results"]
+    for r in gm if "flashio" in families else ():
+        if r["impl"].startswith("torch") or float(r["median_ms"]) * 1e-3 < MIN_TIME_S:
+            continue
+        out.append(
+            Measured(
+                "flashio",
+                r["impl"],
+                _shape(r),
+                int(r["block_q"]),
+                int(r["block_kv"]),
+                int(r["warps"]),
+                float(r["median_ms"]) * 1e-3,
+                True,
+            )
+        )
+    im = json.loads((ROOT / "data" / "impl" / "impl_measure.json").read_text())["rows"]
+    for r in im:
+        fam = {"torch_flash": "flash-attn2", "triton_fa": "triton"}.get(r["impl"])
+        if fam is None:
+            skipped[r["impl"]] = skipped.get(r["impl"], 0) + 1
+            continue
+        if fam not in families:
+            continue
+        names = [p["name"] for p in r.get("profile", [])]
+        us = zip(r["kernel_us"], names, strict=True)
+        attn = [u for u, n in us if "flash" in n or "fa2" in n]
+        t = sum(attn) * 1e-6
+        if t < MIN_TIME_S:
+            continue
+        sched = "flash2" if r["pass"] == "fwd" else "flash2_bwd"
+        out.append(
+            Measured(
+                fam,
+                sched,
+                _shape(r),
+                int(r["block_m"]),
+                int(r["block_n"]),
+                int(r["num_warps"]),
+                t,
+                False,
+            )
+        )
+    return out, skipped
+
+
+def predict(m: Measured) -> float:
+    """Simulated seconds of ``m`` (see the module docstring)."""
+    impl = None if m.family == "flashio" else m.family
+    sched = kernels.schedule(m.schedule, m.shape, m.block_q, m.block_kv, m.warps, impl=impl)
+    res = simulator.simulate(sched, GPU, options=OPTIONS)
+    times = [k.time_s for k in res.kernels]
+    if m.harness:
+        return load_calibration().harness.event_time(times)
+    return sum(times)
+
+
+def report(jobs: int = 1, families=FAMILIES) -> dict:
+    """Rows (label, family, pass, measured and predicted seconds, error) and a summary per
+    family and schedule: n, MAPE, bias (mean error), max |error|."""
+    ms, skipped = measurements(families)
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as ex:
+            preds = list(ex.map(predict, ms))
+    else:
+        preds = [predict(m) for m in ms]
+    rows = [
+        {
+            "label": m.label,
+            "family": m.family,
+            "pass": "bwd" if m.schedule == "flash2_bwd" else "fwd",
+            "schedule": m.schedule,
+            "measured_s": m.time_s,
+            "predicted_s": p,
+            "error": p / m.time_s - 1,
+        }
+        for m, p in zip(ms, preds, strict=True)
+    ]
+    summary = {}
+    for fam in FAMILIES:
+        for sched in ("flash2", "flash2_bwd", "standard"):
+            mine = [r for r in rows if r["family"] == fam and r["schedule"] == sched]
+            e = np.array([r["error"] for r in mine])
+            if e.size:
+                summary[f"{fam} {sched}"] = {
+                    "n": int(e.size),
+                    "mape": float(np.abs(e).mean()),
+                    "bias": float(e.mean()),
+                    "max_error": float(np.abs(e).max()),
+                }
+    return {"rows": rows, "summary": summary, "not_modelled": skipped, "gpu": GPU}
+
+
+def markdown(rep: dict) -> str:
+    lines = [
+        f"Simulated on `{rep['gpu']}` with the issue model; nothing fitted, every row held out.",
+        "",
+        "| family, schedule | n | MAPE | bias | max error |",
+        "|---|---|---|---|---|",
+    ]
+    for k, s in rep["summary"].items():
+        lines.append(
+            f"| {k} | {s['n']} | {s['mape']:.1%} | {s['bias']:+.1%} | {s['max_error']:.1%} |"
+        )
+    nm = ", ".join(f"{k} ({v} rows)" for k, v in sorted(rep["not_modelled"].items()))
+    lines += ["", f"Measured, not modelled (no instruction census): {nm}.", ""]
+    lines += ["| configuration | measured ms | predicted ms | error |", "|---|---|---|---|"]
+    for r in rep["rows"]:
+        lines.append(
+            f"| {r['label']} | {r['measured_s'] * 1e3:.3f} | {r['predicted_s'] * 1e3:.3f} "
+            f"| {r['error']:+.1%} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    rep = report(jobs=int(sys.argv[1]) if len(sys.argv) > 1 else 1)
+    print(markdown(rep))

@@ -1,0 +1,161 @@
+"""Instruction census of this project's CUDA kernels: the warp program of each main loop.
+
+Compiles kernels/cuda/*.cu for sm_90 with the same defines the runner uses (kernels.gpu.defines)
+plus FLASHIO_UNMASKED (the path of a full, unmasked tile: docs/model.md, "Issue model"),
+disassembles them with ``cuobjdump -sass``, and writes each kernel's main-loop program
+(simulator.sass.program) to data/sass/flashio.json.gz, keyed as simulator.issue.program_key
+names it. Needs ``nvcc`` and ``cuobjdump`` (pip: nvidia-cuda-nvcc, nvidia-cuda-cuobjdump); the
+simulator reads the committed file and needs neither.
+
+    python -m benchmarks.sass_census            # every tiling in CONFIGS
+    python -m benchmarks.sass_census --check    # rebuild and compare with the committed file
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from kernels import AttentionShape, schedule
+from kernels.gpu import _FUNCTIONS, _SOURCES, CUDA_DIR, defines
+from simulator.issue import CENSUS_DIR, program_key
+from simulator.sass import program
+
+# (schedule, head_dim, block_q, block_kv, warps): the tilings this project compiles and measures
+# (benchmarks/gpu_measure.py, data/gpu/probe/sm_scaling.py) and the neighbours a tiling search
+# visits; bf16 and fp16 each.
+CONFIGS = tuple(
+    [("flash2", d, bq, bk, w) for d in (64, 128) for bq, bk, w in (
+        (64, 64, 4), (128, 64, 4), (128, 64, 8), (128, 128, 8), (64, 128, 4), (128, 128, 4),
+        (64, 32, 4), (128, 32, 4), (128, 32, 8),
+    )]
+    + [("flash2_bwd", d, bq, bk, w) for d in (64, 128) for bq, bk, w in (
+        (64, 64, 4), (64, 128, 8), (128, 128, 8), (64, 128, 4), (32, 64, 4), (64, 64, 8),
+    )]
+    + [("standard", 64, 128, 128, 8), ("standard", 128, 128, 64, 8), ("standard", 64, 64, 64, 4),
+       ("standard", 128, 64, 64, 4)]
+)  # fmt: skip
+DTYPES = ("bf16", "fp16")
+# kernels without tensor-core instructions have no main loop of MMA steps: not in the census
+MMA_KERNELS = {"flash2_fwd", "flash2_bwd", "std_qk", "std_pv"}
+
+
+def have_tools() -> bool:
+    """Whether nvcc and cuobjdump can be found (the census needs both)."""
+    try:
+        _tool("nvcc"), _tool("cuobjdump")
+    except SystemExit:
+        return False
+    return True
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        try:  # the pip wheels (nvidia-cuda-*) put their tools under nvidia/cu13/bin
+            import nvidia
+
+            for root in nvidia.__path__:
+                cand = Path(root, "cu13", "bin", name)
+                if cand.exists():
+                    return str(cand)
+        except ImportError:
+            pass
+        raise SystemExit(f"{name} not found: pip install nvidia-cuda-nvcc nvidia-cuda-cuobjdump")
+    return path
+
+
+def _ptxas_report(log: str) -> dict[str, dict]:
+    """Registers and spill bytes per function from ``nvcc -Xptxas -v``."""
+    out, fn = {}, None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        if m:
+            fn = m.group(1)
+            out[fn] = {}
+        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and fn:
+            out[fn].update(spill_store_bytes=int(m.group(1)), spill_load_bytes=int(m.group(2)))
+        m = re.search(r"Used (\d+) registers", line)
+        if m and fn:
+            out[fn]["registers"] = int(m.group(1))
+    return out
+
+
+def compile_sass(sched, workdir: Path) -> tuple[str, dict]:
+    defs = (*defines(sched), ("FLASHIO_UNMASKED", 1))
+    src = CUDA_DIR / _SOURCES[sched.name]
+    cubin = workdir / "k.cubin"
+    cmd = [
+        _tool("nvcc"), "-cubin", "-gencode=arch=compute_90,code=sm_90", "-std=c++17", "-ftz=true",
+        f"-I{CUDA_DIR}", *(f"-D{k}={v}" for k, v in defs), "-o", str(cubin), str(src),
+    ]  # fmt: skip
+    log = subprocess.run([*cmd, "-Xptxas", "-v"], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [_tool("cuobjdump"), "-sass", str(cubin)], check=True, capture_output=True, text=True
+    )
+    return out.stdout, _ptxas_report(log.stderr + log.stdout)
+
+
+def census(configs=CONFIGS, dtypes=DTYPES, log=print) -> dict:
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for dtype in dtypes:
+            for name, d, bq, bk, w in configs:
+                shape = AttentionShape(batch=1, heads=1, seq_len=4096, head_dim=d, dtype=dtype)
+                sched = schedule(name, shape, block_q=bq, block_kv=bk, warps=w)
+                try:
+                    text, report = compile_sass(sched, Path(tmp))
+                except subprocess.CalledProcessError as e:  # e.g. too much shared memory
+                    log(f"skip {name} d={d} {bq}x{bk} w{w} {dtype}: {e.stderr.strip()[-200:]}")
+                    continue
+                for fn, kinfo in zip(_FUNCTIONS[name], sched.kernels, strict=True):
+                    if fn not in MMA_KERNELS:
+                        continue
+                    # keyed by the trace's kernel name, which the simulator looks up
+                    key = program_key(kinfo.name, d, bq, bk, w, dtype)
+                    out[key] = {**program(text, fn, name=key).to_json(), "compiled": report[fn]}
+                    log(f"{key}: {len(out[key]['class'])} instructions per step")
+    return out
+
+
+CENSUS_PATH = CENSUS_DIR / "flashio.json.gz"
+
+
+def write(progs: dict, path: Path = CENSUS_PATH) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps({"generated_by": "python -m benchmarks.sass_census", "programs": progs},
+                      sort_keys=True, separators=(",", ":"))  # fmt: skip
+    tmp = path.with_suffix(".tmp")
+    with gzip.GzipFile(tmp, "wb", mtime=0) as f:  # mtime 0: the same bytes for the same census
+        f.write(data.encode())
+    os.replace(tmp, path)
+
+
+def main(argv=None) -> int:
+    fmt = argparse.RawTextHelpFormatter
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=fmt)
+    ap.add_argument("--check", action="store_true", help="compare with the committed census")
+    args = ap.parse_args(argv)
+    progs = census()
+    if args.check:
+        with gzip.open(CENSUS_PATH, "rt") as f:
+            committed = json.load(f)["programs"]
+        same = committed == progs
+        print("census matches the committed file" if same else "census differs")
+        return 0 if same else 1
+    write(progs)
+    print(f"wrote {len(progs)} programs to {CENSUS_PATH}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Instruction census of other implementations' kernels, from the SASS listings measured with
+them (``benchmarks/impl_measure.py --mode sass``, committed under data/impl/sass/).
+
+Each listing's main loop becomes a warp program (simulator.sass.program) in
+data/sass/<impl>.json.gz, keyed like this project's census by the trace kernel the simulator
+replays for it (``flash2_fwd``, ``flash2_bwd``), the head dim, tiling, warps, dtype and, for
+kernels compiled per causal flag, ``causal``:
+
+- ``flash-attn2``: PyTorch's flash kernels (``flash_fwd_kernel`` and
+  ``flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel``, tiling from their kernel traits);
+- ``triton``: this project's Triton FlashAttention-2 forward (benchmarks/triton_attention.py)
+  at each tiling measured.
+
+    python -m benchmarks.sass_census_listings
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+from benchmarks.sass_census import write
+from simulator.issue import CENSUS_DIR, program_key
+from simulator.sass import program
+
+LISTINGS = Path(__file__).resolve().parents[1] / "data" / "impl" / "sass"
+DTYPE = "bf16"  # every listing was compiled for, and measured in, bf16
+
+
+def _entry(text: str, function: str, key: str, marker: str, regs: int, smem=None) -> dict:
+    prog = program(text, function, name=key, marker=marker)
+    compiled = {"registers": regs} | ({"smem_bytes": int(smem)} if smem else {})
+    return {**prog.to_json(), "compiled": compiled}
+
+
+def flash_attn2(index: dict) -> dict:
+    out = {}
+    for e in index["torch_flash"]:
+        sig = e["signature"]
+        kernel, traits = sig["kernel"], sig.get("traits") or {}
+        if kernel == "flash_fwd_kernel":
+            trace_kernel = "flash2_fwd"
+        elif kernel == "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel":
+            trace_kernel = "flash2_bwd"
+        else:  # the backward's dO.O row sums and dQ conversion: no tensor-core loop
+            continue
+        flags = sig.get("flags") or {}
+        key = program_key(
+            trace_kernel, traits["kHeadDim"], traits["kBlockM"], traits["kBlockN"],
+            traits["kNWarps"], DTYPE, causal=bool(flags.get("Is_causal")),
+        )  # fmt: skip
+        text = gzip.open(LISTINGS / e["file"], "rt").read()
+        out[key] = _entry(text, e["mangled"], key, "HMMA", int(e.get("regs") or e["REG"]))
+    return out
+
+
+def triton(index: dict) -> dict:
+    out = {}
+    for e in index["triton"]:
+        if e.get("impl") != "triton_fa":
+            continue
+        bm, bn, w, _stages = e["tiling"]
+        key = program_key("flash2_fwd", e["head_dim"], bm, bn, w, DTYPE, causal=e["causal"])
+        text = gzip.open(LISTINGS / e["file"], "rt").read()
+        k = e["kernel"]  # its launch's shared memory: the pipeline's stages
+        out[key] = _entry(text, k["name"], key, "HGMMA", int(k["regs"]), k.get("smem_bytes"))
+    return out
+
+
+def main(argv=None) -> int:
+    for impl, build, index_file in (
+        ("flash-attn2", flash_attn2, "torch_sass_index.json"),
+        ("triton", triton, "triton_sass_index.json"),
+    ):
+        index = json.loads((LISTINGS / index_file).read_text())
+        progs = build(index)
+        write(progs, CENSUS_DIR / f"{impl}.json.gz")
+        print(f"{impl}: {len(progs)} programs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

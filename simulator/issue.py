@@ -1,0 +1,215 @@
+"""The issue model: what a kernel's main-loop step costs an SM, from its instructions.
+
+A trace says how much work a CTA's step does (FLOPs, exps, bytes); it does not say how many
+instructions the kernel spends on it, how they depend on each other, or how well the warps
+resident on an SM hide each other's latencies. For kernels whose machine code is known, the
+instruction census (``benchmarks/sass_census.py``, data/sass/) holds each main loop's warp
+program, and ``simulator.warp_replay`` replays it on one SM sub-partition with the GPU's
+instruction timing (``issue_model``). ``step_costs`` turns the replay into the two numbers the
+event engine charges per step (docs/model.md, "Issue model"):
+
+- **occupancy**: the SM time one CTA's step takes from the SM when ``ctas`` CTAs share it
+  (``together / ctas`` cycles);
+- **duration**: the time one CTA needs for its step, however idle the SM (``alone`` cycles).
+
+Both are spread over the step's arithmetic events in proportion to the work they carry at the
+spec's pipe rates, so the engine's per-event booking sums to the replayed step.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from simulator.gpu import GPUSpec
+from simulator.sass import WarpProgram
+from simulator.warp_replay import IssueModel, StepTime, replay
+
+__all__ = [
+    "CENSUS_DIR",
+    "Compiled",
+    "StepCost",
+    "census",
+    "compiled",
+    "issue_model",
+    "lookup",
+    "program_key",
+    "step_costs",
+]
+
+CENSUS_DIR = Path(__file__).resolve().parent.parent / "data" / "sass"
+DEFAULT_IMPL = "flashio"
+
+# Instruction timing of Hopper SMs beyond the spec's per-SM rates, in cycles of the SM clock:
+# the summary of data/gpu/probe/isa.py's run on the H200 (isa.json; tests/test_issue_model.py
+# checks this table against it). Latencies are dependent-chain slopes of one warp; "interval"
+# ratios are reciprocal throughputs per sub-partition at saturation, relative to the pipes'
+# nominal rates where the spec holds those.
+HOPPER_ISA = {
+    # mma.sync.m16n8k16: 2728 FLOP/cycle/SM (6.007 cycles per HMMA per SMSP), while wgmma
+    # reaches 4087 (wgmma_n64..n256): mma.sync runs at 2728 / 4087 of the tensor rate
+    "mma_sync_fraction": 2728.0 / 4087.0,
+    # integer, logic, compare, min/max, F2FP packing and IMAD: 2.0 cycles per warp instruction
+    "alu_ops_per_cycle_per_sm": 4 * 32 / 2.0,
+    "latency": {
+        "mufu": 17.0,
+        "ldsm": 29.0,
+        "lds": 32.0,
+        "shfl": 24.0,
+        "other": 24.0,
+        # wgmma issue-to-wait 71, 106, 186 cycles at N = 64, 128, 256, of which the
+        # tensor pipe's 32, 64, 128: a tail of 39-58 cycles; N = 128's is used
+        "hgmma": 106.0 - 64.0,
+    },
+    # when a variable-latency instruction's source registers may be overwritten: not measured;
+    # assumed the ALU latency (4 cycles)
+    "read_latency": 4.0,
+    # bar.sync with W warps per CTA arriving together: 20, 28, 36 cycles per barrier at
+    # W = 4, 8, 12; less the replay's own issue of W / 4 barriers per SMSP, 12 + 1.75 W
+    "bar_cycles_base": 12.0,
+    "bar_cycles_per_warp": 1.75,
+}
+
+
+def issue_model(gpu: GPUSpec, isa: dict = HOPPER_ISA) -> IssueModel:
+    """The per-SMSP instruction timing of ``gpu``: pipe intervals from its per-SM rates (so a
+    hypothetical GPU's rates carry over), latencies from ``isa``."""
+    sp = gpu.sm_sub_partitions
+    ws = gpu.warp_size
+    wgmma = gpu.tensor_bf16_flops_per_cycle_per_sm
+    mma_sync = wgmma * isa["mma_sync_fraction"]
+    hmma_flops = 2 * 16 * 8 * 16  # one m16n8k16
+    alu = ws / (isa["alu_ops_per_cycle_per_sm"] / sp)
+    interval = {
+        "hmma": hmma_flops / (mma_sync / sp),
+        "mufu": ws / (gpu.sfu_ops_per_cycle_per_sm / sp),
+        "fma": ws / (gpu.fp32_flops_per_cycle_per_sm / 2 / sp),
+        "imad": alu,
+        "alu": alu,
+        "other": alu,
+    }
+    return IssueModel(
+        interval=interval,
+        tensor_flops_per_cycle={"hmma": mma_sync / sp, "hgmma": wgmma / sp},
+        latency=isa["latency"],
+        read_latency=isa["read_latency"],
+        smem_bytes_per_cycle_per_sm=gpu.smem_bandwidth_bytes_per_cycle_per_sm,
+        bar_latency=isa["bar_cycles_base"],
+        bar_latency_per_warp=isa["bar_cycles_per_warp"],
+        sub_partitions=sp,
+        source="simulator.issue.HOPPER_ISA and the spec's per-SM rates",
+    )
+
+
+def program_key(
+    kernel: str, head_dim: int, block_q: int, block_kv: int, warps: int, dtype: str,
+    causal: bool = False,
+) -> str:  # fmt: skip
+    """The census key of a compiled kernel variant. ``causal`` marks the variant of an
+    implementation that compiles causal attention separately (flash-attn's ``Is_causal``);
+    this project's kernels take it at run time and have one variant."""
+    return f"{kernel} d={head_dim} {block_q}x{block_kv} w={warps} {dtype}" + (
+        " causal" if causal else ""
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def census(impl: str = DEFAULT_IMPL) -> dict:
+    """The committed warp programs of implementation ``impl`` (data/sass/<impl>.json.gz), by
+    ``program_key``; each entry holds the program and the compiler's register report. Empty
+    when the implementation has no census."""
+    p = CENSUS_DIR / f"{impl}.json.gz"
+    if not p.exists():
+        return {}
+    with gzip.open(p, "rt") as f:
+        return json.load(f)["programs"]
+
+
+@functools.lru_cache(maxsize=256)
+def _program(key: str, impl: str = DEFAULT_IMPL) -> WarpProgram | None:
+    d = census(impl).get(key)
+    return WarpProgram.from_json(d) if d else None
+
+
+def compiled(key: str, impl: str = DEFAULT_IMPL) -> dict | None:
+    """The compiler's report for census entry ``key``: registers per thread, spill bytes."""
+    d = census(impl).get(key)
+    return d.get("compiled") if d else None
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A kernel variant the census holds: its key and implementation, the compiler's
+    registers per thread, the register-spill bytes one warp stores and loads per step, and
+    (where its launch is known) the shared memory per CTA."""
+
+    key: str
+    impl: str
+    registers: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    smem_bytes: int | None = None  # shared memory per CTA, where the census knows it
+
+
+def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
+    """The census entry of ``kernel`` of a trace with ``params`` (its meta.params: head dim,
+    block sizes, dtype, implementation), or None."""
+    impl = params.get("impl", DEFAULT_IMPL)
+    try:
+        key = program_key(
+            kernel, params["head_dim"], params["block_q"], params["block_kv"], warps,
+            params["dtype"],
+        )  # fmt: skip
+    except KeyError:  # a trace without its tiling: nothing to look up
+        return None
+    table = census(impl)
+    # a separately compiled causal variant where there is one
+    d = table.get(key + " causal") if params.get("causal") else None
+    key = key + " causal" if d is not None else key
+    d = d if d is not None else table.get(key)
+    if d is None:
+        return None
+    return Compiled(
+        key,
+        impl,
+        int(d["compiled"]["registers"]),
+        int(d.get("spill_store_bytes", 0)),
+        int(d.get("spill_load_bytes", 0)),
+        d["compiled"].get("smem_bytes"),
+    )
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """What one CTA's main-loop step costs, in seconds, and where it comes from."""
+
+    key: str
+    occupancy_s: float  # SM time per step at the kernel's occupancy
+    duration_s: float  # one CTA's step, alone on the SM
+    replay: StepTime
+
+
+@functools.lru_cache(maxsize=256)
+def _replayed(key: str, impl: str, model: IssueModel, warps: int, ctas: int) -> StepTime | None:
+    prog = _program(key, impl)
+    return None if prog is None else replay(prog, model, warps, ctas)
+
+
+def step_costs(
+    gpu: GPUSpec, key: str, warps: int, ctas_per_sm: int, impl: str = DEFAULT_IMPL
+) -> StepCost | None:
+    """The replayed step of census program ``key`` of ``impl`` on ``gpu`` (None: not in the
+    census)."""
+    model = issue_model(gpu)
+    st = _replayed(key, impl, model, warps, ctas_per_sm)
+    if st is None:
+        return None
+    return StepCost(
+        key=key,
+        occupancy_s=gpu.cycles_to_s(st.together / st.ctas),
+        duration_s=gpu.cycles_to_s(st.alone),
+        replay=st,
+    )

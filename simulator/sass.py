@@ -1,0 +1,380 @@
+"""SASS listings as warp programs: what one warp issues per iteration of a kernel's main loop.
+
+``cuobjdump -sass`` prints each instruction of a Volta-or-later GPU as two 64-bit words. The
+second word's top bits are the *control information* the compiler schedules with (decoded by
+Jia et al., "Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking", 2018, sec. 2.1,
+and unchanged through Hopper): the stall count (cycles before the warp's next instruction may
+issue: how the compiler covers fixed-latency dependencies), a yield hint, the scoreboard a
+variable-latency instruction releases when its result is written (write barrier) or when its
+operands have been read (read barrier), and the scoreboards the instruction waits on.
+
+``program(listing, function)`` turns one function's main loop into a ``WarpProgram``: per
+instruction its class (``CLASSES``), stall count, barriers, wait mask and, for shared-memory
+instructions, the bytes it moves. ``simulator.warp_replay`` replays such programs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.errors import FlashioError
+
+__all__ = ["CLASSES", "Instruction", "WarpProgram", "classify", "parse", "program"]
+
+# Instruction classes of the replay. Each runs on one pipe; shared-memory classes also move
+# bytes through the SM's shared-memory port (MIO), which the SM's four sub-partitions share.
+CLASSES = (
+    "hmma",  # mma.sync on the tensor pipe
+    "hgmma",  # wgmma (asynchronous, warpgroup-wide)
+    "mufu",  # special functions (ex2, rcp) on the XU pipe
+    "fma",  # FP32 FFMA/FADD/FMUL on the FMA pipe
+    "imad",  # integer multiply-add: the FMA pipe at half rate
+    "alu",  # integer, logic, compare, select, min/max, conversion packing on the ALU pipe
+    "uniform",  # uniform datapath (U*, S2UR): one per warp, off the vector pipes
+    "shfl",  # warp shuffles (MIO)
+    "ldsm",  # ldmatrix (MIO)
+    "lds",  # shared-memory loads (MIO)
+    "sts",  # shared-memory stores (MIO)
+    "ldgsts",  # cp.async global -> shared (MIO; its global side is the memory model's)
+    "global",  # LDG/STG/RED/ATOM/LDL/STL (LSU; bytes and time are the memory model's)
+    "bar",  # CTA barrier
+    "control",  # branches, convergence barriers, dependency barriers, nops
+    "other",  # S2R, LDC, anything else
+)
+CLASS_ID = {c: i for i, c in enumerate(CLASSES)}
+NO_BARRIER = 7  # the encoding of "no scoreboard" in the write/read barrier fields
+
+_LINE = re.compile(
+    r"/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?P<text>[^;]*);\s*/\*\s*0x(?P<lo>[0-9a-f]{16})\s*\*/"
+)
+_HI = re.compile(r"^\s*/\*\s*0x(?P<hi>[0-9a-f]{16})\s*\*/\s*$")
+_FUNC = re.compile(r"^\s*Function\s*:\s*(\S+)")
+_PRED = re.compile(r"^@!?U?P[0-9T]\s+")
+
+
+@dataclass(frozen=True, slots=True)
+class Instruction:
+    addr: int
+    opcode: str  # with modifiers, e.g. "HMMA.16816.F32.BF16"
+    operands: str
+    predicated: bool
+    stall: int
+    yield_: bool
+    write_barrier: int  # 0..5, or NO_BARRIER
+    read_barrier: int
+    wait_mask: int  # bit b: wait for scoreboard b
+
+    @property
+    def klass(self) -> str:
+        return classify(self.opcode)
+
+
+def parse(text: str) -> dict[str, tuple[Instruction, ...]]:
+    """Every function of a ``cuobjdump -sass`` listing, by (mangled) name."""
+    funcs: dict[str, list[Instruction]] = {}
+    current = None
+    pending = None
+    for line in text.splitlines():
+        m = _FUNC.match(line)
+        if m:
+            current = funcs.setdefault(m.group(1), [])
+            pending = None
+            continue
+        m = _LINE.search(line)
+        if m:
+            pending = m
+            continue
+        h = _HI.match(line)
+        if h and pending is not None and current is not None:
+            current.append(_instruction(pending, int(h.group("hi"), 16)))
+            pending = None
+    return {k: tuple(v) for k, v in funcs.items()}
+
+
+def _instruction(m, hi: int) -> Instruction:
+    text = m.group("text").strip()
+    predicated = bool(_PRED.match(text))
+    text = _PRED.sub("", text)
+    opcode, _, operands = text.partition(" ")
+    ctrl = (hi >> 41) & 0x1FFFF
+    return Instruction(
+        addr=int(m.group("addr"), 16),
+        opcode=opcode,
+        operands=operands.strip(),
+        predicated=predicated,
+        stall=ctrl & 0xF,
+        yield_=not (ctrl >> 4) & 1,
+        write_barrier=(ctrl >> 5) & 7,
+        read_barrier=(ctrl >> 8) & 7,
+        wait_mask=(ctrl >> 11) & 0x3F,
+    )
+
+
+_PREFIX = (
+    ("HGMMA", "hgmma"),
+    ("HMMA", "hmma"),
+    ("MUFU", "mufu"),
+    ("SHFL", "shfl"),
+    ("LDSM", "ldsm"),
+    ("LDGSTS", "ldgsts"),
+    ("LDS", "lds"),
+    ("STS", "sts"),
+    ("BAR", "bar"),
+)
+_FMA = {"FFMA", "FADD", "FMUL", "HFMA2", "HADD2", "HMUL2", "FFMA2", "FADD2", "FMUL2"}
+_GLOBAL = {"LDG", "STG", "RED", "ATOM", "ATOMG", "LDL", "STL", "LD", "ST", "REDG", "UBLKCP"}
+_CONTROL = {
+    "BRA", "BSSY", "BSYNC", "EXIT", "WARPSYNC", "NOP", "YIELD", "DEPBAR", "LDGDEPBAR", "RET",
+    "CALL", "BPT", "JMP", "BREAK", "WARPGROUP", "ELECT", "ACQBULK", "SYNCS", "ARRIVES",
+}  # fmt: skip
+_ALU = {
+    "FMNMX", "FSEL", "FSETP", "ISETP", "LOP3", "IADD3", "SHF", "LEA", "SEL", "PLOP3", "VIADD",
+    "VIMNMX", "IMNMX", "PRMT", "MOV", "CS2R", "F2FP", "IABS", "FCHK", "P2R", "R2P", "POPC", "FLO",
+    "BREV", "IADD", "LOP", "SHL", "SHR", "ISCADD", "HSETP2", "HMNMX2", "FRND", "I2FP", "F2IP",
+    "VHMNMX",
+}  # fmt: skip
+_XU = {"I2F", "F2I", "F2F", "RRO"}
+
+
+def classify(opcode: str) -> str:
+    """The replay class of a SASS opcode (with modifiers)."""
+    base = opcode.split(".")[0]
+    for prefix, klass in _PREFIX:
+        if base.startswith(prefix):
+            return klass
+    if base.startswith("U") or base in ("S2UR", "R2UR"):
+        return "uniform"
+    if base in _FMA:
+        return "fma"
+    if base in ("IMAD", "IDP", "IMUL"):
+        return "imad"
+    if base in _ALU:
+        return "alu"
+    if base in _XU:
+        return "mufu"
+    if base in _GLOBAL:
+        return "global"
+    if base in _CONTROL:
+        return "control"
+    return "other"
+
+
+def local_bytes(ins: Instruction) -> tuple[int, int]:
+    """(stored, loaded) bytes of local memory (register spills) one warp moves with ``ins``."""
+    base = ins.opcode.split(".")[0]
+    if base not in ("STL", "LDL"):
+        return 0, 0
+    mods = ins.opcode.split(".")
+    width = next((int(m) for m in mods[1:] if m in ("64", "128")), 32)
+    nbytes = 32 * width // 8
+    return (nbytes, 0) if base == "STL" else (0, nbytes)
+
+
+_HGMMA_SHAPE = re.compile(r"HGMMA\.(\d+)x(\d+)x(\d+)")
+_HMMA_SHAPE = re.compile(r"HMMA\.(\d)(\d)(\d+)")
+
+
+def tensor_flops(ins: Instruction) -> int:
+    """FLOPs of one warp's share of a tensor-core instruction (0 for others)."""
+    m = _HGMMA_SHAPE.match(ins.opcode)
+    if m:  # a warpgroup instruction: each of its four warps does a quarter
+        mm, n, k = (int(x) for x in m.groups())
+        return 2 * mm * n * k // 4
+    m = _HMMA_SHAPE.match(ins.opcode)
+    if m:  # HMMA.16816: m16 n8 k16; HMMA.1688: m16 n8 k8
+        k = int((m.group(1) + m.group(2) + m.group(3))[3:])
+        return 2 * 16 * 8 * k
+    return 0
+
+
+def wgmma_group(ins: Instruction) -> int:
+    """1: an HGMMA committing its group; -(n + 2): a wait for at most n pending groups."""
+    if ins.klass == "hgmma":
+        return 1 if "gsb0" in ins.operands else 0
+    if ins.opcode.startswith("WARPGROUP.DEPBAR"):
+        m = re.search(r"gsb0,\s*0x([0-9a-f]+)", ins.operands)
+        return -(int(m.group(1), 16) + 2) if m else -2
+    return 0
+
+
+def shared_bytes(ins: Instruction) -> int:
+    """Bytes one warp moves through the SM's shared-memory port with ``ins`` (0 if none)."""
+    k = ins.klass
+    mods = ins.opcode.split(".")
+    if k == "ldsm":  # .M88.{1,2,4}: that many 8x8 matrices of 16-bit elements
+        n = int(mods[-1]) if mods[-1].isdigit() else 1
+        return 128 * n
+    if k in ("lds", "sts"):
+        width = next((int(m) for m in mods[1:] if m in ("8", "16", "32", "64", "128")), 32)
+        if "U8" in mods or "S8" in mods:
+            width = 8
+        if "U16" in mods or "S16" in mods:
+            width = 16
+        return 32 * width // 8
+    if k == "ldgsts":
+        width = next((int(m) for m in mods[1:] if m in ("32", "64", "128")), 32)
+        return 32 * width // 8
+    if k == "shfl":
+        return 128
+    return 0
+
+
+@dataclass(frozen=True)
+class WarpProgram:
+    """One warp's instructions for one step of a kernel's main loop, as arrays.
+
+    Attributes
+    ----------
+    name : str
+        Where it comes from (kernel and configuration).
+    tensor_flops : numpy array
+        Per instruction, the FLOPs one warp's share of a tensor-core instruction does: 4096 for
+        an m16n8k16 HMMA, a quarter of 2 * 64 * N * K for a warpgroup's HGMMA.
+    group : numpy array
+        wgmma groups: 1 for an HGMMA that commits its group (``gsb0``), ``-(n + 2)`` for a
+        ``WARPGROUP.DEPBAR.LE gsb0, n`` (wait until at most n committed groups are pending),
+        else 0.
+    spill_store_bytes, spill_load_bytes : int
+        Local-memory (register spill) bytes one warp stores and loads per step.
+    klass, stall, write_barrier, read_barrier, wait_mask, shared_bytes : numpy arrays
+        Per instruction: ``CLASS_ID`` of its class, control information, bytes through the
+        shared-memory port. Barriers use ``NO_BARRIER`` for none.
+    """
+
+    name: str
+    klass: np.ndarray
+    stall: np.ndarray
+    write_barrier: np.ndarray
+    read_barrier: np.ndarray
+    wait_mask: np.ndarray
+    shared_bytes: np.ndarray
+    tensor_flops: np.ndarray | None = None
+    group: np.ndarray | None = None
+    spill_store_bytes: int = 0  # local-memory bytes one warp stores per step (STL)
+    spill_load_bytes: int = 0  # and loads back (LDL)
+
+    def __post_init__(self):
+        n = len(self.klass)
+        for f in ("tensor_flops", "group"):
+            if getattr(self, f) is None:
+                object.__setattr__(self, f, np.zeros(n, np.int64))
+
+    def __len__(self) -> int:
+        return len(self.klass)
+
+    def counts(self) -> dict[str, int]:
+        """Instructions per class."""
+        n = np.bincount(self.klass, minlength=len(CLASSES))
+        return {c: int(n[i]) for i, c in enumerate(CLASSES) if n[i]}
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "class": [CLASSES[k] for k in self.klass],
+            "stall": self.stall.tolist(),
+            "write_barrier": self.write_barrier.tolist(),
+            "read_barrier": self.read_barrier.tolist(),
+            "wait_mask": self.wait_mask.tolist(),
+            "shared_bytes": self.shared_bytes.tolist(),
+            "tensor_flops": self.tensor_flops.tolist(),
+            "group": self.group.tolist(),
+            "spill_store_bytes": self.spill_store_bytes,
+            "spill_load_bytes": self.spill_load_bytes,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> WarpProgram:
+        return cls(
+            name=d["name"],
+            klass=np.array([CLASS_ID[c] for c in d["class"]], np.int64),
+            stall=np.array(d["stall"], np.int64),
+            write_barrier=np.array(d["write_barrier"], np.int64),
+            read_barrier=np.array(d["read_barrier"], np.int64),
+            wait_mask=np.array(d["wait_mask"], np.int64),
+            shared_bytes=np.array(d["shared_bytes"], np.int64),
+            tensor_flops=np.array(d["tensor_flops"], np.int64) if "tensor_flops" in d else None,
+            group=np.array(d["group"], np.int64) if "group" in d else None,
+            spill_store_bytes=int(d.get("spill_store_bytes", 0)),
+            spill_load_bytes=int(d.get("spill_load_bytes", 0)),
+        )
+
+    @classmethod
+    def from_instructions(cls, name: str, body) -> WarpProgram:
+        return cls(
+            name=name,
+            klass=np.array([CLASS_ID[i.klass] for i in body], np.int64),
+            stall=np.array([i.stall for i in body], np.int64),
+            write_barrier=np.array([i.write_barrier for i in body], np.int64),
+            read_barrier=np.array([i.read_barrier for i in body], np.int64),
+            wait_mask=np.array([i.wait_mask for i in body], np.int64),
+            shared_bytes=np.array([shared_bytes(i) for i in body], np.int64),
+            tensor_flops=np.array([tensor_flops(i) for i in body], np.int64),
+            group=np.array([wgmma_group(i) for i in body], np.int64),
+            spill_store_bytes=sum(local_bytes(i)[0] for i in body),
+            spill_load_bytes=sum(local_bytes(i)[1] for i in body),
+        )
+
+
+def _branch_target(ins: Instruction) -> int | None:
+    if ins.opcode.split(".")[0] != "BRA":
+        return None
+    m = re.search(r"0x([0-9a-f]+)\s*$", ins.operands)
+    return int(m.group(1), 16) if m else None
+
+
+def main_loop(code: tuple[Instruction, ...], marker: str = "HMMA") -> tuple[int, int]:
+    """Index range [lo, hi] of the main loop: of the backward branches whose body holds the
+    most ``marker`` instructions (HMMA or HGMMA), the innermost. Raises if there is none."""
+    index = {ins.addr: i for i, ins in enumerate(code)}
+    best = None
+    for i, ins in enumerate(code):
+        tgt = _branch_target(ins)
+        if tgt is None or tgt > ins.addr or tgt not in index:
+            continue
+        lo = index[tgt]
+        n = sum(c.opcode.startswith(marker) for c in code[lo : i + 1])
+        key = (n, -(i - lo))
+        if n and (best is None or key > best[0]):
+            best = (key, lo, i)
+    if best is None:
+        raise FlashioError(f"no loop with {marker} instructions in this function")
+    return best[1], best[2]
+
+
+def straight_path(code: tuple[Instruction, ...], lo: int, hi: int) -> list[Instruction]:
+    """The instructions one iteration of the loop [lo, hi] issues when every conditional
+    branch falls through and unconditional forward branches are taken; inner loops (backward
+    branches) run once. Predicated-off instructions still issue, as on the GPU."""
+    index = {ins.addr: i for i, ins in enumerate(code)}
+    out = []
+    i = lo
+    while i <= hi:
+        ins = code[i]
+        out.append(ins)
+        tgt = _branch_target(ins)
+        if tgt is not None and not ins.predicated and tgt > ins.addr and tgt in index:
+            i = index[tgt]
+            continue
+        i += 1
+    return out
+
+
+def program(
+    text: str, function: str, name: str | None = None, marker: str = "HMMA"
+) -> WarpProgram:
+    """The warp program of ``function``'s main loop in a ``cuobjdump -sass`` listing."""
+    funcs = parse(text)
+    matches = [f for f in funcs if f == function or function in f]
+    if not matches:
+        raise FlashioError(f"no function {function!r} in the listing; it has {sorted(funcs)}")
+    code = funcs[matches[0]]
+    try:
+        lo, hi = main_loop(code, marker)
+    except FlashioError:
+        if not any(ins.opcode.startswith(marker) for ins in code):
+            raise
+        lo, hi = 0, len(code) - 1  # no loop: the whole kernel is one step
+    return WarpProgram.from_instructions(name or function, straight_path(code, lo, hi))

@@ -1,0 +1,283 @@
+"""Replay warp programs on one SM sub-partition: cycles per main-loop step.
+
+A kernel's CTAs on one SM spread their warps over the SM's sub-partitions (SMSPs), each with
+one warp scheduler that issues at most one instruction per cycle. ``replay`` runs, on one SMSP,
+the warps that land there (``warps_per_cta / sub_partitions`` of each of ``ctas`` resident
+CTAs), each executing a ``simulator.sass.WarpProgram`` for a few steps, and reports the cycles
+per step in steady state. It models, per instruction:
+
+- the **issue slot**: one instruction per cycle per SMSP; of the warps that can issue, the one
+  that issued last goes on (greedy), else the one that has waited longest;
+- the **stall count** the compiler scheduled (fixed-latency dependencies: the warp's next
+  instruction issues that many cycles later, at least one);
+- **scoreboards**: a variable-latency instruction (MUFU, shared memory, shuffles) releases its
+  write barrier ``latency`` cycles after issue and its read barrier ``read_latency`` cycles after;
+  an instruction waits for the scoreboards in its wait mask;
+- **pipes**: each class occupies its pipe for ``interval`` cycles per warp instruction (the
+  reciprocal of the pipe's per-SMSP throughput); shared-memory instructions also occupy the SM's
+  shared-memory port for their bytes at a quarter of the SM's bandwidth (the four SMSPs are
+  symmetric, so each sees a quarter of the port);
+- **wgmma** (HGMMA): asynchronous. Issuing one takes an issue slot; it then queues at the
+  tensor pipe, which it holds ``tensor_flops / rate`` cycles; the group it commits completes
+  ``latency["hgmma"]`` cycles after the pipe finishes it, and ``WARPGROUP.DEPBAR`` waits for
+  the groups it names;
+- **CTA barriers**: a warp at ``BAR.SYNC`` waits until every warp of its CTA on this SMSP has
+  arrived (the other SMSPs run the same warps of the CTA in lockstep by symmetry), then all go on
+  ``bar_latency + bar_latency_per_warp * warps`` cycles later.
+
+Global loads and cp.async waits cost nothing here: the event engine (``simulator._engine``)
+brings the tiles and holds a CTA until they have arrived. The replay's answer, cycles per step
+for one CTA alone and for ``ctas`` together, is what the engine charges for a step's
+arithmetic (docs/model.md, "Issue model").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from simulator.sass import CLASS_ID, CLASSES, NO_BARRIER, WarpProgram
+
+__all__ = ["IssueModel", "StepTime", "replay"]
+
+# pipes of an SMSP; the shared-memory port is accounted separately (bytes)
+PIPES = ("tensor", "xu", "fma", "alu", "mio", "uniform", "control", "lsu")
+_PIPE_OF = {
+    "hmma": "tensor",
+    "hgmma": "tensor",
+    "mufu": "xu",
+    "fma": "fma",
+    "imad": "fma",
+    "alu": "alu",
+    "uniform": "uniform",
+    "shfl": "mio",
+    "ldsm": "mio",
+    "lds": "mio",
+    "sts": "mio",
+    "ldgsts": "mio",
+    "global": "lsu",
+    "bar": "control",
+    "control": "control",
+    "other": "alu",
+}
+
+
+@dataclass(frozen=True)
+class IssueModel:
+    """Per-SMSP instruction timing of one GPU (cycles of the SM clock).
+
+    Attributes
+    ----------
+    interval : mapping class -> float
+        Cycles one warp instruction of the class occupies its pipe on one SMSP (1 if absent).
+    latency : mapping class -> float
+        Cycles from issue until a variable-latency result is written (write barrier released).
+        Both are stored as sorted pairs, so that the model is hashable. For wgmma ("hgmma")
+        the latency is the tail from the tensor pipe finishing a group to its results.
+    tensor_flops_per_cycle : mapping class -> float
+        FLOPs per cycle one SMSP's tensor pipe does with ``hmma`` and with ``hgmma``: a
+        tensor instruction holds the pipe ``tensor_flops / rate`` cycles (WarpProgram).
+    read_latency : float
+        Cycles from issue until a variable-latency instruction has read its operands.
+    smem_bytes_per_cycle_per_sm : float
+        The SM's shared-memory port.
+    bar_latency, bar_latency_per_warp : float
+        Cycles from the last warp's arrival at a CTA barrier until the warps go on: the first
+        plus the second times the CTA's warps.
+    sub_partitions : int
+    source : str
+        Where the numbers come from.
+    """
+
+    interval: tuple
+    latency: tuple
+    read_latency: float
+    smem_bytes_per_cycle_per_sm: float
+    bar_latency: float
+    tensor_flops_per_cycle: tuple = ()
+    bar_latency_per_warp: float = 0.0
+    sub_partitions: int = 4
+    source: str = ""
+
+    def __post_init__(self):
+        for f in ("interval", "latency", "tensor_flops_per_cycle"):
+            v = getattr(self, f)
+            pairs = sorted(v.items() if isinstance(v, dict) else v)
+            object.__setattr__(self, f, tuple((str(k), float(x)) for k, x in pairs))
+
+    def arrays(self):
+        interval, latency = dict(self.interval), dict(self.latency)
+        rate = dict(self.tensor_flops_per_cycle)
+        pipe = np.array([PIPES.index(_PIPE_OF[c]) for c in CLASSES], np.int64)
+        return (
+            pipe,
+            np.array([interval.get(c, 1.0) for c in CLASSES]),
+            np.array([latency.get(c, 0.0) for c in CLASSES]),
+            np.array([rate.get(c, 1.0) for c in CLASSES]),
+        )
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Cycles per main-loop step on one SM.
+
+    ``alone``: one CTA resident (its latency); ``together``: ``ctas`` CTAs resident, each doing
+    one step (so ``together / ctas`` is the SM time a step occupies at that occupancy);
+    ``pipe_busy``: each pipe's busy fraction at ``ctas``; ``issue_busy``: issue slots used."""
+
+    alone: float
+    together: float
+    ctas: int
+    pipe_busy: dict
+    issue_busy: float
+
+
+@njit(cache=True, _nrt=True)
+def _run(
+    klass, stall, wbar, rbar, wait, sbytes, flops, group, pipe_of, interval, latency, rate,
+    read_lat, port_rate, bar_lat, n_ctas, warps_per_cta, steps, bar_class, async_class,
+):  # fmt: skip
+    n_ins = klass.shape[0]
+    n_w = n_ctas * warps_per_cta
+    pc = np.zeros(n_w, np.int64)
+    step = np.zeros(n_w, np.int64)
+    ready = np.zeros(n_w)  # next cycle the warp may issue (stall counts, barrier release)
+    sb = np.zeros((n_w, 6))  # when each scoreboard is released
+    at_bar = np.zeros(n_w, np.bool_)
+    arrived = np.zeros(n_ctas, np.int64)
+    last_issue = np.zeros(n_w)  # for the oldest-first tie break
+    # committed wgmma groups per warp, oldest first: when each completes
+    groups = np.zeros((n_w, 16))
+    n_groups = np.zeros(n_w, np.int64)
+    pipe_free = np.zeros(len(interval))
+    pipe_busy = np.zeros(len(interval))
+    port_free = 0.0
+    now = 0.0
+    greedy = 0
+    issued = 0
+    total = n_w * steps * n_ins
+    while issued < total:
+        best = -1
+        soonest = np.inf
+        # greedy: the warp that issued last goes on if it can; else the one waiting longest
+        for k in range(n_w):
+            w = (greedy + k) % n_w
+            if step[w] >= steps or at_bar[w]:
+                continue
+            i = pc[w]
+            t = ready[w]
+            m = wait[i]
+            b = 0
+            while m:
+                if m & 1:
+                    t = max(t, sb[w, b])
+                m >>= 1
+                b += 1
+            c = klass[i]
+            p = pipe_of[c]
+            if c != async_class:  # wgmma queues at the tensor pipe instead of waiting
+                t = max(t, pipe_free[p])
+            if sbytes[i] > 0:
+                t = max(t, port_free)
+            if group[i] < -1:  # wait until at most -(group + 2) groups are pending
+                k = n_groups[w] - (-group[i] - 2)
+                if k > 0:
+                    t = max(t, groups[w, k - 1])
+            if t <= now:
+                if best < 0 or k == 0 or last_issue[w] < last_issue[best]:
+                    best = w
+                    if k == 0:
+                        break
+            elif t < soonest:
+                soonest = t
+        if best < 0:
+            if soonest == np.inf:  # every warp waits at a barrier: cannot happen
+                return np.inf, pipe_busy
+            now = max(now + 1.0, math.ceil(soonest))
+            continue
+        w = best
+        i = pc[w]
+        c = klass[i]
+        p = pipe_of[c]
+        busy = flops[i] / rate[c] if flops[i] > 0 else interval[c]
+        begin = max(now, pipe_free[p]) if c == async_class else now
+        pipe_free[p] = begin + busy
+        pipe_busy[p] += busy
+        if c == async_class and group[i] == 1 and n_groups[w] < groups.shape[1]:
+            groups[w, n_groups[w]] = pipe_free[p] + latency[c]  # the group's results land
+            n_groups[w] += 1
+        if group[i] < -1:  # the wait is over: forget the groups that have completed
+            keep = min(n_groups[w], -group[i] - 2)
+            groups[w, :keep] = groups[w, n_groups[w] - keep : n_groups[w]].copy()
+            n_groups[w] = keep
+        if sbytes[i] > 0:
+            port_free = max(port_free, now) + sbytes[i] / port_rate
+        ready[w] = now + max(1, stall[i])
+        if wbar[i] != 7:
+            sb[w, wbar[i]] = max(sb[w, wbar[i]], now + latency[c])
+        if rbar[i] != 7:
+            sb[w, rbar[i]] = max(sb[w, rbar[i]], now + read_lat)
+        last_issue[w] = now
+        issued += 1
+        greedy = w
+        if c == bar_class:  # wait for the CTA's other warps on this SMSP
+            cta = w // warps_per_cta
+            at_bar[w] = True
+            arrived[cta] += 1
+            if arrived[cta] == warps_per_cta:
+                arrived[cta] = 0
+                for v in range(cta * warps_per_cta, (cta + 1) * warps_per_cta):
+                    at_bar[v] = False
+                    ready[v] = max(ready[v], now + bar_lat)
+        pc[w] += 1
+        if pc[w] == n_ins:
+            pc[w] = 0
+            step[w] += 1
+        now += 1.0
+    return now, pipe_busy
+
+
+def replay(
+    prog: WarpProgram, model: IssueModel, warps_per_cta: int, ctas: int = 1, steps: int = 4
+) -> StepTime:
+    """Cycles per step of ``prog`` on one SM with ``ctas`` resident CTAs of ``warps_per_cta``
+    warps (their warps spread evenly over the sub-partitions).
+
+    Steady state: the replay runs every warp for ``steps`` steps and for ``2 * steps``; the
+    difference of the two end times over ``steps`` is the time per step, free of the first
+    steps' warm-up and the last ones' drain, whatever order the warps' steps interleave in."""
+    per_smsp = max(1, math.ceil(warps_per_cta / model.sub_partitions))
+    pipe_of, interval, latency, rate = model.arrays()
+    port = model.smem_bytes_per_cycle_per_sm / model.sub_partitions
+
+    def run(n, k):
+        return _run(
+            prog.klass, prog.stall, prog.write_barrier, prog.read_barrier, prog.wait_mask,
+            prog.shared_bytes, prog.tensor_flops, prog.group, pipe_of, interval, latency, rate,
+            float(model.read_latency), port,
+            model.bar_latency + model.bar_latency_per_warp * warps_per_cta, n, per_smsp, k,
+            CLASS_ID["bar"], CLASS_ID["hgmma"],
+        )  # fmt: skip
+
+    def per_step(n):
+        end_short, _ = run(n, steps)
+        end_long, busy = run(n, 2 * steps)
+        return (end_long - end_short) / steps, busy, end_long
+
+    alone, _, _ = per_step(1)
+    together, busy, end = per_step(ctas)
+    span = max(end, 1.0)
+    issued = ctas * per_smsp * 2 * steps * len(prog)
+    return StepTime(
+        alone=float(alone),
+        together=float(together),
+        ctas=ctas,
+        pipe_busy={p: float(busy[k] / span) for k, p in enumerate(PIPES)},
+        issue_busy=issued / span,
+    )
+
+
+__all__ += ["NO_BARRIER", "PIPES"]
