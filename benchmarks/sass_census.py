@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from kernels import AttentionShape, schedule
-from kernels.gpu import _FUNCTIONS, _SOURCES, CUDA_DIR, defines
+from kernels.gpu import CUDA_DIR, defines, launches, source
 from simulator.issue import CENSUS_DIR, program_key
 from simulator.sass import program
 
@@ -92,7 +92,8 @@ def _ptxas_report(log: str) -> dict[str, dict]:
 
 def compile_sass(sched, workdir: Path) -> tuple[str, dict]:
     defs = (*defines(sched), ("FLASHIO_UNMASKED", 1))
-    src = CUDA_DIR / _SOURCES[sched.name]
+    src = workdir / "k.cu"  # the runner's source (it includes kernels/cuda/mma_tiles.cu)
+    src.write_text(source(sched))
     cubin = workdir / "k.cubin"
     cmd = [
         _tool("nvcc"), "-cubin", "-gencode=arch=compute_90,code=sm_90", "-std=c++17", "-ftz=true",
@@ -117,7 +118,8 @@ def census(configs=CONFIGS, dtypes=DTYPES, log=print) -> dict:
                 except subprocess.CalledProcessError as e:  # e.g. too much shared memory
                     log(f"skip {name} d={d} {bq}x{bk} w{w} {dtype}: {e.stderr.strip()[-200:]}")
                     continue
-                for fn, kinfo in zip(_FUNCTIONS[name], sched.kernels, strict=True):
+                functions = [ln.function for ln in launches(sched)]
+                for fn, kinfo in zip(functions, sched.kernels, strict=True):
                     if fn not in MMA_KERNELS:
                         continue
                     # keyed by the trace's kernel name, which the simulator looks up

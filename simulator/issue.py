@@ -59,7 +59,7 @@ HOPPER_ISA = {
         "ldsm": 29.0,
         "lds": 32.0,
         "shfl": 24.0,
-        "other": 24.0,
+        "other": 24.0,  # S2R, LDC, ...: not measured; assumed SHFL's MIO round trip
         # wgmma issue-to-wait 71, 106, 186 cycles at N = 64, 128, 256, of which the
         # tensor pipe's 32, 64, 128: a tail of 39-58 cycles; N = 128's is used
         "hgmma": 106.0 - 64.0,

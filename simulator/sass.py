@@ -174,7 +174,7 @@ def local_bytes(ins: Instruction) -> tuple[int, int]:
 
 
 _HGMMA_SHAPE = re.compile(r"HGMMA\.(\d+)x(\d+)x(\d+)")
-_HMMA_SHAPE = re.compile(r"HMMA\.(\d)(\d)(\d+)")
+_HMMA_SHAPE = re.compile(r"HMMA\.168(\d+)")  # m16 n8 and k: HMMA.16816, HMMA.1688
 
 
 def tensor_flops(ins: Instruction) -> int:
@@ -184,9 +184,8 @@ def tensor_flops(ins: Instruction) -> int:
         mm, n, k = (int(x) for x in m.groups())
         return 2 * mm * n * k // 4
     m = _HMMA_SHAPE.match(ins.opcode)
-    if m:  # HMMA.16816: m16 n8 k16; HMMA.1688: m16 n8 k8
-        k = int((m.group(1) + m.group(2) + m.group(3))[3:])
-        return 2 * 16 * 8 * k
+    if m:
+        return 2 * 16 * 8 * int(m.group(1))
     return 0
 
 

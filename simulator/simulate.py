@@ -131,7 +131,7 @@ def compiled_kernels(meta, options: ModelOptions) -> list[Compiled | None]:
     return [lookup(meta.params, k.name, k.warps) for k in meta.kernels]
 
 
-def _as_compiled(kinfo, comp: Compiled | None):
+def as_compiled(kinfo, comp: Compiled | None):
     """``kinfo`` with the compiled kernel's registers (and shared memory, if known)."""
     if comp is None:
         return kinfo
@@ -254,7 +254,7 @@ def simulate(
     shared_buffers = tuple(t for t in meta.tensors if t.space != Space.GLOBAL)
     comps = compiled_kernels(meta, options)
     # occupancy from the compiler's registers where the census has the kernel
-    kinfos = [_as_compiled(k, c) for k, c in zip(meta.kernels, comps, strict=True)]
+    kinfos = [as_compiled(k, c) for k, c in zip(meta.kernels, comps, strict=True)]
     occs = [occupancy(k, gpu, shared_buffers) for k in kinfos]  # raises before any work
 
     l2_on = gpu.l2_bytes > 0

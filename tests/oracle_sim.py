@@ -16,8 +16,8 @@ from simulator.gpu import GPUSpec
 from simulator.occupancy import CapacityError, occupancy
 from simulator.simulate import (
     ModelOptions,
-    _as_compiled,
     arithmetic_cost,
+    as_compiled,
     compiled_kernels,
     spill_bytes,
 )
@@ -218,9 +218,11 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
     dtype = str(meta.params.get("dtype", "fp16"))
     sms = gpu.sm_count
     buffers = tuple(t for t in meta.tensors if t.space != Space.GLOBAL)
-    # the census's compiled registers and spills where the issue model has the kernel
+    # The census's compiled registers and spills, and (below) the per-kernel arithmetic cost,
+    # are inputs this oracle shares with simulate(): it re-derives the event replay from them.
+    # The warp replay behind the cost has its own tests (tests/test_issue_model.py).
     comps = compiled_kernels(meta, options or ModelOptions())
-    kinfos = [_as_compiled(k, c) for k, c in zip(meta.kernels, comps, strict=True)]
+    kinfos = [as_compiled(k, c) for k, c in zip(meta.kernels, comps, strict=True)]
     occs = [occupancy(k, gpu, buffers) for k in kinfos]
 
     l2 = L2(gpu.l2_bytes, gpu.l2_line_bytes) if gpu.l2_bytes > 0 else None
