@@ -25,13 +25,13 @@ __all__ = ["add_crosscheck_command", "cmd_crosscheck", "main"]
 
 DESCRIPTION = """\
 Simulate every measured configuration from the same schedule (block sizes, warps, shape) on
-the calibrated H200 (simulator/calibration.toml) and set the prediction next to the
+the model of the H200 in simulator/calibration.toml (h200-measured, the issue model, the launch
+harness; nothing fitted to an attention kernel's timing) and set the prediction next to the
 measurement: time against CUDA-event timings (gpu_measure.json: warm GPU, inputs rotated so
 they start outside the L2; the launch harness is modelled), global bytes and HBM bytes
 against Nsight Compute (ncu.csv: caches flushed before each kernel, so each kernel is
 simulated alone on an empty L2). Errors are predicted / measured - 1; the summary gives MAPE
-and the largest error per metric, for the training subset the fitted constants came from and
-for the held-out rest.
+and the largest error per metric.
 
 FILES default to data/gpu/gpu_measure.json and data/gpu/ncu.csv (with ncu_launches.json beside
 it). Your own kernel: give an `ncu --csv --print-units base` report with the metrics
@@ -51,7 +51,7 @@ examples:
   flashio crosscheck --sm-scaling              the H200 on 8..132 SMs vs h200 with sm_count=n
   flashio crosscheck --sm-scaling --update-doc regenerate docs/hypothetical-gpus.md's block
   flashio crosscheck --update-doc --jobs 2     regenerate docs/validation.md's tables and plot
-  flashio crosscheck --fit --jobs 2            refit simulator/calibration.toml (minutes)"""
+  flashio crosscheck --fit                     rewrite simulator/calibration.toml's harness"""
 
 
 def add_crosscheck_command(subparsers) -> argparse.ArgumentParser:
@@ -78,7 +78,12 @@ def add_crosscheck_command(subparsers) -> argparse.ArgumentParser:
         action="store_true",
         help=f"rewrite the generated block of {DOC.relative_to(ROOT)} and its plot",
     )
-    p.add_argument("--fit", action="store_true", help="refit the calibration file first")
+    p.add_argument(
+        "--fit",
+        action="store_true",
+        help="first recompute the calibration file's launch harness (host-side launch costs "
+        "from data/gpu/probe/harness.json)",
+    )
     p.add_argument(
         "--sm-scaling",
         action="store_true",
@@ -117,8 +122,9 @@ def add_crosscheck_command(subparsers) -> argparse.ArgumentParser:
         "--efficiency",
         type=float,
         default=None,
-        help="issue efficiency of your kernel in (0, 1] for its time (default: "
-        "the calibrated value of the project's kernel of that name, else 1)",
+        help="issue efficiency of your kernel in (0, 1] for its time: its arithmetic at that "
+        "fraction of the pipe rates, instead of the issue model's replay of this project's "
+        "kernel of that name (default: the issue model)",
     )
     p.set_defaults(func=cmd_crosscheck)
     return p
@@ -233,7 +239,7 @@ def cmd_crosscheck(a) -> int:
         raise UsageError("--update-doc renders the committed measurements: give no FILES")
     if a.fit:
         log = lambda m: print(m, file=sys.stderr)  # noqa: E731
-        calibrate.fit_calibration(a.calibration, jobs=a.jobs, log=log)
+        calibrate.fit_calibration(a.calibration, log=log)
     cal = load_calibration(a.calibration)
     if a.efficiency is not None:
         if not 0 < a.efficiency <= 1:
@@ -268,10 +274,11 @@ def cmd_crosscheck(a) -> int:
 
 
 def _with_efficiency(cal, variants, value):
-    import dataclasses
-
+    """``cal`` pricing ``variants`` at efficiency ``value``: a user's kernel is not the
+    project's, so the issue model (which replays the project's code) is switched off."""
     table = dict(cal.efficiency) | dict.fromkeys(variants, value)
-    return dataclasses.replace(cal, efficiency=tuple(sorted(table.items())))
+    options = dataclasses.replace(cal.options, issue_model=False)
+    return dataclasses.replace(cal, options=options, efficiency=tuple(sorted(table.items())))
 
 
 def main(argv: list[str] | None = None) -> int:

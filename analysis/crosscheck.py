@@ -1,7 +1,8 @@
 """Cross-check: the simulator's predictions next to the GPU measurements, with error figures.
 
 Every measured configuration in ``data/gpu`` is re-simulated from the same schedule (block
-sizes, warps, shape) on the calibrated H200 (``simulator/calibration.toml``) and set next to
+sizes, warps, shape) on the model of the H200 that ``simulator/calibration.toml`` names
+(``h200-measured``, the issue model, the launch harness) and set next to
 what was measured, with the comparison each measurement calls for:
 
 - **time** (``gpu_measure.json``): CUDA events around the schedule's launches from Python,
@@ -12,9 +13,9 @@ what was measured, with the comparison each measurement calls for:
   and **HBM bytes** (``dram__bytes_read`` + ``dram__bytes_write``) from Nsight Compute, which
   flushes the caches before each profiled kernel: each kernel is simulated alone on an empty L2.
 
-Time constants fitted on attention data (per-kernel issue efficiency) are fitted on the
-training subset (:data:`TRAINING`); every row says which subset it is in, and the summary
-gives both. ``flashio crosscheck`` prints the table; docs/validation.md explains the method.
+Nothing in that model is fitted to an attention kernel's timing (:data:`TRAINING`), so every
+row is held out. ``flashio crosscheck`` prints the table; docs/validation.md explains the
+method.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def _predict_job(args):
 
 
 def datasheet_calibration() -> Calibration:
-    """The uncalibrated model, for comparison: the built-in ``h200`` spec (datasheet rates,
+    """The datasheet model, for comparison: the built-in ``h200`` spec (datasheet rates,
     full L2), docs/model.md's defaults, no harness (time = the simulated kernels)."""
     from simulator.calibration import Harness
     from simulator.simulate import ModelOptions

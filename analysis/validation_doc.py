@@ -8,6 +8,7 @@ bounds the doc states and the tests assert.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from pathlib import Path
@@ -50,6 +51,11 @@ INPUTS = (
     "simulator/_windows.py",
     "simulator/occupancy.py",
     "simulator/specs/h200.toml",
+    "simulator/specs/h200-measured.toml",
+    "simulator/issue.py",
+    "simulator/warp_replay.py",
+    "simulator/sass.py",
+    "data/sass/flashio.json.gz",
     "kernels/_emit.py",
     "kernels/_resources.py",
     "kernels/_standard_common.py",
@@ -63,9 +69,8 @@ INPUTS = (
 # table: (metric, statistic, subset) -> fraction. What the committed data achieve, rounded up
 # a little; where the issue's target is not met these are the achieved values, not the target.
 BOUNDS: dict[tuple[str, str, str], float] = {
-    ("time", "MAPE", "held-out"): 0.13,
-    ("time", "MAPE", "train"): 0.11,
-    ("time", "max error", "all"): 0.45,
+    ("time", "MAPE", "held-out"): 0.20,
+    ("time", "max error", "all"): 0.47,
     # std_qk (d=64, 128x128) reads 1.6% more than its trace since load_tile's copy loop was
     # unrolled (1 KB per CTA more, measured; the cause is not identified)
     ("global_bytes", "max error", "all"): 0.02,
@@ -143,7 +148,7 @@ def baseline_line(summary: dict) -> str:
         if base[m]["n"]
     ]
     return (
-        "The uncalibrated model (built-in `h200` spec, docs/model.md's defaults, no "
+        "The datasheet model (built-in `h200` spec, docs/model.md's defaults, no "
         "harness) on the same rows: " + "; ".join(parts) + "."
     )
 
@@ -177,22 +182,26 @@ def calibration_lines(cal) -> list[str]:
     import simulator
 
     spec = simulator.load_gpu("h200")
-    out = ["| spec key | h200 datasheet | calibrated | source |", "|---|---|---|---|"]
-    for key, src in calibrate.SPEC_SOURCES.items():
-        a, b = getattr(spec, key), getattr(cal.gpu, key)
-        out.append(f"| `{key}` | {a:.4g} | {b:.4g} | {src} |")
+    out = [
+        f"| spec key | h200 datasheet | {cal.gpu.name} |",
+        "|---|---|---|",
+    ]
+    for f in dataclasses.fields(spec):
+        a, b = getattr(spec, f.name), getattr(cal.gpu, f.name)
+        if f.name not in ("name", "description") and a != b:
+            out.append(f"| `{f.name}` | {a:.4g} | {b:.4g} |")
     h = cal.harness
     out += [
         "",
-        f"Model options: shared issue {cal.options.shared_issue}, prefetch in "
-        f"{', '.join(cal.options.prefetch_kernels)}. Harness: first launch "
+        f"Sources: simulator/specs/{cal.gpu.name}.toml, a source on every line. Model options: "
+        f"issue model {cal.options.issue_model}, shared issue {cal.options.shared_issue}, "
+        f"prefetch in {', '.join(cal.options.prefetch_kernels)}. Harness: first launch "
         f"{h.first_launch_s * 1e6:.1f} us, then one every {h.launch_interval_s * 1e6:.1f} us "
         "(harness.json, N = 128, less the simulated kernels).",
-        "",
-        "| compiled variant | fitted issue efficiency |",
-        "|---|---|",
     ]
-    out += [f"| `{k}` | {v:.3f} |" for k, v in cal.efficiency]
+    if cal.efficiency:
+        out += ["", "| compiled variant | issue efficiency |", "|---|---|"]
+        out += [f"| `{k}` | {v:.3f} |" for k, v in cal.efficiency]
     return out
 
 

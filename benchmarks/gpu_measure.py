@@ -169,7 +169,8 @@ def _timed(ev, fn):
         ev[-1].record()
 
 
-def _parse_ptxas(log: str) -> dict:
+def parse_ptxas(log: str) -> dict:
+    """Registers, stack and spill bytes per entry function from a ptxas -v log."""
     out, fn = {}, None
     for line in log.splitlines():
         if m := re.search(r"Compiling entry function '(\w+)'", line):
@@ -200,7 +201,7 @@ def ptxas_report(sched) -> dict:
         prog = nvrtc.createProgram(gpu.source(sched), "kernel.cu", (), ())
         try:
             nvrtc.compileProgram(prog, [*opts, "--ptxas-options=-v"])
-            rep["nvrtc"] = _parse_ptxas(nvrtc.getProgramLog(prog))
+            rep["nvrtc"] = parse_ptxas(nvrtc.getProgramLog(prog))
         finally:
             nvrtc.destroyProgram(prog)
     except Exception as e:  # the report is auxiliary: keep measuring
@@ -211,7 +212,7 @@ def ptxas_report(sched) -> dict:
            f"-I{gpu.CUDA_DIR}", *defs, str(src)]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True)
     rep.update(nvcc_command=" ".join(cmd), nvcc_returncode=p.returncode,
-               nvcc=_parse_ptxas(p.stderr))  # fmt: skip
+               nvcc=parse_ptxas(p.stderr))  # fmt: skip
     return rep
 
 

@@ -17,13 +17,13 @@ import argparse
 import gzip
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.gpu_measure import parse_ptxas
 from kernels import AttentionShape, schedule
 from kernels.gpu import CUDA_DIR, defines, launches, source
 from simulator.issue import CENSUS_DIR, program_key
@@ -73,23 +73,6 @@ def _tool(name: str) -> str:
     return path
 
 
-def _ptxas_report(log: str) -> dict[str, dict]:
-    """Registers and spill bytes per function from ``nvcc -Xptxas -v``."""
-    out, fn = {}, None
-    for line in log.splitlines():
-        m = re.search(r"Compiling entry function '(\w+)'", line)
-        if m:
-            fn = m.group(1)
-            out[fn] = {}
-        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if m and fn:
-            out[fn].update(spill_store_bytes=int(m.group(1)), spill_load_bytes=int(m.group(2)))
-        m = re.search(r"Used (\d+) registers", line)
-        if m and fn:
-            out[fn]["registers"] = int(m.group(1))
-    return out
-
-
 def compile_sass(sched, workdir: Path) -> tuple[str, dict]:
     defs = (*defines(sched), ("FLASHIO_UNMASKED", 1))
     src = workdir / "k.cu"  # the runner's source (it includes kernels/cuda/mma_tiles.cu)
@@ -103,7 +86,7 @@ def compile_sass(sched, workdir: Path) -> tuple[str, dict]:
     out = subprocess.run(
         [_tool("cuobjdump"), "-sass", str(cubin)], check=True, capture_output=True, text=True
     )
-    return out.stdout, _ptxas_report(log.stderr + log.stdout)
+    return out.stdout, parse_ptxas(log.stderr + log.stdout)
 
 
 def census(configs=CONFIGS, dtypes=DTYPES, log=print) -> dict:

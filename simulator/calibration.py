@@ -1,9 +1,10 @@
-"""The calibrated model of the validation GPU: spec overrides, model options, timing harness.
+"""The model of the validation GPU the cross-check uses: spec, model options, timing harness.
 
-``simulator/calibration.toml`` holds every constant the cross-check (``analysis.crosscheck``)
-adds to the built-in spec, each with its source: measured by a microbenchmark of the H200
-(``data/gpu/probe/``), or fitted on a named training subset of the measured attention
-configurations (docs/validation.md reports the held-out error separately).
+``simulator/calibration.toml`` names the spec (``h200-measured``: microbenchmarks of the H200,
+``data/gpu/probe/``), the switches of the time model (the issue model among them) and the
+host-side costs of the timing loop the measurements were taken with. Nothing in it is fitted
+to an attention kernel's timing. A user's file may add ``[spec]`` overrides and, under
+``[fit.issue_efficiency]``, a per-variant efficiency (``ModelOptions.issue_efficiency``).
 
     cal = load_calibration()
     opts = cal.options_for({"flash2_fwd": "flash2_fwd d=64 128x128 w=8"})
@@ -13,6 +14,7 @@ configurations (docs/validation.md reports the held-out error separately).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tomllib
 from dataclasses import dataclass
@@ -23,9 +25,11 @@ from simulator.gpu import GPUSpec
 from simulator.simulate import ModelOptions
 from simulator.specfiles import load_gpu
 
-__all__ = ["DEFAULT_PATH", "Calibration", "Harness", "load_calibration"]
+__all__ = ["DEFAULT_PATH", "NOTHING_FITTED", "Calibration", "Harness", "load_calibration"]
 
 DEFAULT_PATH = Path(__file__).with_name("calibration.toml")
+# what a calibration file without a [fit] table says it was trained on
+NOTHING_FITTED = "none: nothing is fitted to an attention kernel's timing; every row is held out"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +75,11 @@ class Harness:
 
 @dataclass(frozen=True, slots=True)
 class Calibration:
-    """A calibrated GPU: ``gpu`` (the base spec with measured overrides), ``options`` (model
-    switches), ``harness``, ``efficiency`` (fitted issue efficiency per compiled kernel
-    variant, keyed ``"<kernel> d=<head_dim> <block_q>x<block_kv> w=<warps>[ <option>=<v>]"``)
-    and ``training`` (the configurations the fitted constants were fitted on, in words)."""
+    """A calibrated GPU: ``gpu`` (the base spec with any overrides), ``options`` (model
+    switches), ``harness``, ``efficiency`` (a user's issue efficiency per compiled kernel
+    variant, keyed ``"<kernel> d=<head_dim> <block_q>x<block_kv> w=<warps>[ <option>=<v>]"``;
+    empty in the committed file) and ``training`` (what any such constants were fitted on, in
+    words; the committed file says nothing is)."""
 
     gpu: GPUSpec
     options: ModelOptions
@@ -84,8 +89,8 @@ class Calibration:
     path: str
 
     def efficiency_of(self, variant: str) -> float:
-        """The fitted efficiency of ``variant``; for a variant not fitted, the median of the
-        fitted variants of the same kernel (the key's first word), else 1."""
+        """The efficiency of ``variant``; for a variant not in the table, the median of the
+        table's variants of the same kernel (the key's first word), else 1."""
         table = dict(self.efficiency)
         if variant in table:
             return table[variant]
@@ -95,7 +100,7 @@ class Calibration:
     def options_for(self, variants: dict[str, str]) -> ModelOptions:
         """``options`` with the issue efficiency of each kernel (name -> variant key)."""
         eff = {name: self.efficiency_of(key) for name, key in variants.items()}
-        return ModelOptions(self.options.shared_issue, self.options.prefetch_kernels, eff)
+        return dataclasses.replace(self.options, issue_efficiency=eff)
 
 
 def load_calibration(path: str | os.PathLike | None = None) -> Calibration:
@@ -112,20 +117,24 @@ def load_calibration(path: str | os.PathLike | None = None) -> Calibration:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise FileError(f"{p}: cannot read the calibration file: {err}") from None
-    need = {"base": str, "spec": dict, "model": dict, "harness": dict, "fit": dict}
+    need = {"base": str, "model": dict, "harness": dict}
     for key, kind in need.items():
         if not isinstance(data.get(key), kind):
             raise FileError(f"{p}: missing {kind.__name__} '{key}' (see docs/validation.md)")
+    for key in ("spec", "fit"):
+        if not isinstance(data.get(key, {}), dict):
+            raise FileError(f"{p}: '{key}' must be a table (see docs/validation.md)")
     try:
-        gpu = load_gpu(data["base"]).replace(**data["spec"])
-        model, fit = data["model"], data["fit"]
+        gpu = load_gpu(data["base"]).replace(**data.get("spec", {}))
+        model, fit = data["model"], data.get("fit", {})
         options = ModelOptions(
             shared_issue=bool(model.get("shared_issue", False)),
             prefetch_kernels=tuple(model.get("prefetch_kernels", ())),
+            issue_model=bool(model.get("issue_model", False)),
         )
         efficiency = ModelOptions(issue_efficiency=fit.get("issue_efficiency", {}))
         harness = Harness(**data["harness"])
     except (TypeError, ValueError) as err:
         raise FileError(f"{p}: {err}") from None
-    training = str(fit.get("training", ""))
+    training = str(fit.get("training", NOTHING_FITTED))
     return Calibration(gpu, options, harness, efficiency.issue_efficiency, training, str(p))

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -127,27 +128,30 @@ def test_model_options_reject_bad_values():
 
 # ------------------------------------------------------------------------ 2. the calibration
 def test_measured_constants_are_what_the_probe_data_give():
+    """h200-measured's memory-side constants and clock against the probe data; the spec file
+    writes them to 4 significant digits or more, so they agree to 1e-3."""
     cal = load_calibration()
-    measured = calibrate.probe_constants()["spec"]
+    assert cal.gpu.name == "h200-measured"
+    measured = calibrate.probe_constants()
     assert set(measured) == set(calibrate.SPEC_SOURCES)
     for key, value in measured.items():
-        assert getattr(cal.gpu, key) == pytest.approx(value, rel=1e-5), key
-    assert cal.options.shared_issue
+        assert getattr(cal.gpu, key) == pytest.approx(value, rel=1e-3), key
+    assert cal.options.issue_model and cal.options.shared_issue
     assert cal.options.prefetch_kernels == calibrate.PREFETCH_KERNELS
     assert cal.training == cc.TRAINING
 
 
-def test_every_timed_variant_has_a_fitted_efficiency():
+def test_the_committed_calibration_fits_nothing():
     cal = load_calibration()
-    fitted = dict(cal.efficiency)
+    assert cal.efficiency == ()
+    assert "[fit" not in Path(cal.path).read_text()
     for cfg, _ in cc.read_timings(cc.DATA_DIR / "gpu_measure.json"):
-        if cfg.subset == "train":
-            for key in cfg.variants().values():
-                assert key in fitted, key
-    assert all(0 < v <= 1 for v in fitted.values())
-    some = next(iter(fitted))  # an unfitted variant of a fitted kernel takes their median
-    assert 0 < cal.efficiency_of(some.split()[0] + " d=999") <= 1
-    assert cal.efficiency_of("no_such_kernel d=64") == 1.0
+        assert cfg.subset == "held-out"
+        assert cal.options_for(cfg.variants()).issue_model
+    # a user's efficiency table: an unlisted variant of a listed kernel takes their median
+    mine = dataclasses.replace(cal, efficiency=(("qk d=64 64x64 w=4", 0.5),))
+    assert mine.efficiency_of("qk d=128 128x64 w=8") == 0.5
+    assert mine.efficiency_of("no_such_kernel d=64") == 1.0
 
 
 def test_harness_model():
@@ -167,8 +171,8 @@ def test_calibration_file_errors_name_the_problem(tmp_path):
     bad.write_text('base = "h200"\n[spec]\n')
     with pytest.raises(ValueError, match="missing dict 'model'"):
         load_calibration(bad)
-    bad.write_text(DEFAULT_PATH.read_text().replace("l2_latency_cycles", "l2_latency_cyc"))
-    with pytest.raises(ValueError, match="l2_latency_cyc"):
+    bad.write_text(DEFAULT_PATH.read_text().replace("first_launch_s", "first_launch"))
+    with pytest.raises(ValueError, match="first_launch"):
         load_calibration(bad)
 
 
