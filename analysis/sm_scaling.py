@@ -1,13 +1,15 @@
 """Hypothetical GPUs checked against a real one: the H200 run on n of its SMs.
 
-``data/gpu/probe/sm_scaling.json`` (written by ``data/gpu/probe/sm_scaling.py``) holds this
-project's flash2 forward and backward kernels timed inside CUDA green contexts of n SMs, which
-keep the whole L2 and HBM. Each is re-simulated on ``h200.replace(sm_count=n)``, the built-in
-spec with no constant fitted to an attention kernel, and its timing loop is modelled by the
-measured launch harness of ``simulator/calibration.toml`` (``[harness]``: host-side launch
-costs, read off tiny kernels). The figure of merit is the scaling curve t(n) / t(132), measured
-against predicted; absolute times are reported beside it (they carry the time model's own
-error, docs/validation.md).
+``data/gpu/probe/sm_scaling_run2.json`` (written by ``data/gpu/probe/sm_scaling.py``; run 1,
+``sm_scaling.json``, timed the kernels before their copy loop was unrolled and is kept as the
+source of the SM's memory-path rate) holds this project's flash2 forward and backward kernels
+timed inside CUDA green contexts of n SMs, which keep the whole L2 and HBM. Each is
+re-simulated with the cross-check's model of the H200 (``simulator/calibration.toml``:
+``h200-measured`` with the issue model, nothing fitted to an attention kernel) on
+``replace(sm_count=n)``, and its timing loop is modelled by the measured launch harness there
+(host-side launch costs, read off tiny kernels). The figure of merit is the scaling curve
+t(n) / t(132), measured against predicted; absolute times are reported beside it (they carry
+the time model's own error, docs/validation.md).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from simulator.calibration import Harness, load_calibration
 
 __all__ = ["DATA", "ScalingRow", "load_measurements", "scaling_report"]
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "gpu" / "probe" / "sm_scaling.json"
+DATA = Path(__file__).resolve().parents[1] / "data" / "gpu" / "probe" / "sm_scaling_run2.json"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,15 +79,16 @@ def scaling_report(
     path: Path = DATA, gpu: simulator.GPUSpec | None = None, harness: Harness | None = None
 ) -> list[ScalingRow]:
     """Measured and predicted scaling rows, in the order of the file (see the module doc)."""
-    gpu = gpu or simulator.load_gpu("h200")
-    harness = harness or load_calibration().harness  # measured launch costs, nothing fitted
+    cal = load_calibration()
+    gpu = gpu or cal.gpu
+    harness = harness or cal.harness  # measured launch costs, nothing fitted
     rows = []
     for label, m in load_measurements(path).items():
         sched = kernels.schedule(m["schedule"], m["shape"], *m["tiles"])
         full = max(m["times"])
         pred = {}
         for n in m["times"]:
-            res = simulator.simulate(sched, gpu.replace(sm_count=n))
+            res = simulator.simulate(sched, gpu.replace(sm_count=n), options=cal.options)
             pred[n] = harness.event_time([k.time_s for k in res.kernels])
         for n, t in sorted(m["times"].items()):
             rows.append(
