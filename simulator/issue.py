@@ -91,10 +91,18 @@ def issue_model(gpu: GPUSpec, isa: dict = HOPPER_ISA) -> IssueModel:
         "alu": alu,
         "other": alu,
     }
+    # a global load inside a main loop reads data every CTA shares (the backward's L and D):
+    # an L2 hit, the spec's measured L2 latency; a spill reload hits L1, which is the shared
+    # memory's SRAM: not measured, assumed LDS's latency
+    latency = {
+        **isa["latency"],
+        "global": float(gpu.l2_latency_cycles),
+        "local": isa["latency"]["lds"],
+    }
     return IssueModel(
         interval=interval,
         tensor_flops_per_cycle={"hmma": mma_sync / sp, "hgmma": wgmma / sp},
-        latency=isa["latency"],
+        latency=latency,
         read_latency=isa["read_latency"],
         smem_bytes_per_cycle_per_sm=gpu.smem_bandwidth_bytes_per_cycle_per_sm,
         bar_latency=isa["bar_cycles_base"],

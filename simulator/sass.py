@@ -39,7 +39,8 @@ CLASSES = (
     "lds",  # shared-memory loads (MIO)
     "sts",  # shared-memory stores (MIO)
     "ldgsts",  # cp.async global -> shared (MIO; its global side is the memory model's)
-    "global",  # LDG/STG/RED/ATOM/LDL/STL (LSU; bytes and time are the memory model's)
+    "global",  # LDG/STG/RED/ATOM (LSU; the bytes are the memory model's)
+    "local",  # LDL/STL: register spills, through L1
     "bar",  # CTA barrier
     "control",  # branches, convergence barriers, dependency barriers, nops
     "other",  # S2R, LDC, anything else
@@ -125,7 +126,7 @@ _PREFIX = (
     ("BAR", "bar"),
 )
 _FMA = {"FFMA", "FADD", "FMUL", "HFMA2", "HADD2", "HMUL2", "FFMA2", "FADD2", "FMUL2"}
-_GLOBAL = {"LDG", "STG", "RED", "ATOM", "ATOMG", "LDL", "STL", "LD", "ST", "REDG", "UBLKCP"}
+_GLOBAL = {"LDG", "STG", "RED", "ATOM", "ATOMG", "LD", "ST", "REDG", "UBLKCP"}
 _CONTROL = {
     "BRA", "BSSY", "BSYNC", "EXIT", "WARPSYNC", "NOP", "YIELD", "DEPBAR", "LDGDEPBAR", "RET",
     "CALL", "BPT", "JMP", "BREAK", "WARPGROUP", "ELECT", "ACQBULK", "SYNCS", "ARRIVES",
@@ -157,6 +158,8 @@ def classify(opcode: str) -> str:
         return "mufu"
     if base in _GLOBAL:
         return "global"
+    if base in ("LDL", "STL"):
+        return "local"
     if base in _CONTROL:
         return "control"
     return "other"

@@ -59,6 +59,7 @@ _PIPE_OF = {
     "sts": "mio",
     "ldgsts": "mio",
     "global": "lsu",
+    "local": "lsu",
     "bar": "control",
     "control": "control",
     "other": "alu",

@@ -21,7 +21,7 @@ def test_flash_attn2_forward_and_backward_within_their_bounds(fa2):
     bwd = fa2["summary"]["flash-attn2 flash2_bwd"]
     assert fwd["n"] == 20 and bwd["n"] == 20
     assert fwd["mape"] <= 0.07 and fwd["max_error"] <= 0.13
-    assert bwd["mape"] <= 0.06 and bwd["max_error"] <= 0.11
+    assert bwd["mape"] <= 0.07 and bwd["max_error"] <= 0.11
 
 
 def test_rows_say_what_was_compared(fa2):

@@ -64,12 +64,21 @@ def test_control_information_is_decoded():
         ("FMNMX", "alu", 0),
         ("ULDC.64", "uniform", 0),
         ("HGMMA.64x128x16.F32.BF16", "hgmma", 0),
+        ("LDL.64", "local", 0),
+        ("LDG.E.STRONG.GPU", "global", 0),
     ],
 )
 def test_classes_and_shared_bytes(opcode, klass, nbytes):
     ins = sass.Instruction(0, opcode, "", False, 1, False, 7, 7, 0)
     assert sass.classify(opcode) == klass
     assert sass.shared_bytes(ins) == nbytes
+
+
+def test_spill_bytes_per_warp():
+    ins = sass.Instruction(0, "STL.128", "", False, 1, False, 7, 7, 0)
+    assert sass.local_bytes(ins) == (512, 0)
+    ins = sass.Instruction(0, "LDL", "", False, 1, False, 1, 7, 0)
+    assert sass.local_bytes(ins) == (0, 128)
 
 
 def _prog(rows):
