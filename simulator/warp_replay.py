@@ -184,9 +184,9 @@ def _run(
             if sbytes[i] > 0:
                 t = max(t, port_free)
             if group[i] < -1:  # wait until at most -(group + 2) groups are pending
-                k = n_groups[w] - (-group[i] - 2)
-                if k > 0:
-                    t = max(t, groups[w, k - 1])
+                done = n_groups[w] - (-group[i] - 2)  # groups that must have completed
+                if done > 0:
+                    t = max(t, groups[w, done - 1])
             if t <= now:
                 if best < 0 or k == 0 or last_issue[w] < last_issue[best]:
                     best = w

@@ -265,3 +265,26 @@ def test_census_counts_the_instructions_the_gpu_executed():
         assert low <= ratio < 1.12, (kernel, ln["tiles"], ratio)
         checked.append(kernel)
     assert checked.count("flash2_fwd") >= 3 and "flash2_bwd" in checked
+
+
+def test_wgmma_groups_by_hand():
+    """Two HGMMAs of 1024 FLOP at 64 FLOP/cycle hold the tensor pipe 16 cycles each, queued
+    (issue does not wait); the second commits the group, which lands 10 cycles after the pipe
+    finishes it; the wait issues then, and the next step begins."""
+    model = IssueModel(
+        interval={},
+        latency={"hgmma": 10.0},
+        read_latency=4.0,
+        smem_bytes_per_cycle_per_sm=128.0,
+        bar_latency=0.0,
+        tensor_flops_per_cycle={"hgmma": 64.0},
+    )
+    hg, ctl = CLASS_ID["hgmma"], CLASS_ID["control"]
+    a = np.array([[hg, 1, N, N, 0, 0], [hg, 1, N, N, 0, 0], [ctl, 1, N, N, 0, 0]], np.int64)
+    prog = WarpProgram(
+        "hand", a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 5],
+        tensor_flops=np.array([1024, 1024, 0]), group=np.array([0, 1, -2]),
+    )  # fmt: skip
+    # per step: HGMMA at t, t+1; the pipe busy t..t+32; results at t+42; the wait issues at
+    # t+42 and the next step's first HGMMA at t+43
+    assert replay(prog, model, 4).alone == 43
