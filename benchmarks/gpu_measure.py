@@ -393,16 +393,25 @@ NCU_CONFIGS = [  # (name, batch, heads, seq_len, head_dim, tiles): the DESIGN.md
     ("flash2_causal", 1, 16, 4096, 64, (128, 128, 8)),
     ("standard", 1, 16, 2048, 64, (64, 64, 4)),  # 4 rows x 2048 x 2 B resident: one pass
 ]
+# kernels whose compiled loops spill (data/sass/flashio.json.gz): where their local-memory
+# traffic goes (L1, or out to the L2), read from the bytes that leave and enter the SMs
+NCU_SPILL_CONFIGS = [
+    ("flash2", 1, 16, 4096, 128, (128, 128, 8)),  # reloads 9,088 B per warp and step
+    ("flash2", 1, 16, 4096, 128, (128, 64, 4)),  # reloads 10,240 B
+    ("flash2_bwd", 1, 16, 4096, 128, (64, 64, 4)),  # stores 2,176 B, reloads 4,224 B
+    ("flash2_bwd", 1, 16, 4096, 64, (64, 128, 4)),  # stores 4,992 B, reloads 6,016 B
+]
+NCU_SETS = {"validation": NCU_CONFIGS, "spills": NCU_SPILL_CONFIGS}
 
 
 def main_ncu(args) -> None:
-    """One launch of each kernel of NCU_CONFIGS (the backward's forward pass runs first)."""
+    """One launch of each kernel of the chosen set (the backward's forward pass runs first)."""
     import cupy
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     order = []
-    for label, b, h, n, d, tiles in NCU_CONFIGS:
+    for label, b, h, n, d, tiles in NCU_SETS[args.ncu_set]:
         name, causal = label.removesuffix("_causal"), label.endswith("_causal")
         shape = kernels.AttentionShape(b, h, n, d, "bf16", causal=causal)
         sched = kernels.schedule(name, shape, *tiles)
@@ -468,6 +477,12 @@ def main(argv=None) -> None:
     ap.add_argument("--out", required=True, help="output folder")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=300.0)
+    ap.add_argument(
+        "--ncu-set",
+        choices=sorted(NCU_SETS),
+        default="validation",
+        help="--mode ncu: the kernels to launch (default: validation)",
+    )
     args = ap.parse_args(argv)
     modes = {"time": main_time, "ncu": main_ncu, "small": main_small}
     modes[args.mode](args)

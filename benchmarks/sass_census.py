@@ -1,11 +1,12 @@
 """Instruction census of this project's CUDA kernels: the warp program of each main loop.
 
-Compiles kernels/cuda/*.cu for sm_90 with the same defines the runner uses (kernels.gpu.defines)
-plus FLASHIO_UNMASKED (the path of a full, unmasked tile: docs/model.md, "Issue model"),
-disassembles them with ``cuobjdump -sass``, and writes each kernel's main-loop program
-(simulator.sass.program) to data/sass/flashio.json.gz, keyed as simulator.issue.program_key
-names it. Needs ``nvcc`` and ``cuobjdump`` (pip: nvidia-cuda-nvcc, nvidia-cuda-cuobjdump); the
-simulator reads the committed file and needs neither.
+Compiles kernels/cuda/*.cu for sm_90 as CuPy compiles the runner's RawModules (NVRTC, with the
+runner's defines and the options CuPy adds: kernels.gpu.nvrtc_options), disassembles them with
+``cuobjdump -sass``, and writes each kernel's main-loop program (simulator.sass.program: the
+path of a full, unmasked tile) with the compiler's register report to data/sass/flashio.json.gz,
+keyed as simulator.issue.program_key names it. Needs NVRTC and cuobjdump of the GPU machine's
+CUDA version (pip: nvidia-cuda-nvrtc==13.0.*, nvidia-cuda-cuobjdump); the simulator reads the
+committed file and needs neither.
 
     python -m benchmarks.sass_census            # every tiling in CONFIGS
     python -m benchmarks.sass_census --check    # rebuild and compare with the committed file
@@ -23,9 +24,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks import nvrtc
 from benchmarks.gpu_measure import parse_ptxas
 from kernels import AttentionShape, schedule
-from kernels.gpu import CUDA_DIR, defines, launches, source
+from kernels.gpu import defines, launches, nvrtc_options, source
 from simulator.issue import CENSUS_DIR, program_key
 from simulator.sass import program
 
@@ -49,12 +51,12 @@ MMA_KERNELS = {"flash2_fwd", "flash2_bwd", "std_qk", "std_pv"}
 
 
 def have_tools() -> bool:
-    """Whether nvcc and cuobjdump can be found (the census needs both)."""
+    """Whether NVRTC and cuobjdump can be found (the census needs both)."""
     try:
-        _tool("nvcc"), _tool("cuobjdump")
+        _tool("cuobjdump")
     except SystemExit:
         return False
-    return True
+    return nvrtc.available()
 
 
 def _tool(name: str) -> str:
@@ -69,24 +71,21 @@ def _tool(name: str) -> str:
                     return str(cand)
         except ImportError:
             pass
-        raise SystemExit(f"{name} not found: pip install nvidia-cuda-nvcc nvidia-cuda-cuobjdump")
+        raise SystemExit(f"{name} not found: pip install nvidia-cuda-cuobjdump")
     return path
 
 
 def compile_sass(sched, workdir: Path) -> tuple[str, dict]:
-    defs = (*defines(sched), ("FLASHIO_UNMASKED", 1))
-    src = workdir / "k.cu"  # the runner's source (it includes kernels/cuda/mma_tiles.cu)
-    src.write_text(source(sched))
-    cubin = workdir / "k.cubin"
-    cmd = [
-        _tool("nvcc"), "-cubin", "-gencode=arch=compute_90,code=sm_90", "-std=c++17", "-ftz=true",
-        f"-I{CUDA_DIR}", *(f"-D{k}={v}" for k, v in defs), "-o", str(cubin), str(src),
-    ]  # fmt: skip
-    log = subprocess.run([*cmd, "-Xptxas", "-v"], check=True, capture_output=True, text=True)
+    """The SASS listing and ptxas report of ``sched``'s kernels, compiled as CuPy compiles
+    them on the H200 (sm_90)."""
+    options = (*nvrtc_options(defines(sched)), "--ptxas-options=-v")
+    cubin, log = nvrtc.compile_cubin(source(sched), options)
+    path = workdir / "k.cubin"
+    path.write_bytes(cubin)
     out = subprocess.run(
-        [_tool("cuobjdump"), "-sass", str(cubin)], check=True, capture_output=True, text=True
+        [_tool("cuobjdump"), "-sass", str(path)], check=True, capture_output=True, text=True
     )
-    return out.stdout, parse_ptxas(log.stderr + log.stdout)
+    return out.stdout, parse_ptxas(log)
 
 
 def census(configs=CONFIGS, dtypes=DTYPES, log=print) -> dict:
@@ -98,8 +97,8 @@ def census(configs=CONFIGS, dtypes=DTYPES, log=print) -> dict:
                 sched = schedule(name, shape, block_q=bq, block_kv=bk, warps=w)
                 try:
                     text, report = compile_sass(sched, Path(tmp))
-                except subprocess.CalledProcessError as e:  # e.g. too much shared memory
-                    log(f"skip {name} d={d} {bq}x{bk} w{w} {dtype}: {e.stderr.strip()[-200:]}")
+                except nvrtc.NvrtcError as e:  # e.g. too much shared memory
+                    log(f"skip {name} d={d} {bq}x{bk} w{w} {dtype}: {str(e).strip()[-200:]}")
                     continue
                 functions = [ln.function for ln in launches(sched)]
                 for fn, kinfo in zip(functions, sched.kernels, strict=True):
@@ -115,10 +114,10 @@ def census(configs=CONFIGS, dtypes=DTYPES, log=print) -> dict:
 CENSUS_PATH = CENSUS_DIR / "flashio.json.gz"
 
 
-def write(progs: dict, path: Path = CENSUS_PATH) -> None:
+def write(progs: dict, path: Path = CENSUS_PATH, **about) -> None:
+    """Write a census (``about``: what made it, stored beside the programs)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps({"generated_by": "python -m benchmarks.sass_census", "programs": progs},
-                      sort_keys=True, separators=(",", ":"))  # fmt: skip
+    data = json.dumps({**about, "programs": progs}, sort_keys=True, separators=(",", ":"))
     tmp = path.with_suffix(".tmp")
     with gzip.GzipFile(tmp, "wb", mtime=0) as f:  # mtime 0: the same bytes for the same census
         f.write(data.encode())
@@ -137,7 +136,12 @@ def main(argv=None) -> int:
         same = committed == progs
         print("census matches the committed file" if same else "census differs")
         return 0 if same else 1
-    write(progs)
+    major, minor = nvrtc.version()
+    write(
+        progs,
+        generated_by="python -m benchmarks.sass_census",
+        compiler=f"NVRTC {major}.{minor}, the options of kernels.gpu.nvrtc_options",
+    )
     print(f"wrote {len(progs)} programs to {CENSUS_PATH}")
     return 0
 

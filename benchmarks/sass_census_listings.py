@@ -76,7 +76,8 @@ def main(argv=None) -> int:
     ):
         index = json.loads((LISTINGS / index_file).read_text())
         progs = build(index)
-        write(progs, CENSUS_DIR / f"{impl}.json.gz")
+        write(progs, CENSUS_DIR / f"{impl}.json.gz",
+              generated_by="python -m benchmarks.sass_census_listings")  # fmt: skip
         print(f"{impl}: {len(progs)} programs")
     return 0
 

@@ -144,7 +144,20 @@ def source(sched: Schedule) -> str:
 
 
 def compile_options(defs) -> tuple[str, ...]:
+    """The options this runner gives CuPy's RawModule (CuPy adds ``CUPY_NVRTC_OPTIONS``)."""
     return ("-std=c++17", f"-I{CUDA_DIR}", *(f"-D{k}={v}" for k, v in defs))
+
+
+# What CuPy 14 appends before NVRTC compiles a RawModule (cupy/cuda/compiler.py:
+# _compile_with_cache_cuda adds -ftz=true; _compile_using_nvrtc adds -arch=sm_<cc>, a cubin
+# for the device's compute capability, and --device-as-default-execution-space); the
+# instruction census (benchmarks/sass_census.py) compiles with the same options.
+CUPY_NVRTC_OPTIONS = ("-ftz=true", "--device-as-default-execution-space")
+
+
+def nvrtc_options(defs, arch: str = "sm_90") -> tuple[str, ...]:
+    """The full NVRTC option list CuPy compiles this runner's kernels with on ``arch``."""
+    return (*compile_options(defs), *CUPY_NVRTC_OPTIONS, f"-arch={arch}")
 
 
 @functools.lru_cache(maxsize=64)

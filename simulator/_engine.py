@@ -81,7 +81,9 @@ Memory = namedtuple("Memory", "l2_on l2 srv local space tstat busy cnt")
 # One kernel: its CTA count, the SM count (slot s runs on SM s % sm_stride), the register spill
 # bytes a CTA stores and loads back per step, the shared memory a CTA declares, when it ends so
 # far, and the per-CTA timeline.
-Kernel = namedtuple("Kernel", "n_ctas sm_stride spill_store spill_load smem_limit kernel_end span")
+Kernel = namedtuple(
+    "Kernel", "n_ctas sm_stride spill_first spill_store spill_load smem_limit kernel_end span"
+)
 # The resident CTAs: integer and float slot state, the per-SM servers, the runner registers.
 Slots = namedtuple("Slots", "si sf units reg")
 # The heap of SMs: key time, key slot, SM, and its size (one-element array).
@@ -219,8 +221,8 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
     ``win_c0 <= c < win_c1``; ``kern``: a Kernel; ``mem``: Memory; ``slots``: Slots; ``heap``:
     Heap."""
     n_ctas, sm_stride = kern.n_ctas, kern.sm_stride
-    spill_store, spill_load = kern.spill_store, kern.spill_load
-    spill_region = max(spill_store, spill_load)
+    spill_first, spill_store, spill_load = kern.spill_first, kern.spill_store, kern.spill_load
+    spill_region = max(spill_first + spill_store, spill_load)
     smem_limit, kernel_end, span = kern.smem_limit, kern.kernel_end, kern.span
     local, space, busy, cnt = mem.local, mem.space, mem.busy, mem.cnt
     si, sf, units, reg = slots.si, slots.sf, slots.units, slots.reg
@@ -286,6 +288,8 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                 off = s * spill_region
                 for o in (STORE, LOAD):
                     nb = spill_store if o == STORE else spill_load
+                    if o == STORE and si[s, S_STEP] == -1:
+                        nb += spill_first  # the CTA's first step: the stores outside the loop
                     if nb == 0:
                         continue
                     done = _request(

@@ -71,6 +71,12 @@ HOPPER_ISA = {
     # W = 4, 8, 12; less the replay's own issue of W / 4 barriers per SMSP, 12 + 1.75 W
     "bar_cycles_base": 12.0,
     "bar_cycles_per_warp": 1.75,
+    # data/gpu/probe/mio.py (mio.json): one warp issues LDSM.x4 / LDS.128 every 4 cycles
+    # (512 B at the port's 128 B/cycle); four warps, one per SMSP, keep that pace through
+    # 13-14 instructions before the shared port holds them back: 10 queued per SMSP
+    "mio_queue": 10,
+    # a register-spill reload that hits L1 (mio.json's local-memory pointer chase)
+    "ldl_latency": 29.1,
 }
 
 
@@ -92,12 +98,12 @@ def issue_model(gpu: GPUSpec, isa: dict = HOPPER_ISA) -> IssueModel:
         "other": alu,
     }
     # a global load inside a main loop reads data every CTA shares (the backward's L and D):
-    # an L2 hit, the spec's measured L2 latency; a spill reload hits L1, which is the shared
-    # memory's SRAM: not measured, assumed LDS's latency
+    # an L2 hit, the spec's measured L2 latency; a spill reload hits L1 (docs/model.md,
+    # "Register spills")
     latency = {
         **isa["latency"],
         "global": float(gpu.l2_latency_cycles),
-        "local": isa["latency"]["lds"],
+        "local": isa["ldl_latency"],
     }
     return IssueModel(
         interval=interval,
@@ -108,6 +114,7 @@ def issue_model(gpu: GPUSpec, isa: dict = HOPPER_ISA) -> IssueModel:
         bar_latency=isa["bar_cycles_base"],
         bar_latency_per_warp=isa["bar_cycles_per_warp"],
         sub_partitions=sp,
+        mio_queue=isa["mio_queue"],
         source="simulator.issue.HOPPER_ISA and the spec's per-SM rates",
     )
 
@@ -151,8 +158,9 @@ def compiled(key: str, impl: str = DEFAULT_IMPL) -> dict | None:
 @dataclass(frozen=True)
 class Compiled:
     """A kernel variant the census holds: its key and implementation, the compiler's
-    registers per thread, the register-spill bytes one warp stores and loads per step, and
-    (where its launch is known) the shared memory per CTA."""
+    registers per thread, the register-spill bytes one warp stores and loads per step,
+    (where its launch is known) the shared memory per CTA, and ptxas's spill-store bytes per
+    thread."""
 
     key: str
     impl: str
@@ -160,6 +168,8 @@ class Compiled:
     spill_store_bytes: int
     spill_load_bytes: int
     smem_bytes: int | None = None  # shared memory per CTA, where the census knows it
+    # ptxas's spill-store bytes per thread: the code's static local stores, loop and outside
+    static_spill_store_bytes: int = 0
 
 
 def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
@@ -187,6 +197,7 @@ def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
         int(d.get("spill_store_bytes", 0)),
         int(d.get("spill_load_bytes", 0)),
         d["compiled"].get("smem_bytes"),
+        int(d["compiled"].get("spill_store_bytes", 0)),
     )
 
 

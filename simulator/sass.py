@@ -203,8 +203,12 @@ def wgmma_group(ins: Instruction) -> int:
 
 
 def shared_bytes(ins: Instruction) -> int:
-    """Bytes one warp moves through the SM's shared-memory port with ``ins`` (0 if none)."""
+    """Bytes one warp moves through the SM's shared-memory port with ``ins`` (0 if none).
+    Spills (LDL, STL) hit L1, whose SRAM and data path shared memory shares on Hopper: they
+    move their bytes through the same port (an assumption: not measured apart)."""
     k = ins.klass
+    if k == "local":
+        return sum(local_bytes(ins))
     mods = ins.opcode.split(".")
     if k == "ldsm":  # .M88.{1,2,4}: that many 8x8 matrices of 16-bit elements
         n = int(mods[-1]) if mods[-1].isdigit() else 1
@@ -346,10 +350,17 @@ def main_loop(code: tuple[Instruction, ...], marker: str = "HMMA") -> tuple[int,
     return best[1], best[2]
 
 
+def _masks(ins: Instruction) -> bool:
+    """Whether ``ins`` is element masking: a select of minus infinity into a score."""
+    return ins.opcode.startswith("FSEL") and "-INF" in ins.operands
+
+
 def straight_path(code: tuple[Instruction, ...], lo: int, hi: int) -> list[Instruction]:
-    """The instructions one iteration of the loop [lo, hi] issues when every conditional
-    branch falls through and unconditional forward branches are taken; inner loops (backward
-    branches) run once. Predicated-off instructions still issue, as on the GPU."""
+    """The instructions one iteration of the loop [lo, hi] issues for a full (unmasked) tile:
+    conditional branches fall through, except those that skip element masking (a block that
+    selects minus infinity into scores: a partial tile's path), and unconditional forward
+    branches are taken; inner loops (backward branches) run once. Predicated-off instructions
+    still issue, as on the GPU."""
     index = {ins.addr: i for i, ins in enumerate(code)}
     out = []
     i = lo
@@ -357,9 +368,11 @@ def straight_path(code: tuple[Instruction, ...], lo: int, hi: int) -> list[Instr
         ins = code[i]
         out.append(ins)
         tgt = _branch_target(ins)
-        if tgt is not None and not ins.predicated and tgt > ins.addr and tgt in index:
-            i = index[tgt]
-            continue
+        if tgt is not None and tgt > ins.addr and tgt in index:
+            j = index[tgt]
+            if not ins.predicated or any(_masks(c) for c in code[i + 1 : j]):
+                i = j
+                continue
         i += 1
     return out
 

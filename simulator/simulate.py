@@ -7,6 +7,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -160,14 +161,27 @@ def arithmetic_cost(
     return ArithmeticCost(step.occupancy_s / ideal, step.duration_s / ideal, 0.0, step)
 
 
-def spill_bytes(kinfo, occ, gpu: GPUSpec, comp: Compiled | None) -> tuple[int, int]:
-    """Register-spill bytes a CTA stores and loads back per step: the compiled code's local
-    memory traffic where the census has it, else every register beyond the per-thread limit
-    (docs/model.md, "Register spills")."""
+class Spills(NamedTuple):
+    """Register-spill bytes of one CTA through the L2: stored once, at its first step
+    (``first_store``), and stored and loaded back at every step."""
+
+    first_store: int
+    store: int
+    load: int
+
+
+def spill_bytes(kinfo, occ, gpu: GPUSpec, comp: Compiled | None) -> Spills:
+    """Register-spill bytes a CTA sends to the L2 and loads back from it (docs/model.md,
+    "Register spills"). Where the census has the compiled loop: its local stores per step (L1
+    writes local memory through to the L2), the code's static spill stores outside the loop
+    once per thread, and no loads (they hit L1; the warp replay prices them). Else every
+    register beyond the per-thread limit, stored and reloaded at every step."""
     if comp is not None:
-        return comp.spill_store_bytes * kinfo.warps, comp.spill_load_bytes * kinfo.warps
+        threads = kinfo.warps * gpu.warp_size
+        outside = max(0, comp.static_spill_store_bytes - comp.spill_store_bytes // gpu.warp_size)
+        return Spills(outside * threads, comp.spill_store_bytes * kinfo.warps, 0)
     b = occ.spilled_regs_per_thread * 4 * kinfo.warps * gpu.warp_size
-    return b, b
+    return Spills(0, b, b)
 
 
 def _config(

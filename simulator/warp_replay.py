@@ -88,6 +88,10 @@ class IssueModel:
     bar_latency, bar_latency_per_warp : float
         Cycles from the last warp's arrival at a CTA barrier until the warps go on: the first
         plus the second times the CTA's warps.
+    mio_queue : int
+        Shared-memory instructions an SMSP can have issued and waiting for the port: a warp
+        issues one without waiting for the port while fewer are queued, and its latency runs
+        from when the port takes it. 0: no queue (an instruction issues when the port is free).
     sub_partitions : int
     source : str
         Where the numbers come from.
@@ -101,6 +105,7 @@ class IssueModel:
     tensor_flops_per_cycle: tuple = ()
     bar_latency_per_warp: float = 0.0
     sub_partitions: int = 4
+    mio_queue: int = 0
     source: str = ""
 
     def __post_init__(self):
@@ -139,7 +144,8 @@ class StepTime:
 @njit(cache=True, _nrt=True)
 def _run(
     klass, stall, wbar, rbar, wait, sbytes, flops, group, pipe_of, interval, latency, rate,
-    read_lat, port_rate, bar_lat, n_ctas, warps_per_cta, steps, bar_class, async_class,
+    read_lat, port_rate, link_rate, bar_lat, n_ctas, warps_per_cta, steps, bar_class,
+    async_class, mio_queue,
 ):  # fmt: skip
     n_ins = klass.shape[0]
     n_w = n_ctas * warps_per_cta
@@ -156,6 +162,9 @@ def _run(
     pipe_free = np.zeros(len(interval))
     pipe_busy = np.zeros(len(interval))
     port_free = 0.0
+    # when the port took each of the last mio_queue shared-memory instructions (a ring)
+    port_taken = np.full(max(mio_queue, 1), -1.0)
+    n_port = 0
     now = 0.0
     greedy = 0
     issued = 0
@@ -181,8 +190,8 @@ def _run(
             p = pipe_of[c]
             if c != async_class:  # wgmma queues at the tensor pipe instead of waiting
                 t = max(t, pipe_free[p])
-            if sbytes[i] > 0:
-                t = max(t, port_free)
+            if sbytes[i] > 0:  # the port is free, or the queue has room
+                t = max(t, port_free if mio_queue == 0 else port_taken[n_port % mio_queue])
             if group[i] < -1:  # wait until at most -(group + 2) groups are pending
                 done = n_groups[w] - (-group[i] - 2)  # groups that must have completed
                 if done > 0:
@@ -204,6 +213,8 @@ def _run(
         c = klass[i]
         p = pipe_of[c]
         busy = flops[i] / rate[c] if flops[i] > 0 else interval[c]
+        if sbytes[i] > 0:  # the SMSP's link to the port carries link_rate bytes a cycle
+            busy = max(busy, sbytes[i] / link_rate)
         begin = max(now, pipe_free[p]) if c == async_class else now
         pipe_free[p] = begin + busy
         pipe_busy[p] += busy
@@ -214,13 +225,18 @@ def _run(
             keep = min(n_groups[w], -group[i] - 2)
             groups[w, :keep] = groups[w, n_groups[w] - keep : n_groups[w]].copy()
             n_groups[w] = keep
+        start = now  # when the instruction's latency starts: the port may take it later
         if sbytes[i] > 0:
-            port_free = max(port_free, now) + sbytes[i] / port_rate
+            start = max(port_free, now)
+            port_free = start + sbytes[i] / port_rate
+            if mio_queue > 0:
+                port_taken[n_port % mio_queue] = start
+                n_port += 1
         ready[w] = now + max(1, stall[i])
         if wbar[i] != 7:
-            sb[w, wbar[i]] = max(sb[w, wbar[i]], now + latency[c])
+            sb[w, wbar[i]] = max(sb[w, wbar[i]], start + latency[c])
         if rbar[i] != 7:
-            sb[w, rbar[i]] = max(sb[w, rbar[i]], now + read_lat)
+            sb[w, rbar[i]] = max(sb[w, rbar[i]], start + read_lat)
         last_issue[w] = now
         issued += 1
         greedy = w
@@ -258,9 +274,9 @@ def replay(
         return _run(
             prog.klass, prog.stall, prog.write_barrier, prog.read_barrier, prog.wait_mask,
             prog.shared_bytes, prog.tensor_flops, prog.group, pipe_of, interval, latency, rate,
-            float(model.read_latency), port,
+            float(model.read_latency), port, model.smem_bytes_per_cycle_per_sm,
             model.bar_latency + model.bar_latency_per_warp * warps_per_cta, n, per_smsp, k,
-            CLASS_ID["bar"], CLASS_ID["hgmma"],
+            CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue),
         )  # fmt: skip
 
     def per_step(n):

@@ -272,8 +272,8 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
         for port in ports:
             port.free = start
         prefetch = kinfo.name in options.prefetch_kernels
-        spill_store, spill_load = spill_bytes(kinfo, occ, gpu, comp)
-        spill = max(spill_store, spill_load)
+        spill_first, spill_store, spill_load = spill_bytes(kinfo, occ, gpu, comp)
+        spill = max(spill_first + spill_store, spill_load)
         slots = min(kinfo.ctas, occ.ctas_per_sm * sms)
         cta_events = _events_by_cta(trace, k, kinfo.ctas)
         resident = [Cta(cta_events[s], start) for s in range(slots)]  # CTA c in slot c
@@ -300,7 +300,8 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                 op = e["op"]
                 if spill and e["step"] >= 0 and e["step"] != cta.last_step:
                     # a new outer-loop step: store and reload the spilled registers
-                    for o, nb in ((Op.STORE, spill_store), (Op.LOAD, spill_load)):
+                    first = spill_first if cta.last_step == -1 else 0
+                    for o, nb in ((Op.STORE, first + spill_store), (Op.LOAD, spill_load)):
                         if nb:
                             request(cta, ports[sm], o, local, [(s * spill, s * spill + nb)], nb)
                     cta.last_step = e["step"]

@@ -13,7 +13,7 @@ from benchmarks import sass_census
 from kernels import AttentionShape, schedule
 from simulator import issue, sass
 from simulator.sass import CLASS_ID, NO_BARRIER, WarpProgram
-from simulator.simulate import ModelOptions
+from simulator.simulate import LOCAL_NAME, ModelOptions
 from simulator.warp_replay import IssueModel, replay
 from tests._sim_common import REL
 from tests.oracle_sim import simulate_oracle
@@ -64,7 +64,7 @@ def test_control_information_is_decoded():
         ("FMNMX", "alu", 0),
         ("ULDC.64", "uniform", 0),
         ("HGMMA.64x128x16.F32.BF16", "hgmma", 0),
-        ("LDL.64", "local", 0),
+        ("LDL.64", "local", 256),
         ("LDG.E.STRONG.GPU", "global", 0),
     ],
 )
@@ -149,13 +149,38 @@ def test_census_programs_load_and_count():
 
 @pytest.mark.skipif(
     not sass_census.have_tools(),
-    reason="needs nvcc and cuobjdump (pip install nvidia-cuda-nvcc nvidia-cuda-cuobjdump)",
+    reason="needs NVRTC 13.0 and cuobjdump (pip install -e '.[census]')",
 )
 def test_committed_census_is_what_the_sources_compile_to():
     progs = sass_census.census(sass_census.CONFIGS[:2], ("bf16",), log=lambda *_: None)
     committed = issue.census()
     for key, prog in progs.items():
         assert committed[key] == prog, key
+
+
+def test_census_registers_are_those_of_the_kernels_that_ran():
+    """The census compiles as CuPy compiles on the GPU machine: its registers per thread are
+    what CuPy reported for every kernel data/gpu/gpu_measure.json ran (nvrtc_attributes)."""
+    import json
+    from pathlib import Path
+
+    variants = json.loads(Path("data/gpu/gpu_measure.json").read_text())["variants"]
+    kernel_of = {"flash2_fwd": "flash2_fwd", "flash2_bwd": "flash2_bwd", "std_qk": "qk",
+                 "std_pv": "pv"}  # fmt: skip
+    checked = 0
+    for v in variants.values():
+        defs = v["defines"]
+        dtype = "bf16" if defs["DTYPE_BF16"] else "fp16"
+        for fn, attrs in v["nvrtc_attributes"].items():
+            if fn not in kernel_of:
+                continue
+            key = issue.program_key(
+                kernel_of[fn], defs["HEAD_DIM"], defs["BLOCK_Q"], defs["BLOCK_KV"],
+                defs["WARPS"], dtype,
+            )  # fmt: skip
+            assert issue.compiled(key)["registers"] == attrs["num_regs"], key
+            checked += 1
+    assert checked >= 12
 
 
 def _small_flash2():
@@ -179,6 +204,24 @@ def test_engine_prices_steps_by_the_replay_and_agrees_with_the_oracle():
     # the issue model changes time only
     for f in ("global_read_bytes", "global_write_bytes", "hbm_read_bytes", "hbm_write_bytes"):
         assert getattr(res, f) == getattr(base, f), f
+
+
+def test_spill_stores_outside_the_loop_go_out_once_per_cta():
+    """flash2_fwd at d = 128, 128x128, 8 warps spills 284 bytes per thread outside its loop
+    and stores none inside it (the census; data/gpu/spill_ncu.csv measured exactly that): each
+    CTA writes them to local memory once, and the engine agrees with the oracle."""
+    shape = AttentionShape(batch=1, heads=2, seq_len=512, head_dim=128, dtype="bf16")
+    sched = schedule("flash2", shape, block_q=128, block_kv=128, warps=8)
+    comp = issue.lookup(sched.meta.params, "flash2_fwd", 8)
+    assert comp.spill_store_bytes == 0 and comp.static_spill_store_bytes > 0
+    gpu = simulator.load_gpu("h200")
+    opts = ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
+    res = simulator.simulate(sched, gpu, options=opts)
+    assert_agrees(res, simulate_oracle(sched.trace(), gpu, opts))
+    local = next(t for t in res.tensors if t.name == LOCAL_NAME)
+    ctas = sched.meta.kernels[0].ctas
+    assert local.global_write_bytes == ctas * comp.static_spill_store_bytes * 8 * 32
+    assert local.global_read_bytes == 0  # the reloads hit L1
 
 
 def test_kernels_outside_the_census_keep_the_pipe_rates():
@@ -223,6 +266,28 @@ def test_isa_table_is_the_probe_summary():
         )
 
 
+def test_mio_constants_are_the_probe_summary():
+    """HOPPER_ISA's shared-memory queue depth and spill-reload latency are what
+    data/gpu/probe/mio.py's run (mio.json) and its kernels' machine code (mio_sass.json)
+    give; the raw curve behind the queue: one warp alone issues every 4 cycles."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("mio", "data/gpu/probe/mio.py")
+    mio = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mio)
+    doc = json.loads(Path("data/gpu/probe/mio.json").read_text())
+    derived = mio.summarize(doc, json.loads(Path("data/gpu/probe/mio_sass.json").read_text()))
+    assert issue.HOPPER_ISA["mio_queue"] == derived["ldsm_x4"]["mio_queue"]
+    assert issue.HOPPER_ISA["mio_queue"] == derived["lds128"]["mio_queue"]
+    assert issue.HOPPER_ISA["ldl_latency"] == pytest.approx(
+        derived["ldl_latency_cycles"], abs=0.05
+    )
+    one = [r for r in doc["rows"] if r["op"] == "ldsm_x4" and r["warps"] == 1]
+    assert all(min(min(c) for c in r["cycles"]) == 4 * r["k"] - 2 for r in one)
+
+
 def _ncu_instructions():
     """Per profiled launch of data/gpu/ncu_inst.csv: kernel, grid, instructions, HMMAs."""
     from pathlib import Path
@@ -238,9 +303,12 @@ def test_census_counts_the_instructions_the_gpu_executed():
     ncu_inst.csv: the launches of data/gpu/ncu_launches.json of the kernels it profiled, in
     order). The census holds the main loop only, so the GPU executes more (prologue,
     epilogue), by less than 12% for these kernels of 32..64 steps. The forward's loop is
-    straight-line code; the backward's has guarded stores whose branches the census falls
-    through and the GPU may skip, so there the GPU may also execute a few percent fewer (3%
-    allowed). HMMAs are counted exactly: every step is full."""
+    straight-line code; the backward's has blocks whose branches the census falls through and
+    the GPU skips: guarded stores, and the loop over the rows of L and D (the first BLOCK_Q
+    threads' work), which the compiler unrolls by four with remainder copies; the census walks
+    all of them (146 instructions of 1,086 at d = 64, 64x64) where a warp runs one iteration or
+    none. There the GPU may execute up to 15% fewer. HMMAs are counted exactly: every step is
+    full."""
     import json
     from pathlib import Path
 
@@ -261,10 +329,54 @@ def test_census_counts_the_instructions_the_gpu_executed():
         warp_steps = ln["ctas"] * steps * w
         assert m["sm__inst_executed_pipe_tensor_op_hmma.sum"] == warp_steps * prog.counts()["hmma"]
         ratio = m["smsp__inst_executed.sum"] / (warp_steps * len(prog))
-        low = 1.0 if kernel == "flash2_fwd" else 0.97
+        low = 1.0 if kernel == "flash2_fwd" else 0.85
         assert low <= ratio < 1.12, (kernel, ln["tiles"], ratio)
         checked.append(kernel)
     assert checked.count("flash2_fwd") >= 3 and "flash2_bwd" in checked
+
+
+def test_spills_hit_l1_and_stores_write_through():
+    """Where register spills go (data/gpu/spill_ncu.csv: Nsight Compute on this project's
+    spilling kernels, data/gpu/runs/spill_ncu_run.sh). The census's local loads per warp and
+    step, times the launch's warp-steps, are the GPU's local-load bytes exactly; at least 97%
+    of them hit L1, which is why the model prices them in the warp replay and sends none to the
+    L2. Local stores leave the SM (L1 writes local memory through): the bytes written out of
+    the SMs are the kernel's output plus the GPU's local stores, and those are the loop's
+    stores per step plus, once per thread, the compiler's static spill stores outside the loop
+    (ptxas's spill-store bytes less the loop's per-thread share)."""
+    import json
+    from pathlib import Path
+
+    from analysis.gpu_data import parse_ncu_csv
+
+    launches = json.loads(Path("data/gpu/spill_ncu_launches.json").read_text())["launches"]
+    order = [ln for ln in launches if ln["kernel"] in ("flash2_fwd", "flash2_bwd")]
+    profiles = parse_ncu_csv(Path("data/gpu/spill_ncu.csv").read_text())
+    assert [ln["kernel"] for ln in order] == [p["kernel"] for p in profiles]
+    checked = 0
+    for ln, prof in zip(order, profiles, strict=True):
+        if "shape" not in ln:
+            continue  # the forward run for a backward's inputs
+        m, kernel = prof["metrics"], ln["kernel"]
+        b, h, n, d = ln["shape"]
+        bq, bk, w = ln["tiles"]
+        entry = issue.census()[issue.program_key(kernel, d, bq, bk, w, "bf16")]
+        steps = n // bk if kernel == "flash2_fwd" else n // bq
+        warp_steps = ln["ctas"] * steps * w
+        assert m["l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum"] == (
+            warp_steps * entry["spill_load_bytes"]
+        )
+        assert m["l1tex__t_sector_pipe_lsu_mem_local_op_ld_hit_rate.pct"] >= 97.0
+        threads = ln["ctas"] * w * 32
+        loop_store = warp_steps * entry["spill_store_bytes"]
+        outside = entry["compiled"]["spill_store_bytes"] - entry["spill_store_bytes"] // 32
+        stores = m["l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"]
+        assert stores == loop_store + threads * outside, kernel
+        if kernel == "flash2_fwd":  # out of the SMs: O (input dtype), L (fp32), local stores
+            out = b * h * n * (d * 2 + 4)
+            assert m["l1tex__m_l1tex2xbar_write_bytes.sum"] == out + stores
+        checked += 1
+    assert checked == 4
 
 
 def test_wgmma_groups_by_hand():

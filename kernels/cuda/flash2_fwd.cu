@@ -103,7 +103,7 @@ extern "C" __global__ void __launch_bounds__(NT)
 
         // mask keys past N (last block) and above the diagonal (causal)
         const bool ragged = k0 + BLOCK_KV > n;
-        if (MASKED(ragged || (causal && k0 + BLOCK_KV - 1 > q0))) {
+        if (ragged || (causal && k0 + BLOCK_KV - 1 > q0)) {
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll

@@ -21,14 +21,6 @@ typedef unsigned int u32;
 #define NEG_INF (-__int_as_float(0x7f800000))
 #define POS_INF (__int_as_float(0x7f800000))
 #define LOG2E 1.4426950408889634f
-// MASKED(cond) guards the element masking of a tile. The instruction census
-// (benchmarks/sass_census.py) compiles with FLASHIO_UNMASKED to get the path a full, unmasked
-// tile takes; the kernels that run are compiled without it.
-#ifdef FLASHIO_UNMASKED
-#define MASKED(cond) false
-#else
-#define MASKED(cond) (cond)
-#endif
 
 // -- conversions -------------------------------------------------------------------------------
 __device__ __forceinline__ u32 pack2(float lo, float hi) {
