@@ -19,7 +19,9 @@ from simulator import Space
 
 __all__ = ["add_tiling_command", "cmd_tiling", "main"]
 
-DEFAULT_GPU = "h200"
+# Every verb's default GPU: the validation H200 as its microbenchmarks measured it
+# (simulator/specs/h200-measured.toml, which docs/validation.md checks); "h200": its datasheet.
+DEFAULT_GPU = "h200-measured"
 # A modest default search shape: 81 tilings of flash2 replay about 19 M events (seconds).
 SEARCH_DEFAULTS = {"batch": 1, "heads": 16, "seq_len": 2048}
 

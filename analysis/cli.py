@@ -13,9 +13,7 @@ import simulator
 from analysis import comparison as cmp
 from analysis import report
 from analysis._crosscheck_cli import add_crosscheck_command
-from analysis._tiling_cli import add_tiling_command
-
-DEFAULT_GPU = "h200"
+from analysis._tiling_cli import DEFAULT_GPU, add_tiling_command
 
 EPILOG = """examples:
   flashio demo                                   the main job on the default GPU (h200)

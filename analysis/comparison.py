@@ -31,6 +31,8 @@ class ComparisonRow:
     sram_peak_bytes: int
     result: simulator.SimResult | None
     error: str = ""  # why the schedule cannot run on this GPU (then the figures are 0)
+    # the kernels whose steps their compiled main loops priced (the issue model), by name
+    compiled_kernels: tuple[str, ...] = ()
 
     @property
     def tflops_per_s(self) -> float:
@@ -73,6 +75,7 @@ def compare(
     block_kv: int | None = None,
     warps: int | None = None,
     progress=None,
+    options: simulator.ModelOptions | None = None,
 ) -> list[ComparisonRow]:
     """Simulate each named schedule on ``shape`` and ``gpu``.
 
@@ -86,6 +89,8 @@ def compare(
         Tiles shared by all schedules; ``kernels.schedule`` defaults when omitted.
     progress : callable, optional
         ``progress(name)`` before each schedule is simulated.
+    options : simulator.ModelOptions, optional
+        The time model's switches (default: ``ModelOptions()``).
 
     Returns
     -------
@@ -99,7 +104,8 @@ def compare(
             progress(name)
         sched = kernels.schedule(name, shape, block_q=block_q, block_kv=block_kv, warps=warps)
         try:
-            res, error = simulator.simulate(sched, gpu), ""
+            more = {} if options is None else {"options": options}
+            res, error = simulator.simulate(sched, gpu, **more), ""
         except simulator.CapacityError as exc:  # one schedule not fitting should not hide the rest
             res, error = None, str(exc)
         rows.append(
@@ -112,6 +118,7 @@ def compare(
                 sram_peak_bytes=res.sram_peak_bytes if res else 0,
                 result=res,
                 error=error,
+                compiled_kernels=tuple(k.name for k in res.kernels if k.census_key) if res else (),
             )
         )
     return rows

@@ -57,7 +57,10 @@ def _shape_line(shape) -> str:
     )
 
 
-def comparison_table(rows, shape, gpu) -> str:
+def comparison_table(rows, shape, gpu, compiled=None) -> str:
+    """The comparison of ``rows``; ``compiled`` (optional, by schedule): the same schedules
+    simulated with the issue model, shown as one more time column where their compiled main
+    loops priced every kernel with tensor-core steps."""
     fits = [r for r in rows if not r.error]
     body = [
         [
@@ -92,6 +95,18 @@ def comparison_table(rows, shape, gpu) -> str:
         "CTAs/SM (limit)",
         "bound",
     ]
+    if compiled is not None:
+        header.append("compiled ms")
+        for line, r in zip(body, fits, strict=False):
+            c = compiled.get(r.schedule)
+            line.append(f"{c.time_s * 1e3:.3f}" if c is not None and c.compiled_kernels else "-")
+        for line in body[len(fits) :]:
+            line.append("-")
+        notes += (
+            "\ncompiled ms: this project's CUDA kernels, each step priced by its compiled main "
+            "loop (the issue model, docs/model.md; - where the instruction census has no such "
+            "kernel at this tiling)"
+        )
     return f"{gpu.name}: {_shape_line(shape)}\n\n" + table(header, body) + notes
 
 

@@ -37,6 +37,9 @@ class KernelResult:
     global_write_bytes: int
     hbm_read_bytes: int
     hbm_write_bytes: int
+    # the instruction-census entry whose replayed main loop priced the kernel's steps (the
+    # issue model: docs/model.md); empty where the pipe rates did
+    census_key: str = ""
 
 
 @dataclass(frozen=True, slots=True, eq=True)

@@ -333,6 +333,7 @@ def simulate(
                 global_write_bytes=int(moved[E.T_GLOBAL_WRITE]),
                 hbm_read_bytes=int(moved[E.T_HBM_READ]),
                 hbm_write_bytes=int(moved[E.T_HBM_WRITE]),
+                census_key=cost.step.key if cost.step is not None else "",
             )
         )
         t_now = end_s

@@ -200,6 +200,7 @@ def test_engine_prices_steps_by_the_replay_and_agrees_with_the_oracle():
     )
     # every CTA runs 4 steps of at least the replayed duration
     assert res.kernels[0].time_s >= 4 * step.duration_s * (1 - REL)
+    assert res.kernels[0].census_key == step.key
     base = simulator.simulate(sched, gpu, options=ModelOptions(prefetch_kernels=("flash2_fwd",)))
     # the issue model changes time only
     for f in ("global_read_bytes", "global_write_bytes", "hbm_read_bytes", "hbm_write_bytes"):
@@ -231,6 +232,7 @@ def test_kernels_outside_the_census_keep_the_pipe_rates():
     on = simulator.simulate(sched, gpu, options=ModelOptions(issue_model=True))
     off = simulator.simulate(sched, gpu, options=ModelOptions())
     assert on.time_s == off.time_s
+    assert on.kernels[0].census_key == ""
 
 
 # --------------------------------------------------------------- the measured ISA and data
