@@ -115,6 +115,13 @@ def add_tiling_command(subparsers) -> argparse.ArgumentParser:
     s.add_argument(
         "--top", type=int, default=15, help="rows of the ranking to print (default 15; 0 = all)"
     )
+    s.add_argument(
+        "--compiled",
+        action="store_true",
+        help="rank only the tilings this project's CUDA kernels are compiled for (the instruction "
+        "census), each priced by its compiled main loop (the issue model, validated against "
+        "the H200 in docs/validation.md); default: every tiling, at the pipe rates",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=cmd_tiling)
     return p
@@ -213,7 +220,7 @@ def rule_text(rule: TilingRule) -> str:
     return "\n".join(lines)
 
 
-def search_text(results, shape, name, gpu, top: int) -> str:
+def search_text(results, shape, name, gpu, top: int, compiled: bool = False) -> str:
     """The ranking by time (top rows and every rule row), by HBM traffic, and the notes."""
     ok = [r for r in results if r.feasible]
     shown = ok if top <= 0 else [r for r in ok if r.rank_time <= top or r.rule]
@@ -259,7 +266,8 @@ def search_text(results, shape, name, gpu, top: int) -> str:
         f"Tile search: {name} on {gpu.name}, batch={shape.batch}, heads={shape.heads}{kv}, "
         f"N={shape.seq_len}, d={shape.head_dim}, {shape.dtype}; {len(ok)} tilings ran, "
         f"{len(results) - len(ok)} do not fit",
-        f"(ranked by simulated time; {'all' if top <= 0 else f'top {top} and the rule rows'})",
+        f"(ranked by simulated time; {'all' if top <= 0 else f'top {top} and the rule rows'}"
+        + ("; the compiled kernels' tilings, priced by their main loops)" if compiled else ")"),
         table(header, rows, left=(4, 11, 14)) if rows else "(no tiling fits)",
     ]
     bad = [r for r in results if not r.feasible]
@@ -312,6 +320,7 @@ def cmd_tiling(a) -> int:
             a.warps,
             _progress(plan.events),
             plan=plan,
+            compiled=a.compiled,
             **kw,
         )
         out["search"] = {
@@ -320,8 +329,9 @@ def cmd_tiling(a) -> int:
             "shape": shape.to_dict(),
             "results": [r.to_dict() for r in results],
             "notes": list(search_notes(results)),
+            "compiled": a.compiled,
         }
-        text.append(search_text(results, shape, a.schedule, gpu, a.top))
+        text.append(search_text(results, shape, a.schedule, gpu, a.top, a.compiled))
     print(json.dumps(out, indent=2) if a.json else "\n\n".join(text))
     return 0
 

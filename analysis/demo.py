@@ -2,11 +2,12 @@
 
 It compares standard attention with FlashAttention-1 and -2 (forward and backward) on a GPT-style
 shape (adding, for a schedule whose CUDA kernel the instruction census holds at that tiling, its
-time priced by the compiled main loop: the issue model), shows the tiling rule for that GPU, checks the seeds' headline claims against the model,
-and writes demo.json plus seven plots: traffic and time per schedule, traffic against N (log-log,
-six schedules), a roofline, a per-SM timeline of FlashAttention-2, traffic and time against
-block size, and hypothetical GPUs: shared memory scaled, and the SM count scaled (each SM
-keeping its resources, the L2 and HBM the chip's; docs/hypothetical-gpus.md).
+time priced by the compiled main loop: the issue model), shows the tiling rule for that GPU,
+checks the seeds' headline claims against the model, and writes demo.json plus seven plots:
+traffic and time per schedule, traffic against N (log-log, six schedules), a roofline, a per-SM
+timeline of FlashAttention-2, traffic and time against block size, and hypothetical GPUs: shared
+memory scaled, and the SM count scaled (each SM keeping its resources, the L2 and HBM the
+chip's; docs/hypothetical-gpus.md).
 """
 
 from __future__ import annotations

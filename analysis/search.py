@@ -13,12 +13,14 @@ from dataclasses import dataclass, replace
 import kernels
 import simulator
 from analysis.tiling import tiling_rule
-from simulator import Space, TilingError
+from simulator import Space, TilingError, issue
 
 __all__ = [
+    "COMPILED",
     "EVENTS_PER_S",
     "SearchPlan",
     "TileResult",
+    "compiled_tiling",
     "plan_search",
     "search_notes",
     "search_tiles",
@@ -30,6 +32,20 @@ __all__ = [
 # and 1x16x4096 d=128, 73.2 M events in 9.6 s (7.6-7.8 M events/s); flash1 1x16x2048, 9.5 M/s;
 # standard 1x16x1024, 4.3 M/s. With the other core busy, flash2 dropped to 5.5 M/s.
 EVENTS_PER_S = 8e6
+
+# The time model of a compiled search: each kernel priced by its compiled main loop, as the
+# cross-check against this project's kernels does (simulator/calibration.toml, [model]).
+COMPILED = simulator.ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
+
+
+def compiled_tiling(sched) -> bool:
+    """Whether the instruction census holds every kernel of ``sched`` that has a main loop of
+    tensor-core steps (the others, e.g. the backward's pre and post kernels, have none)."""
+    table = issue.census(sched.meta.params.get("impl", "flashio"))
+    looped = [k for k in sched.meta.kernels if any(key.startswith(k.name + " ") for key in table)]
+    return bool(looped) and all(
+        issue.lookup(sched.meta.params, k.name, k.warps) is not None for k in looped
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +240,7 @@ def search_tiles(
     include_rule: bool = True,
     sram_bytes: int | None = None,
     plan: SearchPlan | None = None,
+    compiled: bool = False,
 ) -> list[TileResult]:
     """Simulate every feasible (block_q, block_kv, warps) of schedule ``name`` on ``gpu``.
 
@@ -247,6 +264,11 @@ def search_tiles(
         M in bytes for the rule (default ``gpu.smem_per_cta_bytes``).
     plan : SearchPlan, optional
         The result of ``plan_search`` with the same arguments, to avoid planning twice.
+    compiled : bool
+        Rank only the tilings this project's CUDA kernels are compiled for in the instruction
+        census (``compiled_tiling``), each priced by its compiled main loop (``COMPILED``, the
+        issue model): the time of those kernels rather than of the schedule at the pipe
+        rates. The other tilings are left out.
 
     Returns
     -------
@@ -268,9 +290,15 @@ def search_tiles(
         )
     done, total, ran = 0, len(plan.candidates), []
     for c in plan.candidates:
-        if c.feasible:
-            sched = kernels.schedule(name, shape, c.block_q, c.block_kv, c.warps)
-            res = simulator.simulate(sched, gpu)
+        sched = (
+            kernels.schedule(name, shape, c.block_q, c.block_kv, c.warps) if c.feasible else None
+        )
+        if compiled and (sched is None or not compiled_tiling(sched)):
+            done += 1  # not a tiling of the compiled kernels: left out of the ranking
+            continue
+        if sched is not None:
+            opts = {"options": COMPILED} if compiled else {}
+            res = simulator.simulate(sched, gpu, **opts)
             main = max(res.kernels, key=lambda k: k.time_s)
             occ = main.occupancy
             slots = min(main.ctas, occ.ctas_per_sm * gpu.sm_count)
