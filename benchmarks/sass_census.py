@@ -29,7 +29,7 @@ from benchmarks.gpu_measure import parse_ptxas
 from kernels import AttentionShape, schedule
 from kernels.gpu import defines, launches, nvrtc_options, source
 from simulator.issue import CENSUS_DIR, program_key
-from simulator.sass import program
+from simulator.sass import parts
 
 # (schedule, head_dim, block_q, block_kv, warps): the tilings this project compiles and measures
 # (benchmarks/gpu_measure.py, data/gpu/probe/sm_scaling.py) and the neighbours a tiling search
@@ -106,7 +106,13 @@ def census(configs=CONFIGS, dtypes=DTYPES, log=print) -> dict:
                         continue
                     # keyed by the trace's kernel name, which the simulator looks up
                     key = program_key(kinfo.name, d, bq, bk, w, dtype)
-                    out[key] = {**program(text, fn, name=key).to_json(), "compiled": report[fn]}
+                    progs = parts(text, fn, name=key)
+                    out[key] = {
+                        **progs["loop"].to_json(),
+                        "compiled": report[fn],
+                        "prologue": progs["prologue"].to_json(),
+                        "epilogue": progs["epilogue"].to_json(),
+                    }
                     log(f"{key}: {len(out[key]['class'])} instructions per step")
     return out
 

@@ -43,10 +43,14 @@ LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in 
     C_PREFETCH,
     C_SM_MEM_BW,
     C_DURATION,
-) = range(14)
-N_CFG = 14
+    C_CTA_LEAD,
+    C_CTA_TAIL,
+) = range(16)
+N_CFG = 16
 # C_OCCUPY, C_DURATION: an arithmetic event of work w at rate R occupies its SM's pipe for
 # w / R * C_OCCUPY and takes its CTA at least w / R * C_DURATION (docs/model.md)
+# C_CTA_LEAD, C_CTA_TAIL: seconds a CTA spends before its first event and after its last (its
+# compiled prologue and epilogue, with the issue model; else 0)
 # integer slot state columns; S_PF_* mark the LOADs of the next step issued early (prefetch)
 S_CTA, S_PTR, S_END, S_LIVE_SMEM, S_LIVE_REGS, S_STEP, S_PF_STEP, S_PF_LO, S_PF_HI = range(9)
 N_SLOT_INT = 9
@@ -136,7 +140,8 @@ def _stop(si, sf, s, ptr, ready, stores):
 
 
 @njit(_nrt=False)
-def _start_cta(s, c, t, si, sf, cta_off, win_c0):
+def _start_cta(s, c, t, si, sf, cta_off, win_c0, lead=0.0):
+    """Slot s takes CTA c at time t; its first event issues ``lead`` later (its prologue)."""
     si[s, S_CTA] = c
     si[s, S_PTR] = cta_off[c - win_c0]
     si[s, S_END] = cta_off[c - win_c0 + 1]
@@ -146,11 +151,11 @@ def _start_cta(s, c, t, si, sf, cta_off, win_c0):
     si[s, S_PF_STEP] = -1
     si[s, S_PF_LO] = -1
     si[s, S_PF_HI] = -1
-    sf[s, F_T] = t
-    sf[s, F_READY] = t
-    sf[s, F_STORES] = t
+    sf[s, F_T] = t + lead
+    sf[s, F_READY] = t + lead
+    sf[s, F_STORES] = t + lead
     sf[s, F_START] = t
-    sf[s, F_READY_NEXT] = t
+    sf[s, F_READY_NEXT] = t + lead
 
 
 @njit(inline="always", _nrt=False)
@@ -230,11 +235,12 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
     n = hn[0]
     n_slots = si.shape[0]
     occupy, duration = cfg[C_OCCUPY], cfg[C_DURATION]
+    lead, tail = cfg[C_CTA_LEAD], cfg[C_CTA_TAIL]
     prefetch = cfg[C_PREFETCH] > 0
     if reg[R_PENDING] >= 0:  # resume: give the waiting slot its CTA
         s = reg[R_PENDING]
         reg[R_PENDING] = -1
-        _start_cta(s, reg[R_NEXT], sf[s, F_T], si, sf, cta_off, win_c0)
+        _start_cta(s, reg[R_NEXT], sf[s, F_T], si, sf, cta_off, win_c0, lead)
         reg[R_NEXT] += 1
     # Two levels of order. The heap holds the SMs, keyed by the (time, slot) of their earliest
     # CTA; the root SM is being replayed. Within it, its earliest CTA runs until it passes its
@@ -337,8 +343,8 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                 _stop(si, sf, s, ptr, ready, stores)
                 _wait(ht, hs, hm, n, ev, si, sf, s, t, lt, ls)
                 break
-            if finished:  # the CTA is done once its loads and stores have landed
-                fin = max(t, ready, stores)
+            if finished:  # the CTA is done once its epilogue ran and its loads and stores landed
+                fin = max(t + tail, ready, stores)
                 kernel_end[0] = max(kernel_end[0], fin)
                 if span.shape[0] > 0:  # timeline requested: start, end and SM of this CTA
                     c_done = si[s, S_CTA]
@@ -352,7 +358,7 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                         reg[R_PENDING] = s
                         hn[0] = n
                         return 1
-                    _start_cta(s, c, fin, si, sf, cta_off, win_c0)
+                    _start_cta(s, c, fin, si, sf, cta_off, win_c0, lead)
                     reg[R_NEXT] += 1
                 else:  # no CTA left for this slot
                     si[s, S_CTA] = -1

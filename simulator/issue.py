@@ -26,7 +26,7 @@ from pathlib import Path
 
 from simulator.gpu import GPUSpec
 from simulator.sass import WarpProgram
-from simulator.warp_replay import IssueModel, StepTime, replay
+from simulator.warp_replay import IssueModel, StepTime, once, replay
 
 __all__ = [
     "CENSUS_DIR",
@@ -149,6 +149,21 @@ def _program(key: str, impl: str = DEFAULT_IMPL) -> WarpProgram | None:
     return WarpProgram.from_json(d) if d else None
 
 
+@functools.lru_cache(maxsize=256)
+def _fixed_cycles(key: str, impl: str, model: IssueModel, warps: int) -> tuple[float, float]:
+    """Cycles of census entry ``key``'s prologue and epilogue, one CTA alone. 0 for a part the
+    census lacks, and for one holding tensor-core instructions: a step of the loop peeled out
+    of it (flash-attn 2's forward runs its first, masked K/V block before its main loop), which
+    the trace already counts as a step."""
+    d = census(impl).get(key) or {}
+    out = []
+    for part in ("prologue", "epilogue"):
+        prog = WarpProgram.from_json(d[part]) if part in d else None
+        peeled = prog is not None and prog.tensor_flops.any()
+        out.append(0.0 if prog is None or peeled else once(prog, model, warps))
+    return tuple(out)
+
+
 def compiled(key: str, impl: str = DEFAULT_IMPL) -> dict | None:
     """The compiler's report for census entry ``key``: registers per thread, spill bytes."""
     d = census(impl).get(key)
@@ -209,6 +224,9 @@ class StepCost:
     occupancy_s: float  # SM time per step at the kernel's occupancy
     duration_s: float  # one CTA's step, alone on the SM
     replay: StepTime
+    # a CTA's code before its first step and after its last (prologue, epilogue), alone
+    lead_s: float = 0.0
+    tail_s: float = 0.0
 
 
 @functools.lru_cache(maxsize=256)
@@ -226,9 +244,12 @@ def step_costs(
     st = _replayed(key, impl, model, warps, ctas_per_sm)
     if st is None:
         return None
+    lead, tail = _fixed_cycles(key, impl, model, warps)
     return StepCost(
         key=key,
         occupancy_s=gpu.cycles_to_s(st.together / st.ctas),
         duration_s=gpu.cycles_to_s(st.alone),
         replay=st,
+        lead_s=gpu.cycles_to_s(lead),
+        tail_s=gpu.cycles_to_s(tail),
     )

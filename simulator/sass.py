@@ -22,7 +22,7 @@ import numpy as np
 
 from simulator.errors import FlashioError
 
-__all__ = ["CLASSES", "Instruction", "WarpProgram", "classify", "parse", "program"]
+__all__ = ["CLASSES", "Instruction", "WarpProgram", "classify", "parse", "parts", "program"]
 
 # Instruction classes of the replay. Each runs on one pipe; shared-memory classes also move
 # bytes through the SM's shared-memory port (MIO), which the SM's four sub-partitions share.
@@ -355,18 +355,23 @@ def _masks(ins: Instruction) -> bool:
     return ins.opcode.startswith("FSEL") and "-INF" in ins.operands
 
 
-def straight_path(code: tuple[Instruction, ...], lo: int, hi: int) -> list[Instruction]:
+def straight_path(
+    code: tuple[Instruction, ...], lo: int, hi: int, until_exit: bool = False
+) -> list[Instruction]:
     """The instructions one iteration of the loop [lo, hi] issues for a full (unmasked) tile:
     conditional branches fall through, except those that skip element masking (a block that
     selects minus infinity into scores: a partial tile's path), and unconditional forward
     branches are taken; inner loops (backward branches) run once. Predicated-off instructions
-    still issue, as on the GPU."""
+    still issue, as on the GPU. With ``until_exit`` the path ends at the first unconditional
+    ``EXIT``."""
     index = {ins.addr: i for i, ins in enumerate(code)}
     out = []
     i = lo
     while i <= hi:
         ins = code[i]
         out.append(ins)
+        if until_exit and ins.opcode == "EXIT" and not ins.predicated:
+            break
         tgt = _branch_target(ins)
         if tgt is not None and tgt > ins.addr and tgt in index:
             j = index[tgt]
@@ -381,6 +386,15 @@ def program(
     text: str, function: str, name: str | None = None, marker: str = "HMMA"
 ) -> WarpProgram:
     """The warp program of ``function``'s main loop in a ``cuobjdump -sass`` listing."""
+    return parts(text, function, name, marker)["loop"]
+
+
+def parts(
+    text: str, function: str, name: str | None = None, marker: str = "HMMA"
+) -> dict[str, WarpProgram]:
+    """``function``'s warp programs in a ``cuobjdump -sass`` listing: ``loop``, one step of its
+    main loop; ``prologue``, what a warp runs from the kernel's entry to the loop; ``epilogue``,
+    from the loop's exit to the kernel's ``EXIT`` (both on the straight path, as the loop)."""
     funcs = parse(text)
     matches = [f for f in funcs if f == function or function in f]
     if not matches:
@@ -392,4 +406,13 @@ def program(
         if not any(ins.opcode.startswith(marker) for ins in code):
             raise
         lo, hi = 0, len(code) - 1  # no loop: the whole kernel is one step
-    return WarpProgram.from_instructions(name or function, straight_path(code, lo, hi))
+    name = name or function
+    return {
+        "loop": WarpProgram.from_instructions(name, straight_path(code, lo, hi)),
+        "prologue": WarpProgram.from_instructions(
+            f"{name} prologue", straight_path(code, 0, lo - 1, until_exit=True)
+        ),
+        "epilogue": WarpProgram.from_instructions(
+            f"{name} epilogue", straight_path(code, hi + 1, len(code) - 1, until_exit=True)
+        ),
+    }

@@ -207,6 +207,9 @@ def _config(
     cfg[E.C_SYNC] = cost.sync_s
     cfg[E.C_SHARED_ISSUE] = float(shared_issue)
     cfg[E.C_PREFETCH] = float(prefetch)
+    if cost.step is not None:
+        cfg[E.C_CTA_LEAD] = cost.step.lead_s
+        cfg[E.C_CTA_TAIL] = cost.step.tail_s
     return cfg
 
 
@@ -357,7 +360,8 @@ def _replay_kernel(
     span = np.zeros((kinfo.ctas if timeline else 0, 3))
     # the heap of SMs with CTAs: key (time, slot) of each SM's earliest CTA, and the SM
     busy_sms = min(slots, gpu.sm_count)
-    ht, hs = np.full(busy_sms, start), np.arange(busy_sms, dtype=np.int64)
+    lead = cfg[E.C_CTA_LEAD]  # the first wave's CTAs issue their first events after it
+    ht, hs = np.full(busy_sms, start + lead), np.arange(busy_sms, dtype=np.int64)
     hm, hn = np.arange(busy_sms, dtype=np.int64), np.array([busy_sms], np.int64)
     reg = np.array([slots, -1], np.int64)  # the first wave takes CTAs 0..slots-1
     kernel_end = np.array([start])
@@ -369,7 +373,7 @@ def _replay_kernel(
     try:
         ev, cta_off, c0, c1 = windows.current
         for s in range(slots):  # the first wave, in CTA order; equal times form a valid heap
-            E._start_cta(s, s, start, si, sf, cta_off, c0)
+            E._start_cta(s, s, start, si, sf, cta_off, c0, lead)
         while E.run_window(ev, cta_off, c0, c1, kern, cfg, mem, state, heap):
             if progress:
                 progress(k, c1, kinfo.ctas)

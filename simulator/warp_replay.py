@@ -297,4 +297,22 @@ def replay(
     )
 
 
-__all__ += ["NO_BARRIER", "PIPES"]
+def once(prog: WarpProgram, model: IssueModel, warps_per_cta: int) -> float:
+    """Cycles one CTA alone on an SM takes to run ``prog`` once (a prologue or an epilogue:
+    straight-line code, so no steady state), from its first issue to its last."""
+    if len(prog) == 0:
+        return 0.0
+    per_smsp = max(1, math.ceil(warps_per_cta / model.sub_partitions))
+    pipe_of, interval, latency, rate = model.arrays()
+    port = model.smem_bytes_per_cycle_per_sm / model.sub_partitions
+    end, _ = _run(
+        prog.klass, prog.stall, prog.write_barrier, prog.read_barrier, prog.wait_mask,
+        prog.shared_bytes, prog.tensor_flops, prog.group, pipe_of, interval, latency, rate,
+        float(model.read_latency), port, model.smem_bytes_per_cycle_per_sm,
+        model.bar_latency + model.bar_latency_per_warp * warps_per_cta, 1, per_smsp, 1,
+        CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue),
+    )  # fmt: skip
+    return float(end)
+
+
+__all__ += ["NO_BARRIER", "PIPES", "once"]

@@ -276,8 +276,11 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
         spill = max(spill_first + spill_store, spill_load)
         slots = min(kinfo.ctas, occ.ctas_per_sm * sms)
         cta_events = _events_by_cta(trace, k, kinfo.ctas)
-        resident = [Cta(cta_events[s], start) for s in range(slots)]  # CTA c in slot c
-        heap = [(start, s) for s in range(slots)]
+        # "first event ... after its prologue", "done ... after its epilogue" (the issue model)
+        lead = cost.step.lead_s if cost.step is not None else 0.0
+        tail = cost.step.tail_s if cost.step is not None else 0.0
+        resident = [Cta(cta_events[s], start + lead) for s in range(slots)]  # CTA c in slot c
+        heap = [(start + lead, s) for s in range(slots)]
         heapq.heapify(heap)
         next_cta = slots
         kernel_end = start
@@ -288,13 +291,13 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
             cta = resident[s]
             sm = s % sms
             while True:
-                if cta.pos == len(cta.events):  # finished: max(t, ready, stores)
-                    finish = max(cta.t, cta.ready, cta.stores)
+                if cta.pos == len(cta.events):  # finished: max(t + tail, ready, stores)
+                    finish = max(cta.t + tail, cta.ready, cta.stores)
                     kernel_end = max(kernel_end, finish)
                     if next_cta < kinfo.ctas:  # the next CTA starts in this slot, now
-                        resident[s] = Cta(cta_events[next_cta], finish)
+                        resident[s] = Cta(cta_events[next_cta], finish + lead)
                         next_cta += 1
-                        heapq.heappush(heap, (finish, s))
+                        heapq.heappush(heap, (finish + lead, s))
                     break
                 e = cta.events[cta.pos]
                 op = e["op"]

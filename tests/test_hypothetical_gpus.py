@@ -153,8 +153,8 @@ def test_docs_scaling_block_is_current(scaling_rows):
 
 
 # What the committed data achieve (docs/hypothetical-gpus.md), rounded up a little: largest
-# 12.8%, median 2.1%; the target of 5% at every n is met by 47 of the 50 rows.
-SCALING_MAX_ERROR, SCALING_MEDIAN_ERROR = 0.13, 0.022
+# 12.8%, median 2.2%; the target of 5% at every n is met by 44 of the 50 rows.
+SCALING_MAX_ERROR, SCALING_MEDIAN_ERROR = 0.13, 0.023
 
 
 def test_predicted_scaling_follows_the_measured_curve(scaling_rows):

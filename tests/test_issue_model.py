@@ -14,7 +14,7 @@ from kernels import AttentionShape, schedule
 from simulator import issue, sass
 from simulator.sass import CLASS_ID, NO_BARRIER, WarpProgram
 from simulator.simulate import LOCAL_NAME, ModelOptions
-from simulator.warp_replay import IssueModel, replay
+from simulator.warp_replay import IssueModel, once, replay
 from tests._sim_common import REL
 from tests.oracle_sim import simulate_oracle
 from tests.test_simulator_oracle import assert_agrees
@@ -98,6 +98,16 @@ N = NO_BARRIER
 FMA, ALU, HMMA, MUFU, LDS, BAR = (
     CLASS_ID[c] for c in ("fma", "alu", "hmma", "mufu", "lds", "bar")
 )
+
+
+def test_a_prologue_runs_once_by_hand():
+    """``once``: one pass, from the first issue to one cycle after the last. Stall counts 1, 2
+    and 4 issue at cycles 0, 1 and 3; an MUFU result waited for lands 20 cycles after it
+    issued (cycle 0), so the dependent FFMA issues at 20."""
+    assert once(_prog([(FMA, 1, N, N, 0, 0), (FMA, 2, N, N, 0, 0), (FMA, 4, N, N, 0, 0)]),
+                MODEL, 1) == 4  # fmt: skip
+    assert once(_prog([(MUFU, 1, 0, N, 0, 0), (FMA, 1, N, N, 0b1, 0)]), MODEL, 1) == 21
+    assert once(_prog([]), MODEL, 4) == 0
 
 
 def test_stall_counts_and_pipes_by_hand():
@@ -201,6 +211,8 @@ def test_engine_prices_steps_by_the_replay_and_agrees_with_the_oracle():
     # every CTA runs 4 steps of at least the replayed duration
     assert res.kernels[0].time_s >= 4 * step.duration_s * (1 - REL)
     assert res.kernels[0].census_key == step.key
+    # the census's prologue and epilogue: a CTA's code before its first step and after its last
+    assert step.lead_s > 0 and step.tail_s > 0
     base = simulator.simulate(sched, gpu, options=ModelOptions(prefetch_kernels=("flash2_fwd",)))
     # the issue model changes time only
     for f in ("global_read_bytes", "global_write_bytes", "hbm_read_bytes", "hbm_write_bytes"):
