@@ -14,6 +14,7 @@ from analysis import comparison as cmp
 from analysis import report
 from analysis._crosscheck_cli import add_crosscheck_command
 from analysis._tiling_cli import DEFAULT_GPU, add_tiling_command
+from analysis.search import COMPILED
 
 EPILOG = """examples:
   flashio demo                                   the main job on the default GPU (h200)
@@ -21,6 +22,7 @@ EPILOG = """examples:
   flashio tiling --gpu h200 --head-dim 64        B = M/(4d) in both forms, capacity; --search
   flashio crosscheck                             predictions vs the committed H200 measurements
   flashio simulate flash2 --seq-len 8192 --head-dim 128 --block-q 128 --block-kv 64
+  flashio simulate flash2 --head-dim 128 --block-q 128 --block-kv 64 --warps 8 --compiled
   flashio simulate standard --gpu my_gpu.toml --json
   flashio compare --seq-len 1024 --batch 64 --backward --gpu a100-40gb
 Every command takes --json for machine-readable output.
@@ -46,6 +48,13 @@ def _shape_args(p: argparse.ArgumentParser) -> None:
     t.add_argument("--block-q", type=int, default=None, help="Br, rows of Q per block")
     t.add_argument("--block-kv", type=int, default=None, help="Bc, rows of K/V per block")
     t.add_argument("--warps", type=int, default=None, help="warps per CTA (default 4)")
+    p.add_argument(
+        "--compiled",
+        action="store_true",
+        help="price each kernel the instruction census holds at this tiling (this project's "
+        "CUDA kernels) by its compiled main loop: the issue model, validated against the H200 "
+        "(docs/validation.md); the others keep the pipe rates (default: the pipe rates)",
+    )
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -66,6 +75,11 @@ def _shape(a) -> kernels.AttentionShape:
 
 def _gpu(a) -> simulator.GPUSpec:
     return simulator.load_gpu(a.gpu)
+
+
+def _options(a) -> dict:
+    """simulate()'s keyword for --compiled (none without it: the default model)."""
+    return {"options": COMPILED} if getattr(a, "compiled", False) else {}
 
 
 def _progress(enabled: bool):
@@ -92,7 +106,8 @@ def cmd_gpus(a) -> int:
 def cmd_simulate(a) -> int:
     gpu = _gpu(a)
     sched = kernels.schedule(a.schedule, _shape(a), a.block_q, a.block_kv, a.warps)
-    res = simulator.simulate(sched, gpu, progress=_progress(not a.json and sys.stderr.isatty()))
+    show = _progress(not a.json and sys.stderr.isatty())
+    res = simulator.simulate(sched, gpu, progress=show, **_options(a))
     if a.save_trace:  # after the simulation, so that a tiling that does not fit writes nothing
         sched.trace().save(a.save_trace)
     if a.json:
@@ -118,7 +133,9 @@ def cmd_compare(a) -> int:
     gpu, shape = _gpu(a), _shape(a)
     names = cmp.FORWARD + (cmp.BACKWARD if a.backward else ())
     say = (lambda n: print(f"  simulating {n} ...", file=sys.stderr)) if not a.json else None
-    rows = cmp.compare(shape, gpu, names, a.block_q, a.block_kv, a.warps, progress=say)
+    rows = cmp.compare(
+        shape, gpu, names, a.block_q, a.block_kv, a.warps, progress=say, **_options(a)
+    )
     if a.json:
         print(
             json.dumps(

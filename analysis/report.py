@@ -133,12 +133,21 @@ def result_text(sched, res, gpu) -> str:
             k.occupancy.regs_per_thread,
             f"{k.smem_peak_bytes:,}",
             f"{k.time_s * 1e3:.4f}",
+            f"compiled loop ({k.census_key})" if k.census_key else "pipe rates",
         ]
         for k in res.kernels
     ]
-    lines.append(
-        table(["kernel", "CTAs", "waves", "CTAs/SM (limit)", "regs", "smem B", "time ms"], krows)
-    )
+    header = [
+        "kernel",
+        "CTAs",
+        "waves",
+        "CTAs/SM (limit)",
+        "regs",
+        "smem B",
+        "time ms",
+        "priced by",
+    ]
+    lines.append(table(header, krows))
     lines.append("")
     trows = [
         [

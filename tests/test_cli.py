@@ -172,6 +172,21 @@ def test_demo_writes_json_and_plots(tmp_path, capsys):
     assert summary["compiled"]["flash2"]["time_s"] != pipe["time_s"]
 
 
+def test_simulate_compiled_prices_the_census_kernel(capsys):
+    """--compiled: the kernel the census holds at this tiling is priced by its compiled main
+    loop (and says so); without it, the pipe rates; bytes are the same either way."""
+    argv = "simulate flash2 --batch 1 --heads 2 --seq-len 512 --head-dim 64 --dtype bf16"
+    argv += " --block-q 64 --block-kv 64 --warps 4 --json"
+    on = _json(capsys, [*argv.split(), "--compiled"])["result"]
+    off = _json(capsys, argv.split())["result"]
+    assert on["kernels"][0]["census_key"] == "flash2_fwd d=64 64x64 w=4 bf16"
+    assert off["kernels"][0]["census_key"] == ""
+    assert on["time_s"] != off["time_s"]
+    assert on["global_read_bytes"] == off["global_read_bytes"]
+    assert main([*argv.split()[:-1], "--compiled"]) == 0
+    assert "compiled loop (flash2_fwd d=64 64x64 w=4 bf16)" in capsys.readouterr().out
+
+
 def test_sweep_writes_csv_and_plot(tmp_path, capsys):
     out = tmp_path / "s.csv"
     argv = [
