@@ -14,9 +14,11 @@ per step in steady state. It models, per instruction:
   write barrier ``latency`` cycles after issue and its read barrier ``read_latency`` cycles after;
   an instruction waits for the scoreboards in its wait mask;
 - **pipes**: each class occupies its pipe for ``interval`` cycles per warp instruction (the
-  reciprocal of the pipe's per-SMSP throughput); shared-memory instructions also occupy the SM's
-  shared-memory port for their bytes at a quarter of the SM's bandwidth (the four SMSPs are
-  symmetric, so each sees a quarter of the port);
+  reciprocal of the pipe's per-SMSP throughput); shared-memory instructions (and spills, whose
+  L1 is the same SRAM) hold the SMSP's link to the port for their bytes at the SM's bandwidth,
+  wait in an MIO queue of ``mio_queue`` entries, and occupy the SM's shared-memory port at a
+  quarter of its bandwidth (the four SMSPs are symmetric, so each sees a quarter of the port);
+  their latency runs from when the port takes them;
 - **wgmma** (HGMMA): asynchronous. Issuing one takes an issue slot; it then queues at the
   tensor pipe, which it holds ``tensor_flops / rate`` cycles; the group it commits completes
   ``latency["hgmma"]`` cycles after the pipe finishes it, and ``WARPGROUP.DEPBAR`` waits for
@@ -257,6 +259,20 @@ def _run(
     return now, pipe_busy
 
 
+def _execute(prog: WarpProgram, model: IssueModel, warps_per_cta: int, ctas: int, steps: int):
+    """(end cycle, pipe busy cycles) of ``ctas`` CTAs each running ``prog`` ``steps`` times."""
+    per_smsp = max(1, math.ceil(warps_per_cta / model.sub_partitions))
+    pipe_of, interval, latency, rate = model.arrays()
+    port = model.smem_bytes_per_cycle_per_sm / model.sub_partitions
+    return _run(
+        prog.klass, prog.stall, prog.write_barrier, prog.read_barrier, prog.wait_mask,
+        prog.shared_bytes, prog.tensor_flops, prog.group, pipe_of, interval, latency, rate,
+        float(model.read_latency), port, model.smem_bytes_per_cycle_per_sm,
+        model.bar_latency + model.bar_latency_per_warp * warps_per_cta, ctas, per_smsp, steps,
+        CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue),
+    )  # fmt: skip
+
+
 def replay(
     prog: WarpProgram, model: IssueModel, warps_per_cta: int, ctas: int = 1, steps: int = 4
 ) -> StepTime:
@@ -267,17 +283,9 @@ def replay(
     difference of the two end times over ``steps`` is the time per step, free of the first
     steps' warm-up and the last ones' drain, whatever order the warps' steps interleave in."""
     per_smsp = max(1, math.ceil(warps_per_cta / model.sub_partitions))
-    pipe_of, interval, latency, rate = model.arrays()
-    port = model.smem_bytes_per_cycle_per_sm / model.sub_partitions
 
     def run(n, k):
-        return _run(
-            prog.klass, prog.stall, prog.write_barrier, prog.read_barrier, prog.wait_mask,
-            prog.shared_bytes, prog.tensor_flops, prog.group, pipe_of, interval, latency, rate,
-            float(model.read_latency), port, model.smem_bytes_per_cycle_per_sm,
-            model.bar_latency + model.bar_latency_per_warp * warps_per_cta, n, per_smsp, k,
-            CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue),
-        )  # fmt: skip
+        return _execute(prog, model, warps_per_cta, n, k)
 
     def per_step(n):
         end_short, _ = run(n, steps)
@@ -299,20 +307,8 @@ def replay(
 
 def once(prog: WarpProgram, model: IssueModel, warps_per_cta: int) -> float:
     """Cycles one CTA alone on an SM takes to run ``prog`` once (a prologue or an epilogue:
-    straight-line code, so no steady state), from its first issue to its last."""
-    if len(prog) == 0:
-        return 0.0
-    per_smsp = max(1, math.ceil(warps_per_cta / model.sub_partitions))
-    pipe_of, interval, latency, rate = model.arrays()
-    port = model.smem_bytes_per_cycle_per_sm / model.sub_partitions
-    end, _ = _run(
-        prog.klass, prog.stall, prog.write_barrier, prog.read_barrier, prog.wait_mask,
-        prog.shared_bytes, prog.tensor_flops, prog.group, pipe_of, interval, latency, rate,
-        float(model.read_latency), port, model.smem_bytes_per_cycle_per_sm,
-        model.bar_latency + model.bar_latency_per_warp * warps_per_cta, 1, per_smsp, 1,
-        CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue),
-    )  # fmt: skip
-    return float(end)
+    straight-line code, so no steady state), from its first issue to one cycle after its last."""
+    return float(_execute(prog, model, warps_per_cta, 1, 1)[0]) if len(prog) else 0.0
 
 
 __all__ += ["NO_BARRIER", "PIPES", "once"]
