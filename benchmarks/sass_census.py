@@ -41,9 +41,10 @@ CONFIGS = tuple(
     )]
     + [("flash2_bwd", d, bq, bk, w) for d in (64, 128) for bq, bk, w in (
         (64, 64, 4), (64, 128, 8), (128, 128, 8), (64, 128, 4), (32, 64, 4), (64, 64, 8),
+        (128, 128, 4),  # kernels.schedule's default tiling (flashio demo)
     )]
     + [("standard", 64, 128, 128, 8), ("standard", 128, 128, 64, 8), ("standard", 64, 64, 64, 4),
-       ("standard", 128, 64, 64, 4)]
+       ("standard", 128, 64, 64, 4), ("standard", 64, 128, 128, 4)]
 )  # fmt: skip
 DTYPES = ("bf16", "fp16")
 # kernels without tensor-core instructions have no main loop of MMA steps: not in the census
