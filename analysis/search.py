@@ -301,6 +301,10 @@ def search_tiles(
             res = simulator.simulate(sched, gpu, **opts)
             main = max(res.kernels, key=lambda k: k.time_s)
             occ = main.occupancy
+            # a compiled kernel's spills are the compiler's (ptxas's spill-store bytes), not an
+            # estimate of registers beyond the limit
+            comp = issue.lookup(sched.meta.params, main.name, c.warps) if compiled else None
+            spilled = comp.static_spill_store_bytes // 4 if comp else occ.spilled_regs_per_thread
             slots = min(main.ctas, occ.ctas_per_sm * gpu.sm_count)
             c = replace(
                 c,
@@ -310,8 +314,8 @@ def search_tiles(
                 limiter=occ.limiter,
                 waves=main.waves,
                 resident_warps_per_sm=slots * c.warps / gpu.sm_count,
-                regs_per_thread=occ.regs_per_thread + occ.spilled_regs_per_thread,
-                spilled_regs_per_thread=occ.spilled_regs_per_thread,
+                regs_per_thread=occ.regs_per_thread + spilled,
+                spilled_regs_per_thread=spilled,
                 smem_bytes=next(k.smem_bytes for k in sched.kernels if k.name == main.name),
                 time_s=res.time_s,
                 global_bytes=res.global_bytes,
