@@ -29,9 +29,13 @@ LISTINGS = Path(__file__).resolve().parents[1] / "data" / "impl" / "sass"
 DTYPE = "bf16"  # every listing was compiled for, and measured in, bf16
 
 
-def _entry(text: str, function: str, key: str, marker: str, regs: int, smem=None) -> dict:
+def _entry(
+    text: str, function: str, key: str, marker: str, regs: int, smem=None, **more
+) -> dict:  # fmt: skip
+    """A census entry; ``more``: further facts of the compiled kernel (``local_bytes`` per
+    thread, ``carveout``)."""
     progs = parts(text, function, name=key, marker=marker)
-    compiled = {"registers": regs} | ({"smem_bytes": int(smem)} if smem else {})
+    compiled = {"registers": regs} | ({"smem_bytes": int(smem)} if smem else {}) | more
     return {
         **progs["loop"].to_json(),
         "compiled": compiled,
@@ -57,7 +61,11 @@ def flash_attn2(index: dict) -> dict:
             traits["kNWarps"], DTYPE, causal=bool(flags.get("Is_causal")),
         )  # fmt: skip
         text = gzip.open(LISTINGS / e["file"], "rt").read()
-        out[key] = _entry(text, e["mangled"], key, "HMMA", int(e.get("regs") or e["REG"]))
+        # cuobjdump -res-usage's STACK: the local memory (stack frame) per thread
+        out[key] = _entry(
+            text, e["mangled"], key, "HMMA", int(e.get("regs") or e["REG"]),
+            local_bytes=int(e.get("STACK", 0)),
+        )  # fmt: skip
     return out
 
 
@@ -70,7 +78,14 @@ def triton(index: dict) -> dict:
         key = program_key("flash2_fwd", e["head_dim"], bm, bn, w, DTYPE, causal=e["causal"])
         text = gzip.open(LISTINGS / e["file"], "rt").read()
         k = e["kernel"]  # its launch's shared memory: the pipeline's stages
-        out[key] = _entry(text, k["name"], key, "HGMMA", int(k["regs"]), k.get("smem_bytes"))
+        # Triton's n_spills is its local memory per thread over 4 (the launcher divides
+        # CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES by 4; "spills" holds the bytes); above 48 KiB of
+        # shared memory its launcher sets PREFER_SHARED: the largest carve-out
+        big = (k.get("smem_bytes") or 0) > 48 * 1024
+        out[key] = _entry(
+            text, k["name"], key, "HGMMA", int(k["regs"]), k.get("smem_bytes"),
+            local_bytes=int(k.get("spills", 0)), **({"carveout": "max"} if big else {}),
+        )  # fmt: skip
     return out
 
 

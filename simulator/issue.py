@@ -18,6 +18,7 @@ spec's pipe rates, so the engine's per-event booking sums to the replayed step.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import json
@@ -37,6 +38,7 @@ __all__ = [
     "issue_model",
     "lookup",
     "program_key",
+    "spills_fit_l1",
     "step_costs",
 ]
 
@@ -77,6 +79,11 @@ HOPPER_ISA = {
     "mio_queue": 10,
     # a register-spill reload that hits L1 (mio.json's local-memory pointer chase)
     "ldl_latency": 29.1,
+    # L1 and shared memory are one SRAM of 256 KiB per SM (NVIDIA H100 Tensor Core GPU
+    # Architecture whitepaper), split by a carve-out the driver picks among these sizes for
+    # compute capability 9.0 (CUDA C++ Programming Guide, "Shared Memory", cc 9.0), KiB
+    "l1_smem_bytes_per_sm": 256 * 1024,
+    "smem_carveouts_kib": (0, 8, 16, 32, 64, 100, 132, 164, 196, 228),
 }
 
 
@@ -185,6 +192,10 @@ class Compiled:
     smem_bytes: int | None = None  # shared memory per CTA, where the census knows it
     # ptxas's spill-store bytes per thread: the code's static local stores, loop and outside
     static_spill_store_bytes: int = 0
+    local_bytes: int = 0  # local memory (stack frame) per thread
+    # the launcher asks for the largest shared-memory carve-out (Triton's does, for kernels of
+    # more than 48 KiB: third_party/nvidia/backend/driver.c, loadBinary, PREFER_SHARED)
+    carveout_max: bool = False
 
 
 def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
@@ -213,7 +224,23 @@ def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
         int(d.get("spill_load_bytes", 0)),
         d["compiled"].get("smem_bytes"),
         int(d["compiled"].get("spill_store_bytes", 0)),
+        int(d["compiled"].get("stack_bytes", d["compiled"].get("local_bytes", 0))),
+        d["compiled"].get("carveout") == "max",
     )
+
+
+def spills_fit_l1(
+    comp: Compiled, ctas_per_sm: int, threads_per_cta: int, smem_per_sm: int, isa=HOPPER_ISA
+) -> bool:
+    """Whether the local memory of ``ctas_per_sm`` resident CTAs fits the L1 the shared-memory
+    carve-out leaves: the smallest carve-out holding ``smem_per_sm`` bytes (the driver's
+    choice), or the largest where the launcher asks for it. Where it does not, spill reloads
+    miss L1 (Triton's d = 128, 128x64, 4-warp forward: 40 KiB of local memory beside a 228 KiB
+    carve-out, 36% hits; data/impl/triton_ncu.csv)."""
+    sizes = [k * 1024 for k in isa["smem_carveouts_kib"]]
+    fits = [c for c in sizes if c >= smem_per_sm] or sizes[-1:]
+    carve = sizes[-1] if comp.carveout_max else fits[0]
+    return comp.local_bytes * threads_per_cta * ctas_per_sm <= isa["l1_smem_bytes_per_sm"] - carve
 
 
 @dataclass(frozen=True)
@@ -236,11 +263,15 @@ def _replayed(key: str, impl: str, model: IssueModel, warps: int, ctas: int) -> 
 
 
 def step_costs(
-    gpu: GPUSpec, key: str, warps: int, ctas_per_sm: int, impl: str = DEFAULT_IMPL
-) -> StepCost | None:
+    gpu: GPUSpec, key: str, warps: int, ctas_per_sm: int, impl: str = DEFAULT_IMPL,
+    spills_hit: bool = True,
+) -> StepCost | None:  # fmt: skip
     """The replayed step of census program ``key`` of ``impl`` on ``gpu`` (None: not in the
-    census)."""
+    census); with ``spills_hit`` False, spill reloads miss L1 and wait the L2's latency."""
     model = issue_model(gpu)
+    if not spills_hit:
+        latency = {**dict(model.latency), "local": float(gpu.l2_latency_cycles)}
+        model = dataclasses.replace(model, latency=latency)
     st = _replayed(key, impl, model, warps, ctas_per_sm)
     if st is None:
         return None

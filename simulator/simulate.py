@@ -16,7 +16,7 @@ from simulator._l2 import LINES_PER_GRANULE, SLOT_BITS, dirty_bytes, new_l2
 from simulator._windows import Windows
 from simulator.errors import FlashioError, GPUSpecError
 from simulator.gpu import GPUSpec
-from simulator.issue import Compiled, StepCost, lookup, step_costs
+from simulator.issue import Compiled, StepCost, lookup, spills_fit_l1, step_costs
 from simulator.occupancy import CapacityError, occupancy
 from simulator.result import KernelResult, SimResult, TensorTraffic
 from simulator.specfiles import load_gpu
@@ -151,7 +151,8 @@ def arithmetic_cost(
     base = ArithmeticCost(1.0 / eff, 1.0 / (eff * frac), gpu.cycles_to_s(gpu.smem_latency_cycles))
     if comp is None:
         return base
-    step = step_costs(gpu, comp.key, kinfo.warps, occ.ctas_per_sm, comp.impl)
+    hit = spill_reloads_hit(kinfo, occ, gpu, comp)
+    step = step_costs(gpu, comp.key, kinfo.warps, occ.ctas_per_sm, comp.impl, hit)
     mid = kinfo.ctas // 2
     dtype = str(source.meta.params.get("dtype", "fp16"))
     ideal = _ideal_step_s(source.cta_events(k, mid, mid + 1), _pipe_rates(gpu, dtype))
@@ -159,6 +160,15 @@ def arithmetic_cost(
         return base
     # the replayed step holds its barriers: SYNC events cost nothing more
     return ArithmeticCost(step.occupancy_s / ideal, step.duration_s / ideal, 0.0, step)
+
+
+def spill_reloads_hit(kinfo, occ, gpu: GPUSpec, comp: Compiled | None) -> bool:
+    """Whether a compiled kernel's spill reloads hit L1: its resident CTAs' local memory fits
+    the L1 their shared memory leaves (``simulator.issue.spills_fit_l1``)."""
+    if comp is None:
+        return True
+    smem = occ.ctas_per_sm * (kinfo.smem_bytes + gpu.smem_reserved_per_cta_bytes)
+    return spills_fit_l1(comp, occ.ctas_per_sm, kinfo.warps * gpu.warp_size, smem)
 
 
 class Spills(NamedTuple):
@@ -174,12 +184,15 @@ def spill_bytes(kinfo, occ, gpu: GPUSpec, comp: Compiled | None) -> Spills:
     """Register-spill bytes a CTA sends to the L2 and loads back from it (docs/model.md,
     "Register spills"). Where the census has the compiled loop: its local stores per step (L1
     writes local memory through to the L2), the code's static spill stores outside the loop
-    once per thread, and no loads (they hit L1; the warp replay prices them). Else every
+    once per thread, and no loads where they hit L1 (the warp replay prices them; else the
+    loop's local loads at every step: ``spill_reloads_hit``). Without the census, every
     register beyond the per-thread limit, stored and reloaded at every step."""
     if comp is not None:
         threads = kinfo.warps * gpu.warp_size
         outside = max(0, comp.static_spill_store_bytes - comp.spill_store_bytes // gpu.warp_size)
-        return Spills(outside * threads, comp.spill_store_bytes * kinfo.warps, 0)
+        hit = spill_reloads_hit(kinfo, occ, gpu, comp)
+        load = 0 if hit else comp.spill_load_bytes * kinfo.warps
+        return Spills(outside * threads, comp.spill_store_bytes * kinfo.warps, load)
     b = occ.spilled_regs_per_thread * 4 * kinfo.warps * gpu.warp_size
     return Spills(0, b, b)
 
