@@ -49,3 +49,12 @@ def test_triton_tilings_are_ranked_and_the_first_choice_is_near_the_best(triton)
     assert max(r["picked_slower_than_best"] for r in rk) <= 0.039
     for r in rk:  # a ranking of n tilings: Spearman in [-1, 1], the pick one of them
         assert -1 <= r["spearman"] <= 1 and r["tilings"] >= 3
+
+
+def test_flashio_rows_include_the_held_out_tilings():
+    """This project's rows are both timing runs: the validation grid and the held-out tilings
+    (data/gpu/heldout), e.g. the d = 128 forward at 128x128 with 4 warps, timed only there."""
+    ms, _ = families.measurements(families=("flashio",))
+    tiles = {(m.schedule, m.shape.head_dim, m.block_q, m.block_kv, m.warps) for m in ms}
+    assert ("flash2", 128, 128, 128, 4) in tiles and ("flash2", 128, 128, 64, 8) in tiles
+    assert all(m.family == "flashio" and m.harness for m in ms)
