@@ -393,6 +393,20 @@ def test_spills_hit_l1_and_stores_write_through():
     assert checked == 4
 
 
+def _profiled_kernel(ln: dict, gpu):
+    """The compiled kernel of one profiled launch (an ncu_launches.json entry with a shape):
+    its KernelInfo with the census's registers, census entry and occupancy on ``gpu``."""
+    from simulator.simulate import as_compiled
+
+    b, h, n, d = ln["shape"]
+    name = "flash2" if ln["kernel"] == "flash2_fwd" else "flash2_bwd"
+    sched = schedule(name, AttentionShape(b, h, n, d, "bf16"), *ln["tiles"])
+    kinfo = next(k for k in sched.meta.kernels if k.name == ln["kernel"])
+    comp = issue.lookup(sched.meta.params, kinfo.name, kinfo.warps)
+    kinfo = as_compiled(kinfo, comp)
+    return kinfo, comp, simulator.occupancy(kinfo, gpu)
+
+
 def test_which_spill_reloads_fit_l1():
     """The L1 left beside shared memory holds the local memory of this project's four spilling
     kernels (their reloads hit L1 97.6-99.9%: data/gpu/spill_ncu.csv), not that of Triton's
@@ -409,14 +423,9 @@ def test_which_spill_reloads_fit_l1():
     for ln in launches:
         if "shape" not in ln or ln["kernel"] not in ("flash2_fwd", "flash2_bwd"):
             continue
-        b, h, n, d = ln["shape"]
-        name = "flash2" if ln["kernel"] == "flash2_fwd" else "flash2_bwd"
-        sched = schedule(name, AttentionShape(b, h, n, d, "bf16"), *ln["tiles"])
-        kinfo = next(k for k in sched.meta.kernels if k.name == ln["kernel"])
-        comp = issue.lookup(sched.meta.params, kinfo.name, kinfo.warps)
-        kinfo = as_compiled(kinfo, comp)
+        kinfo, comp, occ = _profiled_kernel(ln, gpu)
         assert comp.local_bytes > 0
-        assert spill_reloads_hit(kinfo, simulator.occupancy(kinfo, gpu), gpu, comp), ln["tiles"]
+        assert spill_reloads_hit(kinfo, occ, gpu, comp), ln["tiles"]
         seen += 1
     assert seen == 4
     shape = AttentionShape(1, 16, 4096, 128, "bf16")
@@ -437,7 +446,7 @@ def test_spill_rule_on_held_out_kernels():
     from pathlib import Path
 
     from analysis.gpu_data import parse_ncu_csv
-    from simulator.simulate import as_compiled, spill_reloads_hit
+    from simulator.simulate import spill_reloads_hit
 
     gpu = simulator.load_gpu("h200-measured")
     root = Path("data/gpu/heldout")
@@ -449,15 +458,10 @@ def test_spill_rule_on_held_out_kernels():
     for ln, prof in zip(order, profiles, strict=True):
         if "shape" not in ln:
             continue  # the forward run for a backward's inputs
-        b, h, n, d = ln["shape"]
-        name = "flash2" if ln["kernel"] == "flash2_fwd" else "flash2_bwd"
-        sched = schedule(name, AttentionShape(b, h, n, d, "bf16"), *ln["tiles"])
-        kinfo = next(k for k in sched.meta.kernels if k.name == ln["kernel"])
-        comp = issue.lookup(sched.meta.params, kinfo.name, kinfo.warps)
-        kinfo = as_compiled(kinfo, comp)
-        fits = spill_reloads_hit(kinfo, simulator.occupancy(kinfo, gpu), gpu, comp)
+        kinfo, comp, occ = _profiled_kernel(ln, gpu)
+        fits = spill_reloads_hit(kinfo, occ, gpu, comp)
         hit = prof["metrics"]["l1tex__t_sector_pipe_lsu_mem_local_op_ld_hit_rate.pct"]
-        assert (hit > 97.0) if fits else (hit < 40.0), (ln["tiles"], d, fits, hit)
+        assert (hit > 97.0) if fits else (hit < 40.0), (ln["tiles"], ln["shape"], fits, hit)
         verdicts.append(fits)
     assert len(verdicts) == 7 and verdicts.count(False) == 5
 
