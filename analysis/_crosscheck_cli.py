@@ -46,8 +46,8 @@ examples:
   flashio crosscheck --json data/gpu/ncu.csv   Nsight Compute rows only, as JSON
   flashio crosscheck my_ncu.csv --schedule flash2 --batch 1 --heads 16 --seq-len 4096 \\
       --head-dim 64 --dtype bf16 --block-q 128 --block-kv 128 --warps 8
-  flashio crosscheck --by-implementation       flashio, flash-attn2 and triton kernels against
-                                               the issue model, nothing fitted (a minute)
+  flashio crosscheck --by-implementation       flashio, flash-attn2, triton and cuDNN kernels
+                                               against the issue model, nothing fitted (a minute)
   flashio crosscheck --sm-scaling              the H200 on 8..132 SMs vs h200 with sm_count=n
   flashio crosscheck --sm-scaling --update-doc regenerate docs/hypothetical-gpus.md's block
   flashio crosscheck --update-doc --jobs 2     regenerate docs/validation.md's tables and plot

@@ -69,7 +69,7 @@ INPUTS = (
 # table: (metric, statistic, subset) -> fraction. What the committed data achieve, rounded up
 # a little; where the target is not met these are the achieved values, not the target.
 BOUNDS: dict[tuple[str, str, str], float] = {
-    ("time", "MAPE", "held-out"): 0.15,
+    ("time", "MAPE", "held-out"): 0.17,
     ("time", "max error", "all"): 0.50,
     # std_qk (d=64, 128x128) reads 1.6% more than its trace since load_tile's copy loop was
     # unrolled (1 KB per CTA more, measured; the cause is not identified)

@@ -11,7 +11,12 @@ from types import ModuleType
 import numpy as np
 
 from kernels._emit import N_PARAMS, P_EXTRA, run_emitter
-from kernels.implementation import DEFAULT_IMPLEMENTATION, Implementation, implementation
+from kernels.implementation import (
+    DEFAULT_IMPLEMENTATION,
+    Implementation,
+    ImplementationError,
+    implementation,
+)
 from kernels.shape import MAX_SIZE, AttentionShape
 from simulator.errors import TilingError
 from simulator.trace import EVENT_DTYPE, KernelInfo, TensorInfo, Trace, TraceMeta
@@ -149,6 +154,12 @@ class Schedule:
         }
         if self.impl is not None:  # time models look the implementation up by name
             params["impl"] = self.impl.name
+            registers = _launch_registers(self)
+            if registers:
+                params["launch_registers"] = registers
+            roles = _warp_roles(self)
+            if roles:
+                params["warp_roles"] = roles
         return TraceMeta(self.name, params, mod.kernels(self), mod.tensors(self))
 
     @property
@@ -196,6 +207,61 @@ class Schedule:
         from kernels.execute import execute
 
         return execute(self, q, k, v, grad_out)
+
+
+# The kernels an implementation's warp roles and register budgets describe: the tiled loops
+# (not the backward's pre- and post-processing, nor standard attention's softmax).
+WARP_SPECIALIZED_KERNELS = {
+    "flash1": ("flash1_fwd",), "flash1_bwd": ("flash1_bwd",), "flash2": ("flash2_fwd",),
+    "flash2_bwd": ("flash2_bwd",), "standard": ("qk", "pv"),
+    "standard_bwd": ("dv", "dp", "dq", "dk"),
+}  # fmt: skip
+
+
+def _specialized(s) -> Implementation:
+    """The facts of the kernel instantiation ``s.impl`` runs for ``s`` (its tiling row's
+    overrides applied), or its preset fields where block sizes were given outside its table."""
+    try:
+        return s.impl.specialize(s.name, s.shape)
+    except ImplementationError:
+        return s.impl
+
+
+def _launch_registers(s) -> dict[str, int]:
+    """Registers per thread the kernels of a warp-specialized implementation launch with, by
+    kernel name (empty for the others): what time models use instead of the trace's estimate.
+
+    Its warps trade registers at run time (setmaxnreg): FlashAttention-3's 4 producer warps
+    keep 24 and its 8 consumer warps take 240, 168 a thread on average, the count a profiler
+    reports for such a kernel. The trace's estimate spreads the register tiles over every
+    warp and, for 12 or 16 warps, asks for more than an SM holds; the implementation's
+    budgets are what it compiles to (its tilings are chosen not to spill: an assumption
+    where the kernel's machine code is not in the census)."""
+    spec = _specialized(s)
+    if not spec.producer_warps or spec.producer_register_budget is None:
+        return {}
+    out = {}
+    for k in _module(s.name).kernels(s):
+        consumers = k.warps - spec.producer_warps
+        if k.name in WARP_SPECIALIZED_KERNELS.get(s.name, ()) and consumers > 0:
+            total = spec.producer_warps * spec.producer_register_budget
+            total += consumers * spec.register_budget
+            out[k.name] = -(-total // k.warps)
+    return out
+
+
+def _warp_roles(s) -> dict:
+    """How a wgmma implementation's CTA divides its warps, for time models that write its
+    warp program when its machine code is unknown (``simulator.synth``): empty for mma.sync
+    implementations."""
+    spec = _specialized(s)
+    if not spec.mma.startswith("wgmma"):
+        return {}
+    return {
+        "producer_warps": spec.producer_warps,
+        "consumer_warpgroups": spec.consumer_warpgroups,
+        "softmax_overlap": spec.softmax_overlap,
+    }
 
 
 def schedule(

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from simulator.gpu import GPUSpec
 from simulator.sass import WarpProgram
+from simulator.synth import flash_forward_program
 from simulator.warp_replay import IssueModel, StepTime, once, replay
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "program_key",
     "spills_fit_l1",
     "step_costs",
+    "synthetic_step_costs",
 ]
 
 CENSUS_DIR = Path(__file__).resolve().parent.parent / "data" / "sass"
@@ -83,6 +85,21 @@ HOPPER_ISA = {
     # Architecture whitepaper), split by a carve-out the driver picks among these sizes for
     # compute capability 9.0 (CUDA C++ Programming Guide, "Shared Memory", cc 9.0), KiB
     "l1_smem_bytes_per_sm": 256 * 1024,
+    # the fraction of its rate a class keeps while the SMSP's tensor pipe runs wgmma (hgmma)
+    # or mma.sync (hmma) of any warp: data/gpu/probe/overlap.py --fit, each rate the one with
+    # which the warp replay reproduces a measured mix (tensor and that class in other warps;
+    # hmma/fma: in the same warps, as attention kernels interleave them). Classes not
+    # measured keep their rate (an assumption)
+    "tensor_overlap": {
+        "hgmma/mufu": 0.697,
+        "hgmma/fma": 0.035,
+        "hgmma/alu": 0.418,
+        "hgmma/imad": 0.476,
+        "hmma/mufu": 0.76,
+        "hmma/fma": 0.602,
+        "hmma/alu": 0.74,
+        "hmma/imad": 0.625,
+    },
     "smem_carveouts_kib": (0, 8, 16, 32, 64, 100, 132, 164, 196, 228),
 }
 
@@ -122,6 +139,7 @@ def issue_model(gpu: GPUSpec, isa: dict = HOPPER_ISA) -> IssueModel:
         bar_latency_per_warp=isa["bar_cycles_per_warp"],
         sub_partitions=sp,
         mio_queue=isa["mio_queue"],
+        tensor_overlap=isa["tensor_overlap"],
         source="simulator.issue.HOPPER_ISA and the spec's per-SM rates",
     )
 
@@ -260,6 +278,24 @@ class StepCost:
 def _replayed(key: str, impl: str, model: IssueModel, warps: int, ctas: int) -> StepTime | None:
     prog = _program(key, impl)
     return None if prog is None else replay(prog, model, warps, ctas)
+
+
+@functools.lru_cache(maxsize=64)
+def synthetic_step_costs(
+    gpu: GPUSpec, block_kv: int, head_dim: int, elem_bytes: int, overlap: str,
+    consumer_warps: int, ctas_per_sm: int,
+) -> StepCost:  # fmt: skip
+    """The replayed step of a wgmma forward whose machine code is unknown: the consumer warps'
+    program that ``simulator.synth`` writes from its description (the producer warp's TMA
+    issue is left out: a few instructions a step)."""
+    prog = flash_forward_program(block_kv, head_dim, elem_bytes, overlap)
+    st = replay(prog, issue_model(gpu), consumer_warps, ctas_per_sm)
+    return StepCost(
+        key=prog.name,
+        occupancy_s=gpu.cycles_to_s(st.together / st.ctas),
+        duration_s=gpu.cycles_to_s(st.alone),
+        replay=st,
+    )
 
 
 def step_costs(

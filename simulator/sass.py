@@ -205,8 +205,22 @@ def wgmma_group(ins: Instruction) -> int:
 def shared_bytes(ins: Instruction) -> int:
     """Bytes one warp moves through the SM's shared-memory port with ``ins`` (0 if none).
     Spills (LDL, STL) hit L1, whose SRAM and data path shared memory shares on Hopper: they
-    move their bytes through the same port (an assumption: not measured apart)."""
+    move their bytes through the same port (an assumption: not measured apart). A wgmma
+    reads its operands in shared memory through the port too (data/gpu/probe/overlap.py:
+    LDS.128 beside wgmma m64n128k16 with both operands in shared memory lose what those
+    operands' bytes take, 4943 against 4104 cycles): B (N x K) and, when A is not in
+    registers (``gdesc`` as its first source), A (64 x K), a quarter of them per warp."""
     k = ins.klass
+    if k == "hgmma":
+        m = _HGMMA_SHAPE.match(ins.opcode)
+        if not m:
+            return 0
+        mm, n, kk = (int(x) for x in m.groups())
+        elem = 1 if any(t in ins.opcode for t in (".E4M3", ".E5M2", ".S8", ".U8")) else 2
+        elem = 4 if ".TF32" in ins.opcode else elem
+        srcs = [o.strip() for o in ins.operands.split(",")]
+        a_in_smem = len(srcs) > 1 and srcs[1].startswith("gdesc")
+        return (n * kk + (mm * kk if a_in_smem else 0)) * elem // 4
     if k == "local":
         return sum(local_bytes(ins))
     mods = ins.opcode.split(".")

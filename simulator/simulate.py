@@ -16,7 +16,14 @@ from simulator._l2 import LINES_PER_GRANULE, SLOT_BITS, dirty_bytes, new_l2
 from simulator._windows import Windows
 from simulator.errors import FlashioError, GPUSpecError
 from simulator.gpu import GPUSpec
-from simulator.issue import Compiled, StepCost, lookup, spills_fit_l1, step_costs
+from simulator.issue import (
+    Compiled,
+    StepCost,
+    lookup,
+    spills_fit_l1,
+    step_costs,
+    synthetic_step_costs,
+)
 from simulator.occupancy import CapacityError, occupancy
 from simulator.result import KernelResult, SimResult, TensorTraffic
 from simulator.specfiles import load_gpu
@@ -132,6 +139,13 @@ def compiled_kernels(meta, options: ModelOptions) -> list[Compiled | None]:
     return [lookup(meta.params, k.name, k.warps) for k in meta.kernels]
 
 
+def launched(kinfo, params: dict):
+    """``kinfo`` with the registers per thread its implementation launches it with, where the
+    trace's params hold them (``launch_registers``: warp roles with register budgets)."""
+    regs = params.get("launch_registers", {}).get(kinfo.name)
+    return kinfo if regs is None else dataclasses.replace(kinfo, regs_per_thread=int(regs))
+
+
 def as_compiled(kinfo, comp: Compiled | None):
     """``kinfo`` with the compiled kernel's registers (and shared memory, if known)."""
     if comp is None:
@@ -149,10 +163,14 @@ def arithmetic_cost(
     # a CTA with fewer warps than sub-partitions cannot use the whole pipe
     frac = min(1.0, kinfo.warps / gpu.sm_sub_partitions)
     base = ArithmeticCost(1.0 / eff, 1.0 / (eff * frac), gpu.cycles_to_s(gpu.smem_latency_cycles))
-    if comp is None:
+    params = source.meta.params
+    if comp is not None:
+        hit = spill_reloads_hit(kinfo, occ, gpu, comp)
+        step = step_costs(gpu, comp.key, kinfo.warps, occ.ctas_per_sm, comp.impl, hit)
+    elif options.issue_model and kinfo.name in SYNTHESIZED and "warp_roles" in params:
+        step = _synthetic_step(kinfo, occ, gpu, params)
+    else:
         return base
-    hit = spill_reloads_hit(kinfo, occ, gpu, comp)
-    step = step_costs(gpu, comp.key, kinfo.warps, occ.ctas_per_sm, comp.impl, hit)
     mid = kinfo.ctas // 2
     dtype = str(source.meta.params.get("dtype", "fp16"))
     ideal = _ideal_step_s(source.cta_events(k, mid, mid + 1), _pipe_rates(gpu, dtype))
@@ -160,6 +178,26 @@ def arithmetic_cost(
         return base
     # the replayed step holds its barriers: SYNC events cost nothing more
     return ArithmeticCost(step.occupancy_s / ideal, step.duration_s / ideal, 0.0, step)
+
+
+# kernels whose warp program simulator.synth writes when the census lacks them
+SYNTHESIZED = ("flash2_fwd",)
+
+
+def _synthetic_step(kinfo, occ, gpu: GPUSpec, params: dict) -> StepCost | None:
+    """The issue model's step of a wgmma forward outside the census, from the program its
+    implementation's description gives (``simulator.synth``); None where the trace lacks
+    the tiling."""
+    roles = params["warp_roles"]
+    try:
+        block_kv, head_dim = int(params["block_kv"]), int(params["head_dim"])
+        elem = {"fp16": 2, "bf16": 2}[str(params["dtype"])]
+    except KeyError:
+        return None
+    consumers = kinfo.warps - int(roles["producer_warps"])
+    return synthetic_step_costs(
+        gpu, block_kv, head_dim, elem, str(roles["softmax_overlap"]), consumers, occ.ctas_per_sm
+    )
 
 
 def spill_reloads_hit(kinfo, occ, gpu: GPUSpec, comp: Compiled | None) -> bool:
@@ -283,8 +321,11 @@ def simulate(
     n_tensors = local + 1
     shared_buffers = tuple(t for t in meta.tensors if t.space != Space.GLOBAL)
     comps = compiled_kernels(meta, options)
-    # occupancy from the compiler's registers where the census has the kernel
-    kinfos = [as_compiled(k, c) for k, c in zip(meta.kernels, comps, strict=True)]
+    # occupancy from the compiler's registers where the census has the kernel, else from a
+    # warp-specialized implementation's register budgets (the trace's launch_registers)
+    kinfos = [
+        as_compiled(launched(k, meta.params), c) for k, c in zip(meta.kernels, comps, strict=True)
+    ]
     occs = [occupancy(k, gpu, shared_buffers) for k in kinfos]  # raises before any work
 
     l2_on = gpu.l2_bytes > 0

@@ -14,15 +14,21 @@ per step in steady state. It models, per instruction:
   write barrier ``latency`` cycles after issue and its read barrier ``read_latency`` cycles after;
   an instruction waits for the scoreboards in its wait mask;
 - **pipes**: each class occupies its pipe for ``interval`` cycles per warp instruction (the
-  reciprocal of the pipe's per-SMSP throughput); shared-memory instructions (and spills, whose
-  L1 is the same SRAM) hold the SMSP's link to the port for their bytes at the SM's bandwidth,
-  wait in an MIO queue of ``mio_queue`` entries, and occupy the SM's shared-memory port at a
-  quarter of its bandwidth (the four SMSPs are symmetric, so each sees a quarter of the port);
-  their latency runs from when the port takes them;
+  reciprocal of the pipe's per-SMSP throughput); a pipe that frees up during a cycle takes
+  the next instruction in that cycle, so fractional intervals average out; shared-memory
+  instructions (and spills, whose L1 is the same SRAM) hold the SMSP's link to the port for
+  their bytes at the SM's bandwidth, wait in an MIO queue of ``mio_queue`` entries, and
+  occupy the SM's shared-memory port at a quarter of its bandwidth (the four SMSPs are
+  symmetric, so each sees a quarter of the port); their latency runs from when the port
+  takes them;
 - **wgmma** (HGMMA): asynchronous. Issuing one takes an issue slot; it then queues at the
   tensor pipe, which it holds ``tensor_flops / rate`` cycles; the group it commits completes
   ``latency["hgmma"]`` cycles after the pipe finishes it, and ``WARPGROUP.DEPBAR`` waits for
-  the groups it names;
+  the groups it names; its operands in shared memory take the port's time as it issues;
+- **tensor-pipe interference**: while an SMSP's tensor pipe runs an HMMA or HGMMA, other
+  instructions of class c hold their pipes ``1 / tensor_overlap[t/c]`` times as long (t the
+  tensor instruction's class), as measured on the H200 (data/gpu/probe/overlap.py: FFMA
+  barely progresses, MUFU nearly at full rate);
 - **CTA barriers**: a warp at ``BAR.SYNC`` waits until every warp of its CTA on this SMSP has
   arrived (the other SMSPs run the same warps of the CTA in lockstep by symmetry), then all go on
   ``bar_latency + bar_latency_per_warp * warps`` cycles later.
@@ -43,7 +49,7 @@ from numba import njit
 
 from simulator.sass import CLASS_ID, CLASSES, NO_BARRIER, WarpProgram
 
-__all__ = ["IssueModel", "StepTime", "replay"]
+__all__ = ["IssueModel", "StepTime", "execute_roles", "replay"]
 
 # pipes of an SMSP; the shared-memory port is accounted separately (bytes)
 PIPES = ("tensor", "xu", "fma", "alu", "mio", "uniform", "control", "lsu")
@@ -108,10 +114,11 @@ class IssueModel:
     bar_latency_per_warp: float = 0.0
     sub_partitions: int = 4
     mio_queue: int = 0
+    tensor_overlap: tuple = ()
     source: str = ""
 
     def __post_init__(self):
-        for f in ("interval", "latency", "tensor_flops_per_cycle"):
+        for f in ("interval", "latency", "tensor_flops_per_cycle", "tensor_overlap"):
             v = getattr(self, f)
             pairs = sorted(v.items() if isinstance(v, dict) else v)
             object.__setattr__(self, f, tuple((str(k), float(x)) for k, x in pairs))
@@ -119,12 +126,17 @@ class IssueModel:
     def arrays(self):
         interval, latency = dict(self.interval), dict(self.latency)
         rate = dict(self.tensor_flops_per_cycle)
+        overlap = np.ones((len(CLASSES), len(CLASSES)))
+        for key, r in self.tensor_overlap:
+            t, c = key.split("/")
+            overlap[CLASSES.index(t), CLASSES.index(c)] = r
         pipe = np.array([PIPES.index(_PIPE_OF[c]) for c in CLASSES], np.int64)
         return (
             pipe,
             np.array([interval.get(c, 1.0) for c in CLASSES]),
             np.array([latency.get(c, 0.0) for c in CLASSES]),
             np.array([rate.get(c, 1.0) for c in CLASSES]),
+            overlap,
         )
 
 
@@ -146,12 +158,18 @@ class StepTime:
 @njit(cache=True, _nrt=True)
 def _run(
     klass, stall, wbar, rbar, wait, sbytes, flops, group, pipe_of, interval, latency, rate,
-    read_lat, port_rate, link_rate, bar_lat, n_ctas, warps_per_cta, steps, bar_class,
-    async_class, mio_queue,
+    read_lat, port_rate, link_rate, bar_lat, n_ctas, first, end, steps, bar_class,
+    async_class, mio_queue, overlap,
 ):  # fmt: skip
-    n_ins = klass.shape[0]
+    # the instructions are the programs of a CTA's warps on this SMSP, one after the other:
+    # the warp in slot j runs [first[j], end[j])
+    warps_per_cta = first.shape[0]
     n_w = n_ctas * warps_per_cta
     pc = np.zeros(n_w, np.int64)
+    total = 0
+    for w in range(n_w):
+        pc[w] = first[w % warps_per_cta]
+        total += steps * (end[w % warps_per_cta] - first[w % warps_per_cta])
     step = np.zeros(n_w, np.int64)
     ready = np.zeros(n_w)  # next cycle the warp may issue (stall counts, barrier release)
     sb = np.zeros((n_w, 6))  # when each scoreboard is released
@@ -161,6 +179,9 @@ def _run(
     # committed wgmma groups per warp, oldest first: when each completes
     groups = np.zeros((n_w, 16))
     n_groups = np.zeros(n_w, np.int64)
+    tensor = pipe_of[async_class]
+    tensor_until = 0.0  # when the tensor pipe finishes the last instruction queued on it
+    tensor_class = async_class  # and that instruction's class
     pipe_free = np.zeros(len(interval))
     pipe_busy = np.zeros(len(interval))
     port_free = 0.0
@@ -170,7 +191,6 @@ def _run(
     now = 0.0
     greedy = 0
     issued = 0
-    total = n_w * steps * n_ins
     while issued < total:
         best = -1
         soonest = np.inf
@@ -191,8 +211,10 @@ def _run(
             c = klass[i]
             p = pipe_of[c]
             if c != async_class:  # wgmma queues at the tensor pipe instead of waiting
-                t = max(t, pipe_free[p])
-            if sbytes[i] > 0:  # the port is free, or the queue has room
+                # a pipe that frees up during a cycle takes the instruction in that cycle, so
+                # that a fractional interval (FFMA 1.048, HMMA 6.007) averages out
+                t = max(t, pipe_free[p] - 1.0 + 1e-9)
+            if sbytes[i] > 0 and c != async_class:  # the port is free, or the queue has room
                 t = max(t, port_free if mio_queue == 0 else port_taken[n_port % mio_queue])
             if group[i] < -1:  # wait until at most -(group + 2) groups are pending
                 done = n_groups[w] - (-group[i] - 2)  # groups that must have completed
@@ -215,11 +237,16 @@ def _run(
         c = klass[i]
         p = pipe_of[c]
         busy = flops[i] / rate[c] if flops[i] > 0 else interval[c]
-        if sbytes[i] > 0:  # the SMSP's link to the port carries link_rate bytes a cycle
+        if p != tensor and tensor_until > now:  # the tensor pipe is at work
+            busy /= overlap[tensor_class, c]
+        if sbytes[i] > 0 and c != async_class:  # the SMSP's link carries link_rate B a cycle
             busy = max(busy, sbytes[i] / link_rate)
-        begin = max(now, pipe_free[p]) if c == async_class else now
+        begin = max(now, pipe_free[p])
         pipe_free[p] = begin + busy
         pipe_busy[p] += busy
+        if p == tensor:
+            tensor_until = pipe_free[p]
+            tensor_class = c
         if c == async_class and group[i] == 1 and n_groups[w] < groups.shape[1]:
             groups[w, n_groups[w]] = pipe_free[p] + latency[c]  # the group's results land
             n_groups[w] += 1
@@ -228,7 +255,9 @@ def _run(
             groups[w, :keep] = groups[w, n_groups[w] - keep : n_groups[w]].copy()
             n_groups[w] = keep
         start = now  # when the instruction's latency starts: the port may take it later
-        if sbytes[i] > 0:
+        if sbytes[i] > 0 and c == async_class:  # a wgmma's operands, booked as it issues
+            port_free = max(port_free, now) + sbytes[i] / port_rate
+        elif sbytes[i] > 0:
             start = max(port_free, now)
             port_free = start + sbytes[i] / port_rate
             if mio_queue > 0:
@@ -252,8 +281,8 @@ def _run(
                     at_bar[v] = False
                     ready[v] = max(ready[v], now + bar_lat)
         pc[w] += 1
-        if pc[w] == n_ins:
-            pc[w] = 0
+        if pc[w] == end[w % warps_per_cta]:
+            pc[w] = first[w % warps_per_cta]
             step[w] += 1
         now += 1.0
     return now, pipe_busy
@@ -262,14 +291,30 @@ def _run(
 def _execute(prog: WarpProgram, model: IssueModel, warps_per_cta: int, ctas: int, steps: int):
     """(end cycle, pipe busy cycles) of ``ctas`` CTAs each running ``prog`` ``steps`` times."""
     per_smsp = max(1, math.ceil(warps_per_cta / model.sub_partitions))
-    pipe_of, interval, latency, rate = model.arrays()
+    return execute_roles([prog] * per_smsp, model, warps_per_cta, ctas, steps)
+
+
+def execute_roles(
+    progs: list[WarpProgram], model: IssueModel, warps_per_cta: int, ctas: int, steps: int
+):  # fmt: skip
+    """(end cycle, pipe busy cycles) of ``ctas`` CTAs whose warps on one SMSP run ``progs``,
+    one program per warp (warp roles: a producer beside consumers, or warpgroups doing
+    different work), each ``steps`` times; ``warps_per_cta`` counts all of the CTA's warps
+    (for its barriers)."""
+    pipe_of, interval, latency, rate, overlap = model.arrays()
     port = model.smem_bytes_per_cycle_per_sm / model.sub_partitions
+    ends = np.cumsum([len(p) for p in progs])
+    first, end = np.concatenate(([0], ends[:-1])).astype(np.int64), ends.astype(np.int64)
+
+    def cat(field):
+        return np.concatenate([getattr(p, field) for p in progs])
+
     return _run(
-        prog.klass, prog.stall, prog.write_barrier, prog.read_barrier, prog.wait_mask,
-        prog.shared_bytes, prog.tensor_flops, prog.group, pipe_of, interval, latency, rate,
-        float(model.read_latency), port, model.smem_bytes_per_cycle_per_sm,
-        model.bar_latency + model.bar_latency_per_warp * warps_per_cta, ctas, per_smsp, steps,
-        CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue),
+        cat("klass"), cat("stall"), cat("write_barrier"), cat("read_barrier"), cat("wait_mask"),
+        cat("shared_bytes"), cat("tensor_flops"), cat("group"), pipe_of, interval, latency,
+        rate, float(model.read_latency), port, model.smem_bytes_per_cycle_per_sm,
+        model.bar_latency + model.bar_latency_per_warp * warps_per_cta, ctas, first, end,
+        steps, CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue), overlap,
     )  # fmt: skip
 
 

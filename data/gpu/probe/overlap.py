@@ -1,0 +1,503 @@
+"""Does an H200 SM run wgmma while its warps issue MUFU.EX2 or FFMA? Tensor-pipe overlap.
+
+FlashAttention kernels on Hopper hide the softmax under the matrix products by issuing
+``wgmma.mma_async`` and doing other work before waiting for it, in the same warpgroup
+(FlashAttention-3's intra-warpgroup overlap) or in another one (its ping-pong schedule). The
+warp replay (simulator/warp_replay.py) assumes the tensor pipe and the other pipes work at once.
+This probe measures it. One CTA per SM, two warpgroups (256 threads); each loop iteration:
+
+- a warpgroup with the ``mma`` role issues G wgmma m64n128k16 bf16 (SS, the operands in shared
+  memory, as isa.py's wgmma_n128), commits them and, at the end of the iteration, waits;
+- a warpgroup with the ``alu`` role issues, per warp, E instructions of the kind (MUFU.EX2
+  from ``ex2.approx.ftz`` of a negated operand, or FFMA) in 8 independent chains, between the
+  commit and the wait.
+
+Kernels (mma roles, alu roles, kind): one warpgroup doing one thing (the times alone), the
+other warpgroup doing the other (``split``: ping-pong), one warpgroup doing both (``same``:
+intra-warpgroup), and both warpgroups doing both. G = 16 and E = 128 (MUFU) or 1024 (FFMA)
+make each part about 1000 cycles alone (16 x 64 cycles of the tensor pipe; 128 x 8 cycles of
+MUFU, 1024 x ~1 of FFMA, per sub-partition). Overlapped, the mixed kernels take about the
+longer part; serialized, the sum.
+
+Timed with %clock64 around the loop, per warp; the CTA's time is its slowest warp's. Every
+result feeds a global store guarded by a runtime flag (never set). The machine code is checked
+(--sass): the loop's HGMMA, MUFU.EX2 and FFMA counts. GPU clocks are never changed.
+
+    python data/gpu/probe/overlap.py --out DIR     # on the GPU: DIR/overlap.json
+    python data/gpu/probe/overlap.py --sass DIR    # anywhere with NVRTC: DIR/overlap_sass.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+ITERS = 32
+LAUNCHES = 5
+G = 16  # wgmma per iteration of an mma warpgroup
+# instructions per warp per iteration of an alu warpgroup: about 1000 cycles each alone
+E = {"mufu": 128, "ffma": 1024, "fmnmx": 512, "imad": 512, "f2fp": 512, "lds": 256,
+     "shfl": 512}  # fmt: skip
+SASS = {"mufu": "MUFU.EX2", "ffma": "FFMA", "fmnmx": "FMNMX", "imad": "IMAD", "f2fp": "F2FP",
+        "lds": "LDS", "shfl": "SHFL"}  # fmt: skip
+OPTIONS = ("-std=c++17", "-arch=sm_90a")
+THREADS = 256
+
+# name: (warpgroups with the mma role, warpgroups with the alu role, alu kind[, G])
+KERNELS = {
+    "mma_1wg": ((0,), (), None),
+    "mma_2wg": ((0, 1), (), None),
+    "mufu_1wg": ((), (1,), "mufu"),
+    "mufu_2wg": ((), (0, 1), "mufu"),
+    "ffma_1wg": ((), (1,), "ffma"),
+    "ffma_2wg": ((), (0, 1), "ffma"),
+    "split_mufu": ((0,), (1,), "mufu"),
+    "split_ffma": ((0,), (1,), "ffma"),
+    "same_mufu": ((0,), (0,), "mufu"),
+    "same_ffma": ((0,), (0,), "ffma"),
+    "both_mufu": ((0, 1), (0, 1), "mufu"),
+    "both_ffma": ((0, 1), (0, 1), "ffma"),
+    "fmnmx_1wg": ((), (1,), "fmnmx"),
+    "split_fmnmx": ((0,), (1,), "fmnmx"),
+    "imad_1wg": ((), (1,), "imad"),
+    "split_imad": ((0,), (1,), "imad"),
+    "f2fp_1wg": ((), (1,), "f2fp"),
+    "split_f2fp": ((0,), (1,), "f2fp"),
+    # fewer wgmma: does the warp wait for its wgmma to start, or to finish, before going on?
+    "lds_1wg": ((), (1,), "lds"),
+    "split_lds": ((0,), (1,), "lds"),
+    "shfl_1wg": ((), (1,), "shfl"),
+    "split_shfl": ((0,), (1,), "shfl"),
+    "both_fmnmx": ((0, 1), (0, 1), "fmnmx"),
+    "mma_1wg_g4": ((0,), (), None, 4),
+    "same_mufu_g4": ((0,), (0,), "mufu", 4),
+    "same_ffma_g4": ((0,), (0,), "ffma", 4),
+}
+# the same with mma.sync m16n8k16 bf16 (HMMA, synchronous: each warp of the mma warpgroups
+# issues H in 8 independent chains per iteration, about 1000 cycles of its tensor pipe)
+H = 168
+HKERNELS = {
+    "hmma_1wg": ((0,), (), None),
+    "hmma_2wg": ((0, 1), (), None),
+    "hsplit_mufu": ((0,), (1,), "mufu"),
+    "hsplit_ffma": ((0,), (1,), "ffma"),
+    "hsplit_fmnmx": ((0,), (1,), "fmnmx"),
+    "hsplit_imad": ((0,), (1,), "imad"),
+    "hsplit_f2fp": ((0,), (1,), "f2fp"),
+    "hboth_mufu": ((0, 1), (0, 1), "mufu"),
+    "hboth_ffma": ((0, 1), (0, 1), "ffma"),
+    "hsplit_lds": ((0,), (1,), "lds"),
+    "hsplit_shfl": ((0,), (1,), "shfl"),
+    "hboth_lds": ((0, 1), (0, 1), "lds"),
+    "hboth_fmnmx": ((0, 1), (0, 1), "fmnmx"),
+    # one warp per SMSP interleaving mma.sync with the other work (flash-attn 2's 4-warp CTAs)
+    "hsame_mufu": ((0,), (0,), "mufu"),
+    "hsame_ffma": ((0,), (0,), "ffma"),
+    "hsame_fmnmx": ((0,), (0,), "fmnmx"),
+    "hsame_lds": ((0,), (0,), "lds"),
+    # operands that change from one mma.sync to the next (no operand reuse)
+    "hmmad_1wg": ((0,), (), None),
+    "hmmad_2wg": ((0, 1), (), None),
+    "hsamed_ffma": ((0,), (0,), "ffma"),
+}
+
+ISSUE = """\
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+            for (int g = 0; g < @G@; ++g) {
+@WGMMA@
+            }
+            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+            // ptxas does not move instructions across a clock read: what follows stays after
+            asm volatile("mov.u64 %0, %%clock64;" : "=l"(tm) :: "memory");"""
+ALU_WORK = """\
+#pragma unroll
+            for (int e = 0; e < @E@ / 8; ++e)
+#pragma unroll
+                for (int k = 0; k < 8; ++k) @ALU@"""
+WAIT = '            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");'
+HMMA_ISSUE = """\
+#pragma unroll
+            for (int h = 0; h < @H@ / 8; ++h)
+#pragma unroll
+                for (int k = 0; k < 8; ++k)
+                    asm volatile(
+                        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                        : "+f"(c[k][0]), "+f"(c[k][1]), "+f"(c[k][2]), "+f"(c[k][3])
+                        : "r"(ab[0]), "r"(ab[1]), "r"(ab[2]), "r"(ab[3]),
+                          "r"(ab[4]), "r"(ab[5]));"""
+# the same with other A and B registers for each chain, so that consecutive mma.sync share
+# no operand and ptxas marks none for the operand reuse cache (attention kernels' fragments
+# change from one mma to the next)
+HMMA_ISSUE_DISTINCT = HMMA_ISSUE.replace("ab[", "abk[k][")
+
+ALU_STEP = {
+    "mufu": 'asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(x[k]) : "f"(-x[k]));',
+    "ffma": 'asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x[k]) : "f"(0.9999f), "f"(1e-4f));',
+    "fmnmx": 'asm volatile("max.f32 %0, %0, %1;" : "+f"(x[k]) : "f"(1e-7f));',
+    "imad": 'asm volatile("mad.lo.s32 %0, %0, %1, %2;" : "+r"(y[k]) : "r"(ya), "r"(yb));',
+    "f2fp": (
+        'asm volatile("{ .reg .f32 t; mov.b32 t, %0; cvt.rn.bf16x2.f32 %0, t, %1; }" '
+        ': "+r"(y[k]) : "f"(0.5f));'
+    ),
+    # conflict-free: lane t reads 16 B at row t of region k (512 B apart); volatile, so
+    # that ptxas keeps every load of the same address
+    "lds": (
+        'asm volatile("ld.volatile.shared.v4.b32 {%0,%1,%2,%3}, [%4];" '
+        ': "=r"(z[k][0]), "=r"(z[k][1]), "=r"(z[k][2]), "=r"(z[k][3]) : "r"(zb + 512u * k));'
+    ),
+    "shfl": 'asm volatile("shfl.sync.bfly.b32 %0, %0, 1, 0x1f, 0xffffffff;" : "+r"(y[k]));',
+}
+
+KERNEL = r"""
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+__device__ __forceinline__ u32 saddr(const void* p) {
+    return (u32)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ u32 hash(u32 x) {
+    x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
+    return x;
+}
+
+extern "C" __global__ void __launch_bounds__(@THREADS@, 1)
+    @NAME@(u64* cyc, float* sink, int flag, u32 seed) {
+    // A (64x16 bf16) at 0, B (128x16) at 4 KiB; no swizzle, K-major core matrices of
+    // 8 rows x 16 B; leading byte offset 128, stride byte offset 256 (isa.py's wgmma layout)
+    __shared__ __align__(1024) u16 wsm[10240];
+    const u32 tid = threadIdx.x;
+    const int warp = tid >> 5, wg = warp >> 2;
+    for (u32 i = tid; i < 10240u; i += blockDim.x)
+        wsm[i] = (u16)((hash(i ^ seed) & 0x807fu) | 0x3f00u);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+    const u32 sb_ = saddr(wsm);
+    const u64 dbits_ = ((u64)(128u >> 4) << 16) | ((u64)(256u >> 4) << 32);
+    const u64 descA = (u64)((sb_ & 0x3FFFFu) >> 4) | dbits_;
+    const u64 descB = (u64)(((sb_ + 4096u) & 0x3FFFFu) >> 4) | dbits_;
+    const bool mma = (@MMA_MASK@ >> wg) & 1, alu = (@ALU_MASK@ >> wg) & 1;
+    float d[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) d[i] = 0.f;
+    float x[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) x[k] = (float)((tid * 8 + k) & 255) * (1.f / 256.f);
+    float c[8][4];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) c[k][0] = c[k][1] = c[k][2] = c[k][3] = 0.f;
+    u32 ab[6];
+#pragma unroll
+    for (int k = 0; k < 6; ++k) ab[k] = (hash(seed ^ (tid * 6 + k)) & 0x807f807fu) | 0x3f003f00u;
+    u32 abk[8][6];
+#pragma unroll
+    for (int k = 0; k < 48; ++k)
+        abk[k / 6][k % 6] = (hash(seed ^ (tid * 48 + k + 7)) & 0x807f807fu) | 0x3f003f00u;
+    u32 z[8][4];
+    const u32 zb = saddr(wsm) + 16u * (tid & 31u);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) z[k][0] = z[k][1] = z[k][2] = z[k][3] = 0u;
+    u32 y[8];
+    const u32 ya = 2654435761u ^ seed, yb = seed * 3u;
+    (void)ya, (void)yb;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) y[k] = hash(tid * 8 + k);
+    __syncthreads();
+    u64 t0, t1, tm = 0;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(t0) :: "memory");
+    // one loop per role, so that each is straight code: ptxas serializes wgmma (a wait after
+    // each) when a branch separates the issue from the wait
+    if (mma && alu) {
+#pragma unroll 1
+        for (int it = 0; it < @ITERS@; ++it) {
+            @ISSUE@
+            @ALU_WORK@
+            @WAIT@
+        }
+    } else if (mma) {
+#pragma unroll 1
+        for (int it = 0; it < @ITERS@; ++it) {
+            @ISSUE@
+            @WAIT@
+        }
+    } else if (alu) {
+#pragma unroll 1
+        for (int it = 0; it < @ITERS@; ++it) {
+            @ALU_WORK@
+        }
+    }
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(t1) :: "memory");
+    if ((tid & 31) == 0) {
+        cyc[2 * (blockIdx.x * @WARPS@ + warp)] = t0;
+        cyc[2 * (blockIdx.x * @WARPS@ + warp) + 1] = t1;
+    }
+#pragma unroll
+    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+    float acc = 0.f;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc += d[i];
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+        acc += x[k] + (float)((y[k] ^ z[k][0] ^ z[k][1] ^ z[k][2] ^ z[k][3]) & 1023u)
+               + c[k][0] + c[k][3] + (float)(abk[k][0] & 1u);
+    if (flag) sink[blockIdx.x * blockDim.x + tid] = acc + (float)tm;
+}
+"""
+
+
+def _mask(wgs) -> str:
+    return str(sum(1 << w for w in wgs))
+
+
+def sources() -> dict[str, str]:
+    from isa import _wgmma_step
+
+    wgmma = _wgmma_step(128).replace('"r"(sc)', '"r"(1)')
+    out = {}
+    for name, (mma, alu, kind, *g) in {**KERNELS, **HKERNELS}.items():
+        hmma = name in HKERNELS
+        issue = (
+            (HMMA_ISSUE_DISTINCT if "mmad" in name or "samed" in name else HMMA_ISSUE)
+            if hmma
+            else ISSUE
+        )
+        out[name] = (
+            KERNEL.replace("@ISSUE@", issue)
+            .replace("@ALU_WORK@", ALU_WORK).replace("@WAIT@", "" if hmma else WAIT)
+            .replace("@H@", str(H)).replace("@NAME@", name).replace("@THREADS@", str(THREADS))
+            .replace("@WARPS@", str(THREADS // 32)).replace("@ITERS@", str(ITERS))
+            .replace("@G@", str(g[0] if g else G)).replace("@E@", str(E.get(kind, 8)))
+            .replace("@MMA_MASK@", _mask(mma)).replace("@ALU_MASK@", _mask(alu))
+            .replace("@WGMMA@", wgmma).replace("@ALU@", ALU_STEP.get(kind or "ffma"))
+        )  # fmt: skip
+    return out
+
+
+def build() -> dict[str, bytes]:
+    from benchmarks import nvrtc
+
+    return {name: nvrtc.compile_cubin(src, OPTIONS)[0] for name, src in sources().items()}
+
+
+def check_sass(cubins: dict[str, bytes]) -> dict:
+    """Per kernel, the timed region's count of HGMMA and of its alu kind's opcode, and (for
+    the kernels whose busy warps all run one loop: not the split ones) that loop's warp
+    program, which tests/test_issue_model.py replays against the measured times."""
+    from benchmarks.sass_census import _tool
+    from simulator import sass
+
+    try:
+        cuobjdump = _tool("cuobjdump")
+    except SystemExit:
+        return {}
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, cubin in cubins.items():
+            path = Path(tmp, "k.cubin")
+            path.write_bytes(cubin)
+            text = subprocess.run(
+                [cuobjdump, "-sass", str(path)], capture_output=True, text=True, check=True
+            ).stdout
+            code = next(iter(sass.parse(text).values()))
+            clocks = [i for i, c in enumerate(code) if "SR_CLOCKLO" in c.operands]
+            region = code[clocks[0] + 1 : clocks[-1] + 1] if len(clocks) >= 2 else []
+            mma, alu, kind = {**KERNELS, **HKERNELS}[name][:3]
+            out[name] = {
+                "instructions": len(region),
+                "hgmma": sum(c.opcode.startswith("HGMMA") for c in region),
+                "alu": sum(c.opcode.startswith(SASS[kind]) for c in region) if kind else 0,
+            }
+            out[name]["hmma"] = sum(c.opcode.startswith("HMMA") for c in region)
+            if not mma or not alu or mma == alu:
+                marker = ("HMMA" if name in HKERNELS else "HGMMA") if mma else SASS[kind]
+                lo, hi = sass.main_loop(code, marker)
+                prog = sass.WarpProgram.from_instructions(name, sass.straight_path(code, lo, hi))
+                out[name]["loop"] = prog.to_json()
+    return out
+
+
+def summarize(doc: dict) -> dict:
+    """The replay's constants from a run (overlap.json):
+
+    - ``cycles_per_wgmma``: the tensor pipe's cycles per m64n128k16, from ``mma_2wg`` (two
+      warpgroups keep it busy);
+    - ``tensor_overlap[kind]``: the fraction of its rate the kind keeps while another
+      warpgroup's wgmma run: the split kernel's time saved over running the two parts one
+      after the other, ``t(mma_1wg) + t(kind_1wg) - t(split_kind)``, over the cycles the
+      tensor pipe is busy (G wgmma);
+    - ``after_own_wgmma[kind]``: for a warpgroup doing both, its time less the alu part alone
+      and its wgmma's pipe cycles: a small constant (the loop and the wait) if the warp issues
+      nothing until its wgmma have finished, about G wgmma less if it goes on at once."""
+    t = {k: v["median_cycles_per_iter"] for k, v in doc["results"].items()}
+    g = doc["config"]["g"]
+    per = t["mma_2wg"] / (2 * g)
+    kinds = [k for k in doc["config"]["e"] if f"split_{k}" in t]
+    overlap = {k: (t["mma_1wg"] + t[f"{k}_1wg"] - t[f"split_{k}"]) / (g * per) for k in kinds}
+    after = {}
+    for name, (_, _, kind, gk) in doc["config"]["kernels"].items():
+        if name.startswith("same_"):
+            after[name] = t[name] - t[f"{kind}_1wg"] - gk * per
+    return {"cycles_per_wgmma": per, "tensor_overlap": overlap, "after_own_wgmma": after}
+
+
+# (tensor class, census class of the kind): the mix each rate of the replay is fitted on.
+# The split kernels (tensor work and the kind in different warps) for all but FFMA beside
+# mma.sync, which is fitted where attention kernels have it, interleaved in the same warps
+# (hboth_ffma): the split kernel of that pair, hsplit_ffma, is left to the check, which the
+# single-rate model does not reproduce (docs/model.md, "Tensor-pipe interference").
+FITS = {
+    ("hgmma", "mufu"): ["split_mufu"],
+    ("hgmma", "fma"): ["split_ffma"],
+    ("hgmma", "alu"): ["split_fmnmx", "split_f2fp"],
+    ("hgmma", "imad"): ["split_imad"],
+    ("hmma", "mufu"): ["hsplit_mufu"],
+    ("hmma", "fma"): ["hboth_ffma"],
+    ("hmma", "alu"): ["hsplit_fmnmx", "hsplit_f2fp"],
+    ("hmma", "imad"): ["hsplit_imad"],
+}
+CHECKS = ("both_mufu", "both_ffma", "both_fmnmx", "hboth_mufu", "hboth_fmnmx", "hboth_lds",
+          "hsame_mufu", "hsame_ffma", "hsame_fmnmx", "hsame_lds", "hsplit_ffma")  # fmt: skip
+
+
+def roles(name: str, doc: dict) -> list[str]:
+    """The loops (overlap_sass.json names) one SMSP's two warps run in kernel ``name``: the
+    mma warpgroup's and the alu warpgroup's (a split kernel), or its own loop twice."""
+    kernels = {**doc["config"]["kernels"], **doc["config"]["hmma_kernels"]}
+    mma, alu, kind = kernels[name][:3]
+    if mma and alu and mma != alu:
+        return ["hmma_1wg" if name.startswith("h") else "mma_1wg", f"{kind}_1wg"]
+    return [name] * len(set(mma) | set(alu))
+
+
+def replayed(name: str, doc: dict, programs: dict, model) -> float:
+    """Cycles per iteration of kernel ``name`` in the warp replay under ``model``."""
+    from simulator.warp_replay import execute_roles
+
+    progs = [programs[k] for k in roles(name, doc)]
+    warps = 4 * len(progs)
+    short, _ = execute_roles(progs, model, warps, 1, 4)
+    long, _ = execute_roles(progs, model, warps, 1, 8)
+    return (long - short) / 4
+
+
+def fit(doc: dict, sass_doc: dict, model) -> dict:
+    """Each ``FITS`` rate: the one (bisection, to 0.001) with which the replay under
+    ``model`` (its other interference rates off) gives the measured cycles per iteration of
+    the mixes named, averaged over them."""
+    import dataclasses
+
+    from simulator.sass import WarpProgram
+
+    programs = {k: WarpProgram.from_json(v["loop"]) for k, v in sass_doc.items() if "loop" in v}
+    measured = {k: v["median_cycles_per_iter"] for k, v in doc["results"].items()}
+    out = {}
+    for (t, c), names in FITS.items():
+        rates = []
+        for name in names:
+            lo, hi = 0.001, 1.0
+            while hi - lo > 1e-4:
+                r = (lo + hi) / 2
+                m = dataclasses.replace(model, tensor_overlap={f"{t}/{c}": r})
+                lo, hi = (r, hi) if replayed(name, doc, programs, m) > measured[name] else (lo, r)
+            rates.append((lo + hi) / 2)
+        out[f"{t}/{c}"] = round(sum(rates) / len(rates), 3)
+    return out
+
+
+def run(out_dir: Path) -> dict:
+    import cupy
+    from isa import nvidia_smi, provenance
+
+    prov = provenance()
+    census = check_sass(build())
+    sms = cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
+    warps = THREADS // 32
+    cyc = cupy.zeros(2 * sms * warps, cupy.uint64)
+    sink = cupy.zeros(sms * THREADS, cupy.float32)
+    rows, results = [], {}
+    for name, src in sources().items():
+        fn = cupy.RawModule(code=src, options=OPTIONS).get_function(name)
+        per_launch = []
+        for launch in range(LAUNCHES):
+            fn((sms,), (THREADS,), (cyc, sink, cupy.int32(0), cupy.uint32(launch + 1)))
+            c = cyc.get().reshape(sms, warps, 2).astype("int64")
+            per_cta = (c[:, :, 1].max(axis=1) - c[:, :, 0].min(axis=1)) / ITERS
+            per_launch.append([float(v) for v in per_cta])
+        rows.append({"kernel": name, "cycles_per_iter": per_launch})
+        flat = [v for launch in per_launch[1:] for v in launch]  # the first warms up
+        results[name] = {"median_cycles_per_iter": statistics.median(flat),
+                         "min": min(flat), "max": max(flat)}  # fmt: skip
+        print(name, results[name], flush=True)
+    prov["nvidia_smi_after"] = nvidia_smi()
+    doc = {
+        "provenance": prov,
+        "config": {"iters": ITERS, "launches": LAUNCHES, "g": G, "e": E, "threads": THREADS,
+                   "kernels": {k: [list(v[0]), list(v[1]), v[2], v[3] if len(v) > 3 else G]
+                               for k, v in KERNELS.items()},
+                   "h": H, "hmma_kernels": {k: [list(v[0]), list(v[1]), v[2]]
+                                            for k, v in HKERNELS.items()},
+                   "options": OPTIONS},
+        "sass": census,
+        "rows": rows,
+        "results": results,
+    }  # fmt: skip
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "overlap.json").write_text(json.dumps(doc, indent=1))
+    return doc
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--out", type=Path, help="run on the GPU; write OUT/overlap.json")
+    g.add_argument("--sass", type=Path, help="compile only; write SASS/overlap_sass.json")
+    g.add_argument(
+        "--fit", type=Path, metavar="DIR",
+        help="fit the replay's interference rates to DIR/overlap.json and overlap_sass.json",
+    )  # fmt: skip
+    args = ap.parse_args(argv)
+    if args.fit:
+        import dataclasses
+
+        import simulator
+        from simulator.issue import issue_model
+
+        doc = json.loads((args.fit / "overlap.json").read_text())
+        sass_doc = json.loads((args.fit / "overlap_sass.json").read_text())
+        base = dataclasses.replace(issue_model(simulator.load_gpu("h200-measured")),
+                                   tensor_overlap=())  # fmt: skip
+        rates = fit(doc, sass_doc, base)
+        print(json.dumps(rates, indent=1))
+        from simulator.sass import WarpProgram
+
+        programs = {k: WarpProgram.from_json(v["loop"]) for k, v in sass_doc.items()
+                    if "loop" in v}  # fmt: skip
+        fitted = dataclasses.replace(base, tensor_overlap=rates)
+        for name in CHECKS:
+            meas = doc["results"][name]["median_cycles_per_iter"]
+            got = replayed(name, doc, programs, fitted)
+            print(f"{name:12s} measured {meas:7.1f}  replayed {got:7.1f}  {got / meas - 1:+.1%}")
+        return 0
+    if args.sass:
+        census = check_sass(build())
+        args.sass.mkdir(parents=True, exist_ok=True)
+        (args.sass / "overlap_sass.json").write_text(json.dumps(census, separators=(",", ":")))
+        for k, v in census.items():
+            print(k, {f: x for f, x in v.items() if f != "loop"})
+        return 0
+    run(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

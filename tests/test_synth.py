@@ -1,0 +1,72 @@
+"""simulator.synth: the warp program of a wgmma forward whose machine code is unknown."""
+
+import numpy as np
+import pytest
+
+import kernels
+import simulator
+from simulator import synth
+from simulator.sass import CLASS_ID
+from simulator.simulate import ModelOptions
+
+ISSUE = ModelOptions(issue_model=True)
+
+
+@pytest.mark.parametrize("overlap", ["none", "both"])
+@pytest.mark.parametrize(("block_kv", "d"), [(128, 64), (176, 128), (80, 256)])
+def test_program_counts_follow_the_algorithm(block_kv, d, overlap):
+    """Per consumer warp and K/V block: d/16 + block_kv/16 wgmma holding the warp's quarter of
+    4 * 64 * block_kv * d FLOPs; one MUFU per score of the thread's block_kv / 2 and two for the
+    rescale factor; the shared-memory operand bytes of Q, K (S) and V (PV, P in registers)."""
+    p = synth.flash_forward_program(block_kv, d, 2, overlap)
+    n = p.counts()
+    assert n["hgmma"] == d // 16 + block_kv // 16
+    assert int(p.tensor_flops.sum()) == 4 * 64 * block_kv * d // 4
+    assert n["mufu"] == block_kv // 2 + 2
+    hg = p.klass == CLASS_ID["hgmma"]
+    expected = (d // 16) * (64 + block_kv) * 16 * 2 // 4 + (block_kv // 16) * d * 16 * 2 // 4
+    assert int(p.shared_bytes[hg].sum()) == expected
+    # two committed groups; waits for at most 1 (S only) then 0 with the overlap, 0 twice without
+    assert int((p.group == 1).sum()) == 2
+    waits = sorted(int(g) for g in p.group if g < -1)
+    assert waits == ([-3, -2] if overlap == "both" else [-2, -2])
+
+
+def test_bad_tiles_are_refused():
+    with pytest.raises(ValueError, match="multiples of 16"):
+        synth.flash_forward_program(100, 64)
+
+
+def test_fa3_forward_is_priced_by_its_written_program():
+    """fa3 has no census: the issue model replays the written program for its forward (the
+    key says so) and keeps the pipe rates for its backward; the written program makes the
+    forward slower than the pipe rates' ideal overlap would and occupancy fits one CTA."""
+    shape = kernels.AttentionShape(1, 16, 4096, 128, "bf16")
+    fwd = simulator.simulate(kernels.schedule("flash2", shape, impl="fa3"), "h200-measured",
+                             options=ISSUE)  # fmt: skip
+    k = fwd.kernels[0]
+    assert k.census_key.startswith("synthetic wgmma forward 176x128 both")
+    assert k.occupancy.ctas_per_sm == 1 and k.occupancy.regs_per_thread == 168
+    bwd = simulator.simulate(kernels.schedule("flash2_bwd", shape, impl="fa3"), "h200-measured",
+                             options=ISSUE)  # fmt: skip
+    assert all(r.census_key == "" for r in bwd.kernels)
+    # this project's kernels keep their census programs
+    own = simulator.simulate(kernels.schedule("flash2", shape, 128, 128, 8), "h200-measured",
+                             options=ISSUE)  # fmt: skip
+    assert own.kernels[0].census_key.startswith("flash2_fwd")
+
+
+def test_intra_warpgroup_overlap_is_faster_on_one_sm():
+    """The written programs on one SM: issuing the next S before the softmax (FA3's
+    intra-warpgroup overlap) hides part of the softmax; the tensor pipe bounds both."""
+    from simulator.issue import issue_model
+    from simulator.warp_replay import replay
+
+    gpu = simulator.load_gpu("h200-measured")
+    model = issue_model(gpu)
+    t = {o: replay(synth.flash_forward_program(128, 128, 2, o), model, 8).alone
+         for o in ("none", "both")}  # fmt: skip
+    per_smsp = gpu.tensor_bf16_flops_per_cycle_per_sm / gpu.sm_sub_partitions
+    tensor = 2 * (4 * 64 * 128 * 128 / 4) / per_smsp  # two warps per SMSP, cycles
+    assert tensor < t["both"] < t["none"]
+    assert np.isfinite(list(t.values())).all()
