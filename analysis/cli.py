@@ -23,6 +23,7 @@ EPILOG = """examples:
   flashio crosscheck                             predictions vs the committed H200 measurements
   flashio simulate flash2 --seq-len 8192 --head-dim 128 --block-q 128 --block-kv 64
   flashio simulate flash2 --head-dim 128 --block-q 128 --block-kv 64 --warps 8 --compiled
+  flashio simulate flash2 --head-dim 128 --seq-len 16384 --dtype bf16 --impl fa3 --compiled
   flashio simulate standard --gpu my_gpu.toml --json
   flashio compare --seq-len 1024 --batch 64 --backward --gpu a100-40gb
 Every command takes --json for machine-readable output.
@@ -52,8 +53,10 @@ def _shape_args(p: argparse.ArgumentParser) -> None:
         "--compiled",
         action="store_true",
         help="price each kernel the instruction census holds at this tiling (this project's "
-        "CUDA kernels) by its compiled main loop: the issue model, validated against the H200 "
-        "(docs/validation.md); the others keep the pipe rates (default: the pipe rates)",
+        "CUDA kernels, and other implementations' where measured) by its compiled main loop, "
+        "and a wgmma forward outside it by a program written from its description: the issue "
+        "model, validated against the H200 (docs/validation.md); the others keep the pipe "
+        "rates (default: the pipe rates)",
     )
 
 
@@ -105,7 +108,7 @@ def cmd_gpus(a) -> int:
 
 def cmd_simulate(a) -> int:
     gpu = _gpu(a)
-    sched = kernels.schedule(a.schedule, _shape(a), a.block_q, a.block_kv, a.warps)
+    sched = kernels.schedule(a.schedule, _shape(a), a.block_q, a.block_kv, a.warps, impl=a.impl)
     show = _progress(not a.json and sys.stderr.isatty())
     res = simulator.simulate(sched, gpu, progress=show, **_options(a))
     if a.save_trace:  # after the simulation, so that a tiling that does not fit writes nothing
@@ -119,6 +122,7 @@ def cmd_simulate(a) -> int:
                     "block_q": sched.block_q,
                     "block_kv": sched.block_kv,
                     "warps": sched.warps,
+                    "impl": sched.implementation.name,
                     "result": res.to_dict(),
                 },
                 indent=2,
@@ -284,6 +288,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _shape_args(p)
     _common(p)
+    p.add_argument(
+        "--impl",
+        default=None,
+        choices=sorted(kernels.IMPLEMENTATIONS),
+        metavar="NAME",
+        help="the implementation that runs the schedule: "
+        + ", ".join(sorted(kernels.IMPLEMENTATIONS))
+        + " (docs/implementations.md); block sizes and warps not given are its own for the "
+        "shape. With --compiled its kernels are priced by their compiled code where the census "
+        "has it, by a written program for a wgmma forward (fa3), else by the pipe rates "
+        "(default: this project's kernels)",
+    )
     p.add_argument("--save-trace", metavar="FILE.npz", help="also write the trace to this file")
     p.set_defaults(func=cmd_simulate)
 

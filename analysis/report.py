@@ -110,10 +110,19 @@ def comparison_table(rows, shape, gpu, compiled=None) -> str:
     return f"{gpu.name}: {_shape_line(shape)}\n\n" + table(header, body) + notes
 
 
+def _priced_by(census_key: str) -> str:
+    if not census_key:
+        return "pipe rates"
+    if census_key.startswith("synthetic"):
+        return f"written program ({census_key})"
+    return f"compiled loop ({census_key})"
+
+
 def result_text(sched, res, gpu) -> str:
     lines = [
         f"{sched.name} on {gpu.name}: {_shape_line(sched.shape)}, "
-        f"block_q={sched.block_q}, block_kv={sched.block_kv}, warps={sched.warps}",
+        f"block_q={sched.block_q}, block_kv={sched.block_kv}, warps={sched.warps}"
+        + ("" if sched.impl is None else f", implementation {sched.implementation.name}"),
         "",
         f"time          {res.time_s * 1e3:.4f} ms ({res.cycles:,.0f} cycles), bound: {res.bound}",
         f"global bytes  read {res.global_read_bytes:,}  write {res.global_write_bytes:,}",
@@ -133,7 +142,7 @@ def result_text(sched, res, gpu) -> str:
             k.occupancy.regs_per_thread,
             f"{k.smem_peak_bytes:,}",
             f"{k.time_s * 1e3:.4f}",
-            f"compiled loop ({k.census_key})" if k.census_key else "pipe rates",
+            _priced_by(k.census_key),
         ]
         for k in res.kernels
     ]

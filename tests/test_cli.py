@@ -8,6 +8,7 @@ import kernels
 import simulator
 from analysis.cli import DEFAULT_GPU, main
 from analysis.demo import run_demo
+from analysis.search import COMPILED
 
 
 def _json(capsys, argv):
@@ -67,6 +68,30 @@ def test_simulate_table_and_saved_trace(capsys, tmp_path):
     assert "global bytes" in text and "flash1_fwd" in text
     trace = simulator.Trace.load(path)
     assert trace.meta.schedule == "flash1" and len(trace) > 0
+
+
+def test_simulate_another_implementation(capsys):
+    """--impl runs the schedule as that implementation runs it: its own tiling for the shape
+    (FA3 at d = 128: 128 x 176, 12 warps), priced with --compiled by the program written for
+    it, and the table says so."""
+    base = ["simulate", "flash2", "--batch", "1", "--heads", "2", "--seq-len", "1024"]
+    base += ["--head-dim", "128", "--dtype", "bf16", "--impl", "fa3", "--compiled"]
+    out = _json(capsys, [*base, "--json"])
+    assert (out["block_q"], out["block_kv"], out["warps"], out["impl"]) == (128, 176, 12, "fa3")
+    shape = kernels.AttentionShape(1, 2, 1024, 128, "bf16")
+    sched = kernels.schedule("flash2", shape, impl="fa3")
+    res = simulator.simulate(sched, DEFAULT_GPU, options=COMPILED)
+    assert out["result"]["time_s"] == pytest.approx(res.time_s)
+    assert main(base) == 0
+    text = capsys.readouterr().out
+    assert "implementation fa3" in text and "written program" in text
+    with pytest.raises(SystemExit) as exc:
+        main([*base[:-3], "--impl", "fa4"])
+    assert exc.value.code == 2 and "invalid choice" in capsys.readouterr().err
+    # an implementation without a tiling for the shape says what it provides
+    with pytest.raises(SystemExit) as exc:
+        raise SystemExit(main([*base[:-3], "--impl", "flash-attn2", "--dtype", "fp32"]))
+    assert exc.value.code == 2 and "flash-attn2" in capsys.readouterr().err
 
 
 def test_compare_rows(capsys):
