@@ -86,19 +86,22 @@ HOPPER_ISA = {
     # compute capability 9.0 (CUDA C++ Programming Guide, "Shared Memory", cc 9.0), KiB
     "l1_smem_bytes_per_sm": 256 * 1024,
     # the fraction of its rate a class keeps while the SMSP's tensor pipe runs wgmma (hgmma)
-    # or mma.sync (hmma) of any warp: data/gpu/probe/overlap.py --fit, each rate the one with
-    # which the warp replay reproduces a measured mix (tensor and that class in other warps;
-    # hmma/fma: in the same warps, as attention kernels interleave them). Classes not
-    # measured keep their rate (an assumption)
+    # or mma.sync (hmma) of any warp: data/gpu/probe/overlap.py --fit (overlap.json, run 5),
+    # each rate the one with which the warp replay reproduces a measured mix (tensor and that
+    # class in other warps; hmma/fma: in the same warps, as attention kernels interleave
+    # them). Classes not measured keep their rate (an assumption)
     "tensor_overlap": {
-        "hgmma/mufu": 0.697,
-        "hgmma/fma": 0.035,
-        "hgmma/alu": 0.418,
-        "hgmma/imad": 0.476,
-        "hmma/mufu": 0.76,
+        "hgmma/mufu": 0.694,
+        "hgmma/fma": 0.036,
+        "hgmma/alu": 0.413,
+        "hgmma/imad": 0.474,
+        "hmma/mufu": 0.759,
         "hmma/fma": 0.602,
-        "hmma/alu": 0.74,
-        "hmma/imad": 0.625,
+        "hmma/alu": 0.739,
+        "hmma/imad": 0.624,
+        # an mma.sync that reads A and B from the register file (no reuse mark): FFMA
+        # keeps less (hsamed_ffma); its other classes keep "hmma"'s rates (an assumption)
+        "hmma_fresh/fma": 0.236,
     },
     "smem_carveouts_kib": (0, 8, 16, 32, 64, 100, 132, 164, 196, 228),
 }

@@ -275,10 +275,13 @@ class WarpProgram:
     group: np.ndarray | None = None
     spill_store_bytes: int = 0  # local-memory bytes one warp stores per step (STL)
     spill_load_bytes: int = 0  # and loads back (LDL)
+    # 1 for an mma.sync that reads both A and B from the register file (neither operand
+    # marked for the reuse cache)
+    fresh: np.ndarray | None = None
 
     def __post_init__(self):
         n = len(self.klass)
-        for f in ("tensor_flops", "group"):
+        for f in ("tensor_flops", "group", "fresh"):
             if getattr(self, f) is None:
                 object.__setattr__(self, f, np.zeros(n, np.int64))
 
@@ -303,6 +306,7 @@ class WarpProgram:
             "group": self.group.tolist(),
             "spill_store_bytes": self.spill_store_bytes,
             "spill_load_bytes": self.spill_load_bytes,
+            "fresh": self.fresh.tolist(),
         }
 
     @classmethod
@@ -319,6 +323,7 @@ class WarpProgram:
             group=np.array(d["group"], np.int64) if "group" in d else None,
             spill_store_bytes=int(d.get("spill_store_bytes", 0)),
             spill_load_bytes=int(d.get("spill_load_bytes", 0)),
+            fresh=np.array(d["fresh"], np.int64) if "fresh" in d else None,
         )
 
     @classmethod
@@ -335,7 +340,17 @@ class WarpProgram:
             group=np.array([wgmma_group(i) for i in body], np.int64),
             spill_store_bytes=sum(local_bytes(i)[0] for i in body),
             spill_load_bytes=sum(local_bytes(i)[1] for i in body),
+            fresh=np.array([fresh_operands(i) for i in body], np.int64),
         )
+
+
+def fresh_operands(ins: Instruction) -> int:
+    """1 for an HMMA whose A and B operands both come from the register file: neither carries
+    ptxas's ``.reuse`` mark for the operand reuse cache."""
+    if ins.klass != "hmma":
+        return 0
+    srcs = [o.strip() for o in ins.operands.split(",")]
+    return int(len(srcs) >= 3 and not any(".reuse" in o for o in srcs[1:3]))
 
 
 def _branch_target(ins: Instruction) -> int | None:

@@ -126,10 +126,18 @@ class IssueModel:
     def arrays(self):
         interval, latency = dict(self.interval), dict(self.latency)
         rate = dict(self.tensor_flops_per_cycle)
-        overlap = np.ones((len(CLASSES), len(CLASSES)))
-        for key, r in self.tensor_overlap:
+        # a row per tensor class and a last one for an HMMA with fresh operands: its own
+        # rates ("hmma_fresh/c") where given, else those of "hmma"
+        overlap = np.ones((len(CLASSES) + 1, len(CLASSES)))
+        fresh_row = len(CLASSES)
+        plain = [(k, r) for k, r in self.tensor_overlap if not k.startswith("hmma_fresh/")]
+        fresh = [(k, r) for k, r in self.tensor_overlap if k.startswith("hmma_fresh/")]
+        for key, r in plain + fresh:
             t, c = key.split("/")
-            overlap[CLASSES.index(t), CLASSES.index(c)] = r
+            row = fresh_row if t == "hmma_fresh" else CLASSES.index(t)
+            overlap[row, CLASSES.index(c)] = r
+            if t == "hmma":
+                overlap[fresh_row, CLASSES.index(c)] = r
         pipe = np.array([PIPES.index(_PIPE_OF[c]) for c in CLASSES], np.int64)
         return (
             pipe,
@@ -157,8 +165,8 @@ class StepTime:
 
 @njit(cache=True, _nrt=True)
 def _run(
-    klass, stall, wbar, rbar, wait, sbytes, flops, group, pipe_of, interval, latency, rate,
-    read_lat, port_rate, link_rate, bar_lat, n_ctas, first, end, steps, bar_class,
+    klass, stall, wbar, rbar, wait, sbytes, flops, group, fresh, pipe_of, interval, latency,
+    rate, read_lat, port_rate, link_rate, bar_lat, n_ctas, first, end, steps, bar_class,
     async_class, mio_queue, overlap,
 ):  # fmt: skip
     # the instructions are the programs of a CTA's warps on this SMSP, one after the other:
@@ -246,7 +254,7 @@ def _run(
         pipe_busy[p] += busy
         if p == tensor:
             tensor_until = pipe_free[p]
-            tensor_class = c
+            tensor_class = overlap.shape[0] - 1 if fresh[i] else c
         if c == async_class and group[i] == 1 and n_groups[w] < groups.shape[1]:
             groups[w, n_groups[w]] = pipe_free[p] + latency[c]  # the group's results land
             n_groups[w] += 1
@@ -311,8 +319,8 @@ def execute_roles(
 
     return _run(
         cat("klass"), cat("stall"), cat("write_barrier"), cat("read_barrier"), cat("wait_mask"),
-        cat("shared_bytes"), cat("tensor_flops"), cat("group"), pipe_of, interval, latency,
-        rate, float(model.read_latency), port, model.smem_bytes_per_cycle_per_sm,
+        cat("shared_bytes"), cat("tensor_flops"), cat("group"), cat("fresh"), pipe_of, interval,
+        latency, rate, float(model.read_latency), port, model.smem_bytes_per_cycle_per_sm,
         model.bar_latency + model.bar_latency_per_warp * warps_per_cta, ctas, first, end,
         steps, CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue), overlap,
     )  # fmt: skip

