@@ -120,9 +120,9 @@ def sources() -> dict[str, str]:
 OPTIONS = ("-std=c++17", "-arch=sm_90")
 
 
-def check_sass(cubins: dict[str, bytes]) -> dict:
-    """Per kernel: target opcodes between the two clock reads, and whether any instruction
-    there waits on a scoreboard (it must not: the region times issue only)."""
+def disassemble(cubins: dict[str, bytes]) -> dict:
+    """Kernel name -> its instructions (``simulator.sass``), by cuobjdump; empty where
+    cuobjdump is not found."""
     from benchmarks.sass_census import _tool
     from simulator import sass
 
@@ -138,24 +138,32 @@ def check_sass(cubins: dict[str, bytes]) -> dict:
             text = subprocess.run(
                 [cuobjdump, "-sass", str(path)], capture_output=True, text=True, check=True
             ).stdout
-            code = next(iter(sass.parse(text).values()))
-            clocks = [i for i, c in enumerate(code) if "SR_CLOCKLO" in c.operands]
-            if len(clocks) < 2:
-                out[name] = {"error": f"{len(clocks)} clock reads in the machine code"}
-                continue
-            region = code[clocks[0] + 1 : clocks[-1] + 1]
-            target = OPS[name.split("_k")[0]][1] if name != "ldl_chase" else "LDL"
-            others = [c for c in region if not c.opcode.startswith(target)]
-            out[name] = {
-                # the fixed stall counts of the other instructions (the chase's address
-                # arithmetic), which the chase's cycles include
-                "other_stall_cycles": sum(max(1, c.stall) for c in others[:-1]),
-                "targets": sum(c.opcode.startswith(target) for c in region),
-                # the chase waits on each load by design; the issue regions must not wait
-                "waits_in_region": sum(
-                    bool(c.wait_mask) for c in region if not c.opcode.startswith(target)
-                ) if name != "ldl_chase" else None,
-            }  # fmt: skip
+            out[name] = next(iter(sass.parse(text).values()))
+    return out
+
+
+def check_sass(cubins: dict[str, bytes]) -> dict:
+    """Per kernel: target opcodes between the two clock reads, and whether any instruction
+    there waits on a scoreboard (it must not: the region times issue only)."""
+    out = {}
+    for name, code in disassemble(cubins).items():
+        clocks = [i for i, c in enumerate(code) if "SR_CLOCKLO" in c.operands]
+        if len(clocks) < 2:
+            out[name] = {"error": f"{len(clocks)} clock reads in the machine code"}
+            continue
+        region = code[clocks[0] + 1 : clocks[-1] + 1]
+        target = OPS[name.split("_k")[0]][1] if name != "ldl_chase" else "LDL"
+        others = [c for c in region if not c.opcode.startswith(target)]
+        out[name] = {
+            # the fixed stall counts of the other instructions (the chase's address
+            # arithmetic), which the chase's cycles include
+            "other_stall_cycles": sum(max(1, c.stall) for c in others[:-1]),
+            "targets": sum(c.opcode.startswith(target) for c in region),
+            # the chase waits on each load by design; the issue regions must not wait
+            "waits_in_region": sum(
+                bool(c.wait_mask) for c in region if not c.opcode.startswith(target)
+            ) if name != "ldl_chase" else None,
+        }  # fmt: skip
     return out
 
 

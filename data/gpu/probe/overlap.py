@@ -32,9 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
@@ -293,61 +291,27 @@ def check_sass(cubins: dict[str, bytes]) -> dict:
     """Per kernel, the timed region's count of HGMMA and of its alu kind's opcode, and (for
     the kernels whose busy warps all run one loop: not the split ones) that loop's warp
     program, which tests/test_issue_model.py replays against the measured times."""
-    from benchmarks.sass_census import _tool
+    from mio import disassemble
+
     from simulator import sass
 
-    try:
-        cuobjdump = _tool("cuobjdump")
-    except SystemExit:
-        return {}
     out = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, cubin in cubins.items():
-            path = Path(tmp, "k.cubin")
-            path.write_bytes(cubin)
-            text = subprocess.run(
-                [cuobjdump, "-sass", str(path)], capture_output=True, text=True, check=True
-            ).stdout
-            code = next(iter(sass.parse(text).values()))
-            clocks = [i for i, c in enumerate(code) if "SR_CLOCKLO" in c.operands]
-            region = code[clocks[0] + 1 : clocks[-1] + 1] if len(clocks) >= 2 else []
-            mma, alu, kind = {**KERNELS, **HKERNELS}[name][:3]
-            out[name] = {
-                "instructions": len(region),
-                "hgmma": sum(c.opcode.startswith("HGMMA") for c in region),
-                "alu": sum(c.opcode.startswith(SASS[kind]) for c in region) if kind else 0,
-            }
-            out[name]["hmma"] = sum(c.opcode.startswith("HMMA") for c in region)
-            if not mma or not alu or mma == alu:
-                marker = ("HMMA" if name in HKERNELS else "HGMMA") if mma else SASS[kind]
-                lo, hi = sass.main_loop(code, marker)
-                prog = sass.WarpProgram.from_instructions(name, sass.straight_path(code, lo, hi))
-                out[name]["loop"] = prog.to_json()
+    for name, code in disassemble(cubins).items():
+        clocks = [i for i, c in enumerate(code) if "SR_CLOCKLO" in c.operands]
+        region = code[clocks[0] + 1 : clocks[-1] + 1] if len(clocks) >= 2 else []
+        mma, alu, kind = {**KERNELS, **HKERNELS}[name][:3]
+        out[name] = {
+            "instructions": len(region),
+            "hgmma": sum(c.opcode.startswith("HGMMA") for c in region),
+            "alu": sum(c.opcode.startswith(SASS[kind]) for c in region) if kind else 0,
+            "hmma": sum(c.opcode.startswith("HMMA") for c in region),
+        }
+        if not mma or not alu or mma == alu:
+            marker = ("HMMA" if name in HKERNELS else "HGMMA") if mma else SASS[kind]
+            lo, hi = sass.main_loop(code, marker)
+            prog = sass.WarpProgram.from_instructions(name, sass.straight_path(code, lo, hi))
+            out[name]["loop"] = prog.to_json()
     return out
-
-
-def summarize(doc: dict) -> dict:
-    """The replay's constants from a run (overlap.json):
-
-    - ``cycles_per_wgmma``: the tensor pipe's cycles per m64n128k16, from ``mma_2wg`` (two
-      warpgroups keep it busy);
-    - ``tensor_overlap[kind]``: the fraction of its rate the kind keeps while another
-      warpgroup's wgmma run: the split kernel's time saved over running the two parts one
-      after the other, ``t(mma_1wg) + t(kind_1wg) - t(split_kind)``, over the cycles the
-      tensor pipe is busy (G wgmma);
-    - ``after_own_wgmma[kind]``: for a warpgroup doing both, its time less the alu part alone
-      and its wgmma's pipe cycles: a small constant (the loop and the wait) if the warp issues
-      nothing until its wgmma have finished, about G wgmma less if it goes on at once."""
-    t = {k: v["median_cycles_per_iter"] for k, v in doc["results"].items()}
-    g = doc["config"]["g"]
-    per = t["mma_2wg"] / (2 * g)
-    kinds = [k for k in doc["config"]["e"] if f"split_{k}" in t]
-    overlap = {k: (t["mma_1wg"] + t[f"{k}_1wg"] - t[f"split_{k}"]) / (g * per) for k in kinds}
-    after = {}
-    for name, (_, _, kind, gk) in doc["config"]["kernels"].items():
-        if name.startswith("same_"):
-            after[name] = t[name] - t[f"{kind}_1wg"] - gk * per
-    return {"cycles_per_wgmma": per, "tensor_overlap": overlap, "after_own_wgmma": after}
 
 
 # (tensor class, census class of the kind): the mix each rate of the replay is fitted on.
