@@ -29,7 +29,7 @@ from benchmarks.gpu_measure import parse_ptxas
 from kernels import AttentionShape, schedule
 from kernels.gpu import defines, launches, nvrtc_options, source
 from simulator.issue import CENSUS_DIR, program_key
-from simulator.sass import parts
+from simulator.sass import loop_copies_overlap, parts
 
 # (schedule, head_dim, block_q, block_kv, warps): the tilings this project compiles and measures
 # (benchmarks/gpu_measure.py, data/gpu/probe/sm_scaling.py) and the neighbours a tiling search
@@ -110,6 +110,7 @@ def census(configs=CONFIGS, dtypes=DTYPES, log=print) -> dict:
                     progs = parts(text, fn, name=key)
                     out[key] = {
                         **progs["loop"].to_json(),
+                        "copies_overlap": loop_copies_overlap(text, fn),
                         "compiled": report[fn],
                         "prologue": progs["prologue"].to_json(),
                         "epilogue": progs["epilogue"].to_json(),

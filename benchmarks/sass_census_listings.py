@@ -23,7 +23,7 @@ from pathlib import Path
 
 from benchmarks.sass_census import write
 from simulator.issue import CENSUS_DIR, program_key
-from simulator.sass import parts
+from simulator.sass import loop_copies_overlap, parts
 
 LISTINGS = Path(__file__).resolve().parents[1] / "data" / "impl" / "sass"
 DTYPE = "bf16"  # every listing was compiled for, and measured in, bf16
@@ -38,6 +38,7 @@ def _entry(
     compiled = {"registers": regs} | ({"smem_bytes": int(smem)} if smem else {}) | more
     return {
         **progs["loop"].to_json(),
+        "copies_overlap": loop_copies_overlap(text, function, marker),
         "compiled": compiled,
         "prologue": progs["prologue"].to_json(),
         "epilogue": progs["epilogue"].to_json(),

@@ -217,6 +217,9 @@ class Compiled:
     # the launcher asks for the largest shared-memory carve-out (Triton's does, for kernels of
     # more than 48 KiB: third_party/nvidia/backend/driver.c, loadBinary, PREFER_SHARED)
     carveout_max: bool = False
+    # whether the loop's cp.async copies stay in flight across its tensor-core work
+    # (``simulator.sass.copies_overlap``); None: no copies, or not decided
+    copies_overlap: bool | None = None
 
 
 def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
@@ -247,6 +250,7 @@ def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
         int(d["compiled"].get("spill_store_bytes", 0)),
         int(d["compiled"].get("stack_bytes", d["compiled"].get("local_bytes", 0))),
         d["compiled"].get("carveout") == "max",
+        d.get("copies_overlap"),
     )
 
 

@@ -411,6 +411,45 @@ def straight_path(
     return out
 
 
+def copies_overlap(body) -> bool | None:
+    """Whether a loop's cp.async groups stay in flight across tensor-core work before the
+    loop waits for them: each group a ``LDGDEPBAR`` commits is retired by the first
+    ``DEPBAR.LE SB0, n`` that leaves at most n pending, and overlaps if an HMMA or HGMMA
+    issued in between (the loop repeats, so three passes). True where every group overlaps
+    (the next step's tiles load while this one computes: a prefetch), False where none does
+    (Triton's 2-stage forward commits them at the end of a step and waits for them at the top
+    of the next), None without cp.async groups."""
+    pending: list[bool] = []
+    retired: list[bool] = []
+    for lap in range(3):
+        for ins in body:
+            if ins.opcode == "LDGDEPBAR":
+                pending.append(False)
+            elif ins.opcode.startswith("DEPBAR") and "SB0" in ins.operands:
+                m = re.search(r"SB0,\s*0x([0-9a-f]+)", ins.operands)
+                allowed = int(m.group(1), 16) if m else 0
+                while len(pending) > allowed:
+                    done = pending.pop(0)
+                    if lap:
+                        retired.append(done)
+            elif ins.klass in ("hmma", "hgmma"):
+                pending = [True] * len(pending)
+    if not retired or len(set(retired)) > 1:  # none, or some groups overlap and some not
+        return None
+    return retired[0]
+
+
+def loop_copies_overlap(text: str, function: str, marker: str = "HMMA") -> bool | None:
+    """``copies_overlap`` of ``function``'s main loop in a ``cuobjdump -sass`` listing."""
+    funcs = parse(text)
+    code = funcs[next(f for f in funcs if f == function or function in f)]
+    try:
+        lo, hi = main_loop(code, marker)
+    except FlashioError:
+        return None
+    return copies_overlap(straight_path(code, lo, hi))
+
+
 def program(
     text: str, function: str, name: str | None = None, marker: str = "HMMA"
 ) -> WarpProgram:

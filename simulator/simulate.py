@@ -200,6 +200,15 @@ def _synthetic_step(kinfo, occ, gpu: GPUSpec, params: dict) -> StepCost | None:
     )
 
 
+def prefetches(kinfo, options: ModelOptions, comp: Compiled | None) -> bool:
+    """Whether the engine issues the kernel's next-step loads a step early: a kernel
+    ``options.prefetch_kernels`` names, unless its compiled loop waits for its copies before
+    any tensor-core work since it issued them (``Compiled.copies_overlap`` False: Triton's
+    2-stage forward, which Nsight Compute sees waiting on memory)."""
+    named = kinfo.name in options.prefetch_kernels
+    return named and not (comp is not None and comp.copies_overlap is False)
+
+
 def spill_reloads_hit(kinfo, occ, gpu: GPUSpec, comp: Compiled | None) -> bool:
     """Whether a compiled kernel's spill reloads hit L1: its resident CTAs' local memory fits
     the L1 their shared memory leaves (``simulator.issue.spills_fit_l1``)."""
@@ -362,7 +371,7 @@ def simulate(
         srv[:] = np.maximum(srv, start)
         cost = arithmetic_cost(source, k, kinfo, occ, gpu, options, comp)
         shared = options.shared_issue or cost.step is not None  # the replay priced all pipes
-        cfg = _config(gpu, dtype, cost, shared, kinfo.name in options.prefetch_kernels)
+        cfg = _config(gpu, dtype, cost, shared, prefetches(kinfo, options, comp))
         mem = E.Memory(l2_on, l2, srv, local, space, tstat, busy, cnt)
         end_s, span = _replay_kernel(
             source, k, kinfo, occ, gpu, cfg, start, mem, window_events, timeline, progress,

@@ -19,6 +19,8 @@ from simulator.simulate import (
     arithmetic_cost,
     as_compiled,
     compiled_kernels,
+    launched,
+    prefetches,
     spill_bytes,
 )
 from simulator.trace import Op, Space, Trace
@@ -222,7 +224,9 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
     # are inputs this oracle shares with simulate(): it re-derives the event replay from them.
     # The warp replay behind the cost has its own tests (tests/test_issue_model.py).
     comps = compiled_kernels(meta, options or ModelOptions())
-    kinfos = [as_compiled(k, c) for k, c in zip(meta.kernels, comps, strict=True)]
+    kinfos = [
+        as_compiled(launched(k, meta.params), c) for k, c in zip(meta.kernels, comps, strict=True)
+    ]
     occs = [occupancy(k, gpu, buffers) for k in kinfos]
 
     l2 = L2(gpu.l2_bytes, gpu.l2_line_bytes) if gpu.l2_bytes > 0 else None
@@ -271,7 +275,7 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
         ports = [Server(gpu.sm_memory_bandwidth_bytes_per_s) for _ in range(sms)]
         for port in ports:
             port.free = start
-        prefetch = kinfo.name in options.prefetch_kernels
+        prefetch = prefetches(kinfo, options, comp)
         spill_first, spill_store, spill_load = spill_bytes(kinfo, occ, gpu, comp)
         spill = max(spill_first + spill_store, spill_load)
         slots = min(kinfo.ctas, occ.ctas_per_sm * sms)

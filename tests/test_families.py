@@ -45,12 +45,13 @@ def test_triton_tilings_are_ranked_and_the_first_choice_is_near_the_best(triton)
     rk = triton["ranking"]
     assert len(rk) == 20 and all(r["tilings"] == 5 for r in rk)
     rho = [r["spearman"] for r in rk]
-    # achieved: mean 0.75, lowest 0.40 (rounded down to the percent); the first choice is
-    # within 5% of the best for 14 of 20 shapes, 30.3% slower at worst (d = 128, N = 4096:
-    # the 128x64, 8-warp tiling is predicted 27% too fast)
-    assert sum(rho) / len(rho) >= 0.74 and min(rho) >= 0.39
+    # achieved: mean 0.88, lowest 0.60 (rounded down to the percent); the first choice is
+    # within 5% of the best for 19 of 20 shapes, 5.9% slower at worst. The 2-stage tiling's
+    # loads are not prefetched (its loop waits for them before any wgmma): before that rule
+    # it was predicted 16-27% too fast and picked, 30% slower than the best
+    assert sum(rho) / len(rho) >= 0.87 and min(rho) >= 0.59
     picked = [r["picked_slower_than_best"] for r in rk]
-    assert sum(p <= 0.05 for p in picked) >= 14 and max(picked) <= 0.31
+    assert sum(p <= 0.05 for p in picked) >= 19 and max(picked) <= 0.06
     for r in rk:  # a ranking of n tilings: Spearman in [-1, 1], the pick one of them
         assert -1 <= r["spearman"] <= 1 and r["tilings"] >= 3
 

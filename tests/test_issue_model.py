@@ -88,6 +88,43 @@ def test_mma_sync_with_fresh_operands():
     assert WarpProgram.from_json(prog.to_json()).fresh.tolist() == [1, 0, 0]
 
 
+def test_copies_overlap_by_hand():
+    """A cp.async group overlaps when tensor-core work issues between its commit and the wait
+    that retires it: committed at the top and waited for at the end, around an HMMA, it
+    does; committed at the end and waited for (at most 0 pending) at the top, it does not;
+    waited for with one group left pending at the top, it does (it stays in flight a step)."""
+
+    def ins(op, operands=""):
+        return sass.Instruction(0, op, operands, False, 1, False, 7, 7, 0)
+
+    hmma, commit = ins("HMMA.16816.F32.BF16", "R8, R4, R2, R8"), ins("LDGDEPBAR")
+    wait0, wait1 = ins("DEPBAR.LE", "SB0, 0x0"), ins("DEPBAR.LE", "SB0, 0x1")
+    assert sass.copies_overlap([commit, hmma, wait0]) is True
+    assert sass.copies_overlap([wait0, hmma, commit]) is False
+    assert sass.copies_overlap([wait1, hmma, commit]) is True
+    assert sass.copies_overlap([hmma]) is None
+
+
+def test_the_census_knows_which_loops_prefetch():
+    """Triton's 2-stage forward waits at the top of a step for the copies it committed at the
+    end of the last one (DEPBAR.LE SB0, 0); its 3-stage tilings leave two groups in flight,
+    flash-attn 2 overlaps its copies with its products. The engine prefetches only the
+    former's neighbours: the 2-stage kernel's loads are issued where the trace has them."""
+    from simulator.simulate import prefetches
+
+    tri = issue.census("triton")
+    for key, entry in tri.items():
+        assert entry["copies_overlap"] is ("w=8" not in key or "128x128" in key), key
+    fa2 = issue.census("flash-attn2")
+    assert all(v["copies_overlap"] for k, v in fa2.items() if k.startswith("flash2_fwd"))
+    shape = AttentionShape(1, 16, 1024, 128, "bf16")
+    opts = ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
+    for tiles, expected in (((128, 64, 8), False), ((128, 128, 8), True)):
+        sched = schedule("flash2", shape, *tiles, impl="triton")
+        comp = issue.lookup(sched.meta.params, "flash2_fwd", tiles[2])
+        assert prefetches(sched.kernels[0], opts, comp) is expected
+
+
 def test_wgmma_reads_its_shared_operands_through_the_port():
     """A warp's quarter of a wgmma m64n128k16's operands in shared memory: A (64 x 16) and B
     (128 x 16) of 16-bit elements when both are there (SS), B only when A is in registers."""
