@@ -4,16 +4,7 @@
 # memory, instructions and stall reasons; the same for this project's spilling kernels.
 # Writes $OUT/triton_ncu.csv, $OUT/spill_inst.csv and $OUT/triton_ncu.log.
 export PYTHONPATH=. PYTHONUNBUFFERED=1
-S=smsp__average_warps_issue_stalled
-M=l1tex__m_xbar2l1tex_read_bytes.sum,l1tex__m_l1tex2xbar_write_bytes.sum,gpu__time_duration.sum
-M=$M,l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum,l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum
-M=$M,l1tex__t_sector_pipe_lsu_mem_local_op_ld_hit_rate.pct,smsp__inst_executed.sum
-M=$M,sm__cycles_elapsed.avg.per_second,smsp__issue_active.avg.pct_of_peak_sustained_active
-for r in no_instruction mio_throttle short_scoreboard wait math_pipe_throttle barrier \
-         long_scoreboard lg_throttle dispatch_stall not_selected selected membar sleeping \
-         branch_resolving drain misc tex_throttle imc_miss; do
-  M=$M,${S}_${r}_per_issue_active.ratio
-done
+source data/gpu/runs/ncu_metrics.sh
 timeout 200 ncu --clock-control none --print-units base --csv --log-file $OUT/triton_ncu.csv \
   --metrics $M -k regex:"fa2_fwd" python3 data/gpu/runs/triton_ncu.py > $OUT/triton_ncu.log 2>&1
 echo "ncu rc=$?" >> $OUT/triton_ncu.log
