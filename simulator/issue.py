@@ -86,22 +86,27 @@ HOPPER_ISA = {
     # compute capability 9.0 (CUDA C++ Programming Guide, "Shared Memory", cc 9.0), KiB
     "l1_smem_bytes_per_sm": 256 * 1024,
     # the fraction of its rate a class keeps while the SMSP's tensor pipe runs wgmma (hgmma)
-    # or mma.sync (hmma) of any warp: data/gpu/probe/overlap.py --fit (overlap.json, run 5),
-    # each rate the one with which the warp replay reproduces a measured mix (tensor and that
-    # class in other warps; hmma/fma: in the same warps, as attention kernels interleave
-    # them). Classes not measured keep their rate (an assumption)
+    # or mma.sync (hmma): data/gpu/probe/overlap.py --fit (overlap.json, run 5), each rate the
+    # one with which the warp replay reproduces a measured mix of tensor work and that class
+    # in other warps ("t/c") or in the same warp ("t/c/own", where the two differ); 0: the
+    # class waits until the tensor pipe is done. Classes not measured keep their rate (an
+    # assumption)
     "tensor_overlap": {
         "hgmma/mufu": 0.694,
         "hgmma/fma": 0.036,
         "hgmma/alu": 0.413,
         "hgmma/imad": 0.474,
         "hmma/mufu": 0.759,
-        "hmma/fma": 0.602,
+        # FFMA does not run beside another warp's mma.sync (hsplit_ffma takes the sum of its
+        # parts alone): rate 0, it waits for the HMMA (overlap.EXCLUSIVE); beside its own
+        # warp's it keeps more than half its rate (hsame_ffma)
+        "hmma/fma": 0.0,
+        "hmma/fma/own": 0.602,
         "hmma/alu": 0.739,
         "hmma/imad": 0.624,
-        # an mma.sync that reads A and B from the register file (no reuse mark): FFMA
-        # keeps less (hsamed_ffma); its other classes keep "hmma"'s rates (an assumption)
-        "hmma_fresh/fma": 0.236,
+        # its own warp's mma.sync reading A and B from the register file (no reuse mark):
+        # FFMA keeps less (hsamed_ffma); other classes keep "hmma"'s rates (an assumption)
+        "hmma_fresh/fma/own": 0.236,
     },
     "smem_carveouts_kib": (0, 8, 16, 32, 64, 100, 132, 164, 196, 228),
 }

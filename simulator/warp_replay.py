@@ -27,8 +27,10 @@ per step in steady state. It models, per instruction:
   the groups it names; its operands in shared memory take the port's time as it issues;
 - **tensor-pipe interference**: while an SMSP's tensor pipe runs an HMMA or HGMMA, other
   instructions of class c hold their pipes ``1 / tensor_overlap[t/c]`` times as long (t the
-  tensor instruction's class), as measured on the H200 (data/gpu/probe/overlap.py: FFMA
-  barely progresses, MUFU nearly at full rate);
+  tensor instruction's class; ``t/c/own`` where the tensor instruction is the same warp's
+  and the rate differs), and a class of rate 0 waits until the pipe is done, as measured on
+  the H200 (data/gpu/probe/overlap.py: MUFU runs nearly at full rate, FFMA barely beside
+  wgmma and not at all beside another warp's mma.sync);
 - **CTA barriers**: a warp at ``BAR.SYNC`` waits until every warp of its CTA on this SMSP has
   arrived (the other SMSPs run the same warps of the CTA in lockstep by symmetry), then all go on
   ``bar_latency + bar_latency_per_warp * warps`` cycles later.
@@ -101,6 +103,11 @@ class IssueModel:
         issues one without waiting for the port while fewer are queued, and its latency runs
         from when the port takes it. 0: no queue (an instruction issues when the port is free).
     sub_partitions : int
+    tensor_overlap : mapping key -> float
+        The fraction of its rate class c keeps while the SMSP's tensor pipe runs class t:
+        ``"t/c"`` for any warp's tensor instruction, ``"t/c/own"`` for the same warp's where
+        it differs, ``"hmma_fresh/..."`` for an HMMA without operand reuse (else ``hmma``'s);
+        0: the instruction waits until the pipe is done. 1 where absent.
     source : str
         Where the numbers come from.
     """
@@ -126,18 +133,23 @@ class IssueModel:
     def arrays(self):
         interval, latency = dict(self.interval), dict(self.latency)
         rate = dict(self.tensor_flops_per_cycle)
-        # a row per tensor class and a last one for an HMMA with fresh operands: its own
-        # rates ("hmma_fresh/c") where given, else those of "hmma"
-        overlap = np.ones((len(CLASSES) + 1, len(CLASSES)))
+        # [other warp's, own warp's tensor instruction] x (a row per tensor class and a last
+        # one for an HMMA with fresh operands) x class: "t/c" sets both layers, "t/c/own" the
+        # own warp's; "hmma_fresh/..." keys override the fresh row, which else copies "hmma"
+        overlap = np.ones((2, len(CLASSES) + 1, len(CLASSES)))
         fresh_row = len(CLASSES)
-        plain = [(k, r) for k, r in self.tensor_overlap if not k.startswith("hmma_fresh/")]
-        fresh = [(k, r) for k, r in self.tensor_overlap if k.startswith("hmma_fresh/")]
-        for key, r in plain + fresh:
-            t, c = key.split("/")
+
+        def order(kr):
+            t, _, *own = kr[0].split("/")
+            return (t == "hmma_fresh", bool(own))
+
+        for key, r in sorted(self.tensor_overlap, key=order):
+            t, c, *own = key.split("/")
+            layers = [1] if own else [0, 1]
             row = fresh_row if t == "hmma_fresh" else CLASSES.index(t)
-            overlap[row, CLASSES.index(c)] = r
+            overlap[layers, row, CLASSES.index(c)] = r
             if t == "hmma":
-                overlap[fresh_row, CLASSES.index(c)] = r
+                overlap[layers, fresh_row, CLASSES.index(c)] = r
         pipe = np.array([PIPES.index(_PIPE_OF[c]) for c in CLASSES], np.int64)
         return (
             pipe,
@@ -190,6 +202,7 @@ def _run(
     tensor = pipe_of[async_class]
     tensor_until = 0.0  # when the tensor pipe finishes the last instruction queued on it
     tensor_class = async_class  # and that instruction's class
+    tensor_warp = -1  # and the warp that issued it
     pipe_free = np.zeros(len(interval))
     pipe_busy = np.zeros(len(interval))
     port_free = 0.0
@@ -218,6 +231,9 @@ def _run(
                 b += 1
             c = klass[i]
             p = pipe_of[c]
+            if overlap[int(w == tensor_warp), tensor_class, c] == 0.0:
+                # a class that cannot run beside the tensor instruction waits for it
+                t = max(t, tensor_until - 1.0 + 1e-9)
             if c != async_class:  # wgmma queues at the tensor pipe instead of waiting
                 # a pipe that frees up during a cycle takes the instruction in that cycle, so
                 # that a fractional interval (FFMA 1.048, HMMA 6.007) averages out
@@ -245,8 +261,9 @@ def _run(
         c = klass[i]
         p = pipe_of[c]
         busy = flops[i] / rate[c] if flops[i] > 0 else interval[c]
-        if p != tensor and tensor_until > now:  # the tensor pipe is at work
-            busy /= overlap[tensor_class, c]
+        r = overlap[int(w == tensor_warp), tensor_class, c]
+        if p != tensor and tensor_until > now and r > 0.0:  # the tensor pipe is at work (a
+            busy /= r  # class of rate 0 waited for it above, to within this cycle)
         if sbytes[i] > 0 and c != async_class:  # the SMSP's link carries link_rate B a cycle
             busy = max(busy, sbytes[i] / link_rate)
         begin = max(now, pipe_free[p])
@@ -254,7 +271,8 @@ def _run(
         pipe_busy[p] += busy
         if p == tensor:
             tensor_until = pipe_free[p]
-            tensor_class = overlap.shape[0] - 1 if fresh[i] else c
+            tensor_class = overlap.shape[1] - 1 if fresh[i] else c
+            tensor_warp = w
         if c == async_class and group[i] == 1 and n_groups[w] < groups.shape[1]:
             groups[w, n_groups[w]] = pipe_free[p] + latency[c]  # the group's results land
             n_groups[w] += 1

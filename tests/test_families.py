@@ -20,9 +20,9 @@ def test_flash_attn2_forward_and_backward_within_their_bounds(fa2):
     fwd = fa2["summary"]["flash-attn2 flash2"]
     bwd = fa2["summary"]["flash-attn2 flash2_bwd"]
     assert fwd["n"] == 20 and bwd["n"] == 20
-    # achieved: forward 12.8% (max 23.8%), every row too fast; backward 1.7% (max 4.0%)
-    assert fwd["mape"] <= 0.14 and fwd["max_error"] <= 0.25
-    assert bwd["mape"] <= 0.03 and bwd["max_error"] <= 0.05
+    # achieved: forward 9.1% (max 21.1%), nearly every row too fast; backward 1.6% (max 3.4%)
+    assert fwd["mape"] <= 0.10 and fwd["max_error"] <= 0.22
+    assert bwd["mape"] <= 0.02 and bwd["max_error"] <= 0.04
 
 
 def test_rows_say_what_was_compared(fa2):

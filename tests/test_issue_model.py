@@ -230,6 +230,37 @@ def test_warp_roles_by_hand():
     assert execute_roles([mma, hog], MODEL, 2, 1, 1)[0] == 1 + 40 + 9 * 8 - 7
 
 
+def test_interference_tells_the_own_warps_tensor_work_from_anothers():
+    """A rate for the own warp's HMMA ("hmma/fma/own") leaves another warp's FFMAs alone and
+    the reverse; rate 0 makes another warp's FFMA wait for the HMMA. One warp alternating an
+    HMMA (8 cycles) with 4 FFMAs (stall 1): at own rate 0.5 each FFMA holds its pipe 2 cycles,
+    so the 4 end at 9, under the HMMA, and the next HMMA issues at 8, as without
+    interference and as when only another warp's rate is set. At 0.25: FFMA 1 holds the pipe
+    1-5, FFMA 2 5-9 (the HMMA still runs when it issues), FFMAs 3 and 4 one cycle each after
+    the HMMA, the next HMMA at 11. Two warps, the tensor warp beside the FFMA warp of
+    test_warp_roles_by_hand, another warp's FFMA at rate 0: the tensor warp takes the pipe
+    again as it frees, so the 40 FFMAs wait for the 10 HMMAs and then issue every other
+    cycle: 80 + 2 * 40 - 1 = 159 cycles, the parts' sum (hsplit_ffma on the H200)."""
+    from simulator.warp_replay import execute_roles
+
+    pair = _prog([(HMMA, 1, N, N, 0, 0)] + [(FMA, 1, N, N, 0, 0)] * 4)
+    own = dataclasses.replace(MODEL, tensor_overlap={"hmma/fma/own": 0.5})
+    other = dataclasses.replace(MODEL, tensor_overlap={"hmma/fma": 0.5, "hmma/fma/own": 1.0})
+    assert replay(pair, MODEL, 1, steps=10).alone == 8
+    assert replay(pair, other, 1, steps=10).alone == 8
+    assert replay(pair, own, 1, steps=10).alone == 8
+    slower = dataclasses.replace(MODEL, tensor_overlap={"hmma/fma/own": 0.25})
+    assert replay(pair, slower, 1, steps=10).alone == 11
+    mma = _prog([(HMMA, 1, N, N, 0, 0)] * 10)
+    fma = _prog([(FMA, 2, N, N, 0, 0)] * 40)
+    excl = dataclasses.replace(MODEL, tensor_overlap={"hmma/fma": 0.0, "hmma/fma/own": 1.0})
+    end, busy = execute_roles([mma, fma], excl, 2, 1, 1)
+    assert busy[PIPES.index("tensor")] == 80 and busy[PIPES.index("fma")] == 40
+    assert end == 80 + 2 * 40 - 1
+    # the same warps alone, each its own SMSP's only warp: no other warp, no waiting
+    assert execute_roles([pair], excl, 1, 1, 10)[0] == execute_roles([pair], MODEL, 1, 1, 10)[0]
+
+
 def test_more_ctas_share_the_pipes():
     prog = _prog([(HMMA, 1, N, N, 0, 0)] * 16)
     st = replay(prog, MODEL, 4, ctas=3)
@@ -410,28 +441,39 @@ def _overlap_probe():
 
 def test_tensor_overlap_rates_are_the_probe_fit():
     """HOPPER_ISA's tensor-pipe interference rates are the ones data/gpu/probe/overlap.py
-    fits to its run (overlap.json) with the warp replay, each reproducing its mix."""
+    fits to its run (overlap.json) with the warp replay, each reproducing its mix; the
+    exclusive pair (FFMA beside another warp's mma.sync) reproduces its mix by waiting."""
     overlap, doc, sass_doc, programs = _overlap_probe()
     model = issue.issue_model(simulator.load_gpu("h200-measured"))
     base = dataclasses.replace(model, tensor_overlap=())
-    assert dict(model.tensor_overlap) == overlap.fit(doc, sass_doc, base)
-    for (t, c), names in overlap.FITS.items():
-        only = dataclasses.replace(
-            base, tensor_overlap={f"{t}/{c}": dict(model.tensor_overlap)[f"{t}/{c}"]}
-        )
+    rates = dict(model.tensor_overlap)
+    assert rates == overlap.fit(doc, sass_doc, base)
+    for key, names in overlap.FITS.items():
+        only = dataclasses.replace(base, tensor_overlap={key: rates[key]})
         for name in names:
             measured = doc["results"][name]["median_cycles_per_iter"]
             # two mixes share the alu rate: each within 3% of the average's replay
             assert overlap.replayed(name, doc, programs, only) == pytest.approx(measured, rel=0.03)
+    assert overlap.EXCLUSIVE == ("hmma/fma",) and rates["hmma/fma"] == 0.0
+    only = dataclasses.replace(base, tensor_overlap={"hmma/fma": 0.0})
+    measured = doc["results"]["hsplit_ffma"]["median_cycles_per_iter"]
+    replayed = overlap.replayed("hsplit_ffma", doc, programs, only)
+    assert replayed == pytest.approx(measured, rel=0.03)
+    # FFMA beside another warp's HMMA: the mix is its parts' sum within 2% (what "waits"
+    # stands for), where beside its own warp's HMMA it overlaps by a quarter
+    parts = sum(doc["results"][k]["median_cycles_per_iter"] for k in ("hmma_1wg", "ffma_1wg"))
+    assert 0.98 * parts < measured < parts
+    assert doc["results"]["hsame_ffma"]["median_cycles_per_iter"] < 0.8 * parts
 
 
 def test_the_replay_predicts_the_probe_mixes_it_was_not_fitted_on():
     """Kernels of the probe the rates were not fitted on: the pipes alone (within 5%, the
     replay's pipe rates against their own probe) and the tensor pipe with MUFU, FFMA, FMNMX
-    or LDS in the same warps, as attention kernels interleave them, two warps per SMSP or one
-    (hsame_*, as flash-attn 2's 4-warp forward): within 15% (the interference is one rate per
-    class; the hsame_* come out within 1%, hsame_lds within 7%). Without the interference
-    rates the mixes come out 15-44% too fast."""
+    or LDS in both warps of an SMSP, or with MUFU, FMNMX or LDS in the same warp (hsame_*, as
+    flash-attn 2's 4-warp forward): within 15% (the interference is one rate per class, or
+    two for FFMA beside mma.sync; hboth_ffma, whose warps mix their own and each other's
+    HMMAs, comes out within 1%, the hsame_* within 1%, hsame_lds within 7%). Without the
+    interference rates the mixes come out 15-44% too fast."""
     overlap, doc, _, programs = _overlap_probe()
     model = issue.issue_model(simulator.load_gpu("h200-measured"))
     none = dataclasses.replace(model, tensor_overlap=())
@@ -439,8 +481,8 @@ def test_the_replay_predicts_the_probe_mixes_it_was_not_fitted_on():
         measured = doc["results"][name]["median_cycles_per_iter"]
         assert overlap.replayed(name, doc, programs, model) == pytest.approx(measured, rel=0.05)
     # both_fmnmx is left out: its launches run in two modes (3412 and 4135 cycles in run 4)
-    mixes = ("both_mufu", "both_ffma", "hboth_mufu", "hboth_fmnmx", "hboth_lds")
-    for name in (*mixes, "hsame_mufu", "hsame_ffma", "hsame_fmnmx", "hsame_lds"):
+    mixes = ("both_mufu", "both_ffma", "hboth_mufu", "hboth_ffma", "hboth_fmnmx", "hboth_lds")
+    for name in (*mixes, "hsame_mufu", "hsame_fmnmx", "hsame_lds"):
         measured = doc["results"][name]["median_cycles_per_iter"]
         assert overlap.replayed(name, doc, programs, model) == pytest.approx(measured, rel=0.15)
         if not name.endswith("_lds"):  # bound by the shared-memory port either way
