@@ -230,14 +230,14 @@ def write_retention(probe_dir: Path = PROBE_DIR) -> list[dict]:
 
 def repeatability(data_dir: Path = DATA_DIR) -> dict:
     """This run's median times of our kernels against ``previous_run``'s, per size class
-    (flash2_bwd left out: its kernel changed between the runs, docs/gpu.md)."""
+    (flash2_bwd and standard left out: their kernels changed between the runs, docs/gpu.md)."""
     now = {c: m["time_s"] for c, m in read_timings(data_dir / "gpu_measure.json")}
     then = {
         c: m["time_s"] for c, m in read_timings(data_dir / "previous_run" / "gpu_measure.json")
     }
     small, large = [], []
     for c, t in now.items():
-        if c in then and c.schedule != "flash2_bwd":
+        if c in then and c.schedule not in ("flash2_bwd", "standard"):
             (small if t < 1e-4 else large if t >= 3e-4 else []).append(t / then[c] - 1)
     return {
         "below_0.1ms": float(np.max(np.abs(small))),

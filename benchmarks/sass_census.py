@@ -28,7 +28,7 @@ from benchmarks import nvrtc
 from benchmarks.gpu_measure import parse_ptxas
 from kernels import AttentionShape, schedule
 from kernels.gpu import defines, launches, nvrtc_options, source
-from simulator.issue import CENSUS_DIR, program_key
+from simulator.issue import CENSUS_DIR, VARIANT_OPTIONS, program_key
 from simulator.sass import loop_copies_overlap, parts
 
 # (schedule, head_dim, block_q, block_kv, warps): the tilings this project compiles and measures
@@ -47,8 +47,11 @@ CONFIGS = tuple(
        ("standard", 128, 64, 64, 4), ("standard", 64, 128, 128, 4)]
 )  # fmt: skip
 DTYPES = ("bf16", "fp16")
-# kernels without tensor-core instructions have no main loop of MMA steps: not in the census
+# kernels with a main loop of MMA steps; of the others, standard attention's softmax is in the
+# census as one iteration of each of its two chunk loops (simulator.sass.parts, every_loop),
+# per number of passes over S, which stands for that many of the trace's steps
 MMA_KERNELS = {"flash2_fwd", "flash2_bwd", "std_qk", "std_pv"}
+SOFTMAX_PASSES = (1, 2)
 
 
 def have_tools() -> bool:
@@ -116,6 +119,29 @@ def census(configs=CONFIGS, dtypes=DTYPES, log=print) -> dict:
                         "epilogue": progs["epilogue"].to_json(),
                     }
                     log(f"{key}: {len(out[key]['class'])} instructions per step")
+                if name == "standard":
+                    out.update(_softmax_entries(shape, bq, bk, w, Path(tmp), log))
+    return out
+
+
+def _softmax_entries(shape, bq: int, bk: int, w: int, tmp: Path, log) -> dict:
+    """The std_softmax census entries of one standard tiling, for one and two passes."""
+    out = {}
+    for passes in SOFTMAX_PASSES:
+        sched = schedule("standard", shape, block_q=bq, block_kv=bk, warps=w,
+                         softmax_passes=passes)  # fmt: skip
+        text, report = compile_sass(sched, tmp)
+        options = tuple((k, sched.option(k)) for k in VARIANT_OPTIONS["softmax"])
+        key = program_key("softmax", shape.head_dim, bq, bk, w, shape.dtype, options=options)
+        progs = parts(text, "std_softmax", name=key, marker="MUFU.EX2", every_loop=True)
+        out[key] = {
+            **progs["loop"].to_json(),
+            "loop_steps": passes,
+            "compiled": report["std_softmax"],
+            "prologue": progs["prologue"].to_json(),
+            "epilogue": progs["epilogue"].to_json(),
+        }
+        log(f"{key}: {len(out[key]['class'])} instructions per {passes} step(s)")
     return out
 
 

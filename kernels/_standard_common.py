@@ -83,6 +83,17 @@ def resolve_softmax_options(s, row_buffers: int) -> None:
     object.__setattr__(s, "options", (("softmax_passes", passes), ("softmax_rows", rows)))
 
 
+# Columns of S the one-pass softmax kernel works on at a time, at least: its resident row block
+# is walked in chunks of max(Bc, this) columns, 8 elements per lane (kernels/cuda/standard.cu).
+RESIDENT_CHUNK = 256
+
+
+def softmax_chunk(block_kv: int, passes: int) -> int:
+    """Columns per chunk of the forward softmax kernel: Bc with two passes (the chunk in shared
+    memory), ``max(Bc, RESIDENT_CHUNK)`` with one (the row block is resident)."""
+    return block_kv if passes == 2 else max(block_kv, RESIDENT_CHUNK)
+
+
 def row_block(s) -> tuple[int, int]:
     """(rows, columns) of a softmax CTA's shared-memory row block: the whole N-wide row block
     with one pass, one chunk of Bc columns with two."""

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from kernels._numerics import to_dtype
+from kernels._standard_common import softmax_chunk
 from kernels.schedules import Schedule
 
 __all__ = [
@@ -136,6 +137,9 @@ def defines(sched: Schedule) -> tuple[tuple[str, int], ...]:
     if sched.name == "standard":
         d["SOFTMAX_ROWS"] = sched.option("softmax_rows")
         d["SOFTMAX_PASSES"] = sched.option("softmax_passes")
+        # rows of S start 16-byte aligned: the softmax copies them with cp.async
+        d["ROWS_ALIGNED"] = int(sched.shape.seq_len % 8 == 0)
+        d["SOFTMAX_CHUNK"] = softmax_chunk(sched.block_kv, sched.option("softmax_passes"))
     return tuple(sorted(d.items()))
 
 

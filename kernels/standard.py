@@ -32,7 +32,9 @@ FP32 operation counts (EW events), per score of S unless said otherwise:
 
 - ``qk``: EW_QK_PER_SCORE = 1 (the 1/sqrt(d) scale).
 - softmax, 1 pass: EW_SOFTMAX_PER_SCORE = 4 (row max, subtract max, row sum, multiply by 1/l)
-  and EW_SOFTMAX_PER_ROW = 1 (the reciprocal 1/l); EXP: one per score.
+  and EW_SOFTMAX_PER_ROW = 1 (the reciprocal 1/l); EXP: one per score. The per-score work is
+  charged chunk by chunk (step jc for chunk jc of ``softmax_chunk`` columns: max(Bc, 256))
+  after the whole row block has arrived, as the kernel walks the resident rows.
 - softmax, 2 passes, pass 1 per chunk: EW_ONLINE_PER_SCORE = 3 (max, subtract, sum) and
   EW_ONLINE_PER_ROW = 3 (m - m_new, alpha * l, + chunk sum); EXP: one per score and one per row
   (alpha). Between the passes EW_SOFTMAX_PER_ROW per row (1/l). Pass 2: EW_NORMALIZE_PER_SCORE
@@ -66,6 +68,7 @@ from kernels._emit import (
 from kernels._standard_common import (
     P_SOFTMAX_PASSES,
     P_SOFTMAX_ROWS,
+    RESIDENT_CHUNK,
     SOFTMAX_OPTIONS,
     Tiles,
     _emit_rows,
@@ -74,6 +77,7 @@ from kernels._standard_common import (
     resolve_softmax_options,
     row_block,
     row_product,
+    softmax_chunk,
     tile_product,
 )
 from simulator.trace import KernelInfo, Space, TensorInfo
@@ -152,7 +156,6 @@ def _emit_softmax(ev, write, cta_start, cta_stop, p):
         base = (bh * n + r0) * n  # element (b, h, r0, 0) of S and P
         for t in range(2):
             k = buf(ev, k, write, 1, cta, ALLOC, bufs[t], sizes[t])
-        mask = 0  # one pass: masking cost of the whole row block
         for it in range(passes * t_kv):  # two passes: step t_kv + jc is pass 2's chunk jc
             jc, last = it % t_kv, it >= (passes - 1) * t_kv
             k0 = jc * bc
@@ -161,8 +164,7 @@ def _emit_softmax(ev, write, cta_start, cta_stop, p):
             off = (base + k0) * eb
             # S chunk: HBM -> SRAM (once per pass)
             k = mem(ev, k, write, 1, cta, it, LOAD, S, rb, jc, off, r, c * eb, n * eb)
-            if passes == 1:
-                mask += EW_MASK_PER_SCORE * r * c * masked
+            if passes == 1:  # the whole row block first, then the chunks' arithmetic
                 continue
             per = EW_NORMALIZE_PER_SCORE if last else EW_ONLINE_PER_SCORE
             ew, exps = (per + EW_MASK_PER_SCORE * masked) * r * c, r * c
@@ -175,9 +177,15 @@ def _emit_softmax(ev, write, cta_start, cta_stop, p):
             elif jc == t_kv - 1:  # between the passes: 1 / l
                 k = calc(ev, k, write, 1, cta, -1, EW, rb, -1, EW_SOFTMAX_PER_ROW * r)
         if passes == 1:
-            ew = EW_SOFTMAX_PER_SCORE * r * n + EW_SOFTMAX_PER_ROW * r + mask
-            k = calc(ev, k, write, 1, cta, -1, EW, rb, -1, ew)
-            k = calc(ev, k, write, 1, cta, -1, EXP, rb, -1, r * n)
+            w = max(bc, RESIDENT_CHUNK)  # the kernel's chunk of the resident rows: a step each
+            for jc in range((n + w - 1) // w):
+                k0 = jc * w
+                c = min(w, n - k0)
+                masked = causal != 0 and k0 + c - 1 > r0
+                ew = (EW_SOFTMAX_PER_SCORE + EW_MASK_PER_SCORE * masked) * r * c
+                k = calc(ev, k, write, 1, cta, jc, EW, rb, jc, ew)
+                k = calc(ev, k, write, 1, cta, jc, EXP, rb, jc, r * c)
+            k = calc(ev, k, write, 1, cta, -1, EW, rb, -1, EW_SOFTMAX_PER_ROW * r)
             for jc in range(t_kv):  # P chunks: SRAM -> HBM, once
                 k0 = jc * bc
                 c = min(bc, n - k0)
@@ -220,7 +228,7 @@ def _softmax(s, run, s_mat, p_mat):
                 s_c = np.where(masked, -np.inf, s_c)
             ew_mask = 0 if masked is None else EW_MASK_PER_SCORE * r * c
             if s.option("softmax_passes") == 1:
-                chunks.append((s_c, ew_mask))
+                chunks.append(s_c)
             elif it < t_kv:  # pass 1: running max m and sum l
                 m_new = np.maximum(m_i, s_c.max(axis=1))
                 l_i = np.exp(m_i - m_new) * l_i + np.exp(s_c - m_new[:, None]).sum(axis=1)
@@ -238,12 +246,17 @@ def _softmax(s, run, s_mat, p_mat):
                 run.calc(1, cta, it, EXP, rb, jc, r * c)
                 run.store(1, cta, it, P, p_mat, b, h, r0, jc * bc, p_c, rb, jc)
         if chunks:  # one pass: the whole row block is resident
-            s_rows = np.concatenate([x for x, _ in chunks], axis=1)
+            s_rows = np.concatenate(chunks, axis=1)
             e = np.exp(s_rows - s_rows.max(axis=1)[:, None])
             p_rows = e * (at.type(1) / e.sum(axis=1))[:, None]
-            ew = EW_SOFTMAX_PER_SCORE * r * n + EW_SOFTMAX_PER_ROW * r + sum(x for _, x in chunks)
-            run.calc(1, cta, -1, EW, rb, -1, ew)
-            run.calc(1, cta, -1, EXP, rb, -1, r * n)
+            w = softmax_chunk(bc, 1)
+            for jc in range(-(-n // w)):  # the kernel's chunks of the resident rows
+                c = min(w, n - jc * w)
+                masked = sh.causal and jc * w + c - 1 > r0
+                ew = (EW_SOFTMAX_PER_SCORE + EW_MASK_PER_SCORE * masked) * r * c
+                run.calc(1, cta, jc, EW, rb, jc, ew)
+                run.calc(1, cta, jc, EXP, rb, jc, r * c)
+            run.calc(1, cta, -1, EW, rb, -1, EW_SOFTMAX_PER_ROW * r)
             for jc in range(t_kv):
                 p_c = p_rows[:, jc * bc : (jc + 1) * bc]
                 run.store(1, cta, jc, P, p_mat, b, h, r0, jc * bc, p_c, rb, jc)

@@ -152,15 +152,23 @@ def issue_model(gpu: GPUSpec, isa: dict = HOPPER_ISA) -> IssueModel:
     )
 
 
+# kernels compiled per value of schedule options, which their census keys name: standard
+# attention's softmax (rows per CTA, passes over S; kernels.gpu.defines)
+VARIANT_OPTIONS = {"softmax": ("softmax_rows", "softmax_passes")}
+
+
 def program_key(
     kernel: str, head_dim: int, block_q: int, block_kv: int, warps: int, dtype: str,
-    causal: bool = False,
+    causal: bool = False, options: tuple = (),
 ) -> str:  # fmt: skip
     """The census key of a compiled kernel variant. ``causal`` marks the variant of an
     implementation that compiles causal attention separately (flash-attn's ``Is_causal``);
-    this project's kernels take it at run time and have one variant."""
-    return f"{kernel} d={head_dim} {block_q}x{block_kv} w={warps} {dtype}" + (
-        " causal" if causal else ""
+    this project's kernels take it at run time and have one variant. ``options``: the
+    (name, value) pairs of ``VARIANT_OPTIONS`` a kernel is compiled for."""
+    return (
+        f"{kernel} d={head_dim} {block_q}x{block_kv} w={warps} {dtype}"
+        + "".join(f" {k}={v}" for k, v in options)
+        + (" causal" if causal else "")
     )
 
 
@@ -232,11 +240,14 @@ def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
     block sizes, dtype, implementation), or None."""
     impl = params.get("impl", DEFAULT_IMPL)
     try:
+        options = tuple((k, params[k]) for k in VARIANT_OPTIONS.get(kernel, ()))
         key = program_key(
             kernel, params["head_dim"], params["block_q"], params["block_kv"], warps,
-            params["dtype"],
+            params["dtype"], options=options,
         )  # fmt: skip
     except KeyError:  # a trace without its tiling: nothing to look up
+        return None
+    if options and params.get("seq_len", 0) % 8:  # the census holds the aligned-rows build
         return None
     table = census(impl)
     # a separately compiled causal variant where there is one
@@ -324,10 +335,12 @@ def step_costs(
     if st is None:
         return None
     lead, tail = _fixed_cycles(key, impl, model, warps)
+    # a program of several loops' iterations stands for as many of the trace's steps
+    steps = int(census(impl)[key].get("loop_steps", 1))
     return StepCost(
         key=key,
-        occupancy_s=gpu.cycles_to_s(st.together / st.ctas),
-        duration_s=gpu.cycles_to_s(st.alone),
+        occupancy_s=gpu.cycles_to_s(st.together / st.ctas / steps),
+        duration_s=gpu.cycles_to_s(st.alone / steps),
         replay=st,
         lead_s=gpu.cycles_to_s(lead),
         tail_s=gpu.cycles_to_s(tail),

@@ -15,6 +15,7 @@ instructions, the bytes it moves. ``simulator.warp_replay`` replays such program
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -457,24 +458,58 @@ def program(
     return parts(text, function, name, marker)["loop"]
 
 
+def loops(code: tuple[Instruction, ...], marker: str) -> list[tuple[int, int]]:
+    """Index ranges [lo, hi] of the innermost loops (backward branches) holding ``marker``
+    instructions, in address order: a kernel that walks its work in several loops one after
+    the other (standard attention's softmax: one pass over a row's chunks, then another)."""
+    index = {ins.addr: i for i, ins in enumerate(code)}
+    found = []
+    for i, ins in enumerate(code):
+        tgt = _branch_target(ins)
+        if tgt is None or tgt > ins.addr or tgt not in index:
+            continue
+        if any(c.opcode.startswith(marker) for c in code[index[tgt] : i + 1]):
+            found.append((index[tgt], i))
+    inner = [a for a in found if not any(b != a and a[0] <= b[0] and b[1] <= a[1] for b in found)]
+    return sorted(inner)
+
+
 def parts(
-    text: str, function: str, name: str | None = None, marker: str = "HMMA"
-) -> dict[str, WarpProgram]:
+    text: str, function: str, name: str | None = None, marker: str = "HMMA",
+    every_loop: bool = False,
+) -> dict[str, WarpProgram]:  # fmt: skip
     """``function``'s warp programs in a ``cuobjdump -sass`` listing: ``loop``, one step of its
     main loop; ``prologue``, what a warp runs from the kernel's entry to the loop; ``epilogue``,
-    from the loop's exit to the kernel's ``EXIT`` (both on the straight path, as the loop)."""
+    from the loop's exit to the kernel's ``EXIT`` (both on the straight path, as the loop).
+    With ``every_loop``, ``loop`` is one iteration of each innermost loop holding ``marker``
+    (``loops``), one after the other, and ``epilogue`` the code between and after them."""
     funcs = parse(text)
     matches = [f for f in funcs if f == function or function in f]
     if not matches:
         raise FlashioError(f"no function {function!r} in the listing; it has {sorted(funcs)}")
     code = funcs[matches[0]]
+    name = name or function
+    if every_loop:
+        found = loops(code, marker)
+        if not found:
+            raise FlashioError(f"no loop with {marker} instructions in {function!r}")
+        body = [ins for lo, hi in found for ins in straight_path(code, lo, hi)]
+        gaps = [(hi + 1, lo - 1) for (_, hi), (lo, _) in itertools.pairwise(found)]
+        rest = [ins for a, b in gaps for ins in straight_path(code, a, b)]
+        rest += straight_path(code, found[-1][1] + 1, len(code) - 1, until_exit=True)
+        return {
+            "loop": WarpProgram.from_instructions(name, body),
+            "prologue": WarpProgram.from_instructions(
+                f"{name} prologue", straight_path(code, 0, found[0][0] - 1, until_exit=True)
+            ),
+            "epilogue": WarpProgram.from_instructions(f"{name} epilogue", rest),
+        }
     try:
         lo, hi = main_loop(code, marker)
     except FlashioError:
         if not any(ins.opcode.startswith(marker) for ins in code):
             raise
         lo, hi = 0, len(code) - 1  # no loop: the whole kernel is one step
-    name = name or function
     return {
         "loop": WarpProgram.from_instructions(name, straight_path(code, lo, hi)),
         "prologue": WarpProgram.from_instructions(

@@ -51,6 +51,30 @@ def test_control_information_is_decoded():
     assert [c.opcode for c in sass.straight_path(code, lo, hi)] == ["HMMA.16816.F32.BF16", "BRA"]
 
 
+# two loops one after the other, each with an inner copy loop (no MUFU) and a MUFU.EX2, and
+# code before, between and after them (control words: stall 1, no scoreboards)
+TWO_LOOPS = "        Function : softmax\n" + "".join(
+    f"    /*{16 * a:04x}*/  {op} ;  /* 0x0000000000000000 */\n        /* 0x000fe20000000000 */\n"
+    for a, op in enumerate(
+        ["S2R R0, SR_TID.X", "LDS R1, [R0]", "@P0 BRA 0x10", "MUFU.EX2 R2, R1", "@P1 BRA 0x10",
+         "SHFL.BFLY PT, R3, R2, 0x1, 0x1f", "LDS R1, [R0]", "@P0 BRA 0x60", "MUFU.EX2 R2, R1",
+         "STG.E [R4.64], R2", "@P1 BRA 0x60", "EXIT"]
+    )
+)  # fmt: skip
+
+
+def test_every_loop_is_one_iteration_of_each():
+    """``parts(every_loop=True)``: the innermost loops holding the marker (not the inner copy
+    loops, which hold none), one iteration of each, in order; the code before the first is
+    the prologue, between and after them the epilogue."""
+    code = sass.parse(TWO_LOOPS)["softmax"]
+    assert sass.loops(code, "MUFU.EX2") == [(1, 4), (6, 10)]
+    progs = sass.parts(TWO_LOOPS, "softmax", marker="MUFU.EX2", every_loop=True)
+    assert len(progs["loop"]) == 4 + 5  # the inner copy loops run once on the straight path
+    assert progs["loop"].counts()["mufu"] == 2
+    assert len(progs["prologue"]) == 1 and len(progs["epilogue"]) == 1 + 1
+
+
 @pytest.mark.parametrize(
     ("opcode", "klass", "nbytes"),
     [
@@ -513,7 +537,7 @@ def test_census_counts_the_instructions_the_gpu_executed():
     import json
     from pathlib import Path
 
-    profiled = ("flash2_fwd", "flash2_bwd", "std_qk", "std_pv")  # the ncu -k filter
+    profiled = ("flash2_fwd", "flash2_bwd", "std_qk", "std_softmax", "std_pv")  # ncu -k
     launches = json.loads(Path("data/gpu/ncu_launches.json").read_text())["launches"]
     order = [ln for ln in launches if ln["kernel"] in profiled]
     profiles = _ncu_instructions()
@@ -534,6 +558,44 @@ def test_census_counts_the_instructions_the_gpu_executed():
         assert low <= ratio < 1.12, (kernel, ln["tiles"], ratio)
         checked.append(kernel)
     assert checked.count("flash2_fwd") >= 3 and "flash2_bwd" in checked
+
+
+def test_census_counts_the_softmax_instructions_the_gpu_executed():
+    """Standard attention's softmax in the census: one iteration of each of its chunk loops,
+    which every warp runs once per chunk of its row (one row per warp here), plus the code
+    before, between and after them once. Against Nsight Compute's executed instructions
+    (data/gpu/ncu_inst.csv): the two-pass kernels exactly (within 0.1%); the one-pass kernel
+    copies its resident row block in a loop of rows x N / 8 / threads copies, which the census
+    walks once, so the GPU executes up to 5% more."""
+    import json
+    from pathlib import Path
+
+    from kernels._standard_common import softmax_chunk
+
+    profiled = ("flash2_fwd", "flash2_bwd", "std_qk", "std_softmax", "std_pv")
+    launches = json.loads(Path("data/gpu/ncu_launches.json").read_text())["launches"]
+    order = [ln for ln in launches if ln["kernel"] in profiled]
+    passes = []
+    for ln, prof in zip(order, _ncu_instructions(), strict=True):
+        if ln["kernel"] != "std_softmax":
+            continue
+        _, _, n, d = ln["shape"]
+        bq, bk, w = ln["tiles"]
+        opts = ln["options"]
+        assert opts["softmax_rows"] == w  # one row per warp
+        options = tuple((k, opts[k]) for k in issue.VARIANT_OPTIONS["softmax"])
+        entry = issue.census()[issue.program_key("softmax", d, bq, bk, w, "bf16", options=options)]
+        assert entry["loop_steps"] == opts["softmax_passes"]
+        chunks = -(-n // softmax_chunk(bk, opts["softmax_passes"]))
+        once = len(entry["prologue"]["class"]) + len(entry["epilogue"]["class"])
+        census = ln["ctas"] * w * (chunks * len(entry["class"]) + once)
+        ratio = prof["metrics"]["smsp__inst_executed.sum"] / census
+        if opts["softmax_passes"] == 2:
+            assert ratio == pytest.approx(1.0, abs=0.001)
+        else:
+            assert 1.0 <= ratio < 1.05
+        passes.append(opts["softmax_passes"])
+    assert sorted(passes) == [1, 2, 2]
 
 
 def test_spills_hit_l1_and_stores_write_through():

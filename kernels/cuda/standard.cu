@@ -6,17 +6,17 @@
 //    to the input dtype. Shared memory: (BLOCK_Q + BLOCK_KV) * HEAD_DIM * 2 bytes, the
 //    schedule's Q_i and K_j (the S tile is staged in the same bytes on its way out).
 // 2. std_softmax: one CTA per (b, h, block of SOFTMAX_ROWS rows), blockIdx.x = (b * H + h) *
-//    ceil(N / SOFTMAX_ROWS) + row block; warp w handles rows w, w + WARPS, ...
-//    SOFTMAX_PASSES 1: the row block (SOFTMAX_ROWS * N * 2 bytes) is resident in shared
-//    memory; each element of S is read once and each of P written once. 2: the rows are read in
-//    chunks of BLOCK_KV columns (SOFTMAX_ROWS * BLOCK_KV * 2 bytes): pass 1 keeps a running max
-//    and sum, pass 2 reads S again and writes P. Causal: keys after the query get P = 0.
+//    ceil(N / SOFTMAX_ROWS) + row block; warp w handles rows w, w + WARPS, ..., in chunks of
+//    BLOCK_KV columns: pass 1 keeps a running max and sum, pass 2 writes P. SOFTMAX_PASSES 1:
+//    the row block (SOFTMAX_ROWS * N * 2 bytes) is resident in shared memory; each element of
+//    S is read once and each of P written once. 2: each pass reads the chunks (SOFTMAX_ROWS *
+//    BLOCK_KV * 2 bytes) from HBM, so S is read twice. Causal: keys after the query get P = 0.
 // 3. std_pv: one CTA per (b, h, i), blockIdx.x = (b * H + h) * Tr + i: for every j, P_ij and
 //    V_j -> shared memory (BLOCK_Q * BLOCK_KV * 2 + BLOCK_KV * HEAD_DIM * 2 bytes), O_i += P_ij
 //    V_j in fp32 registers; O_i stored once. Causal reads the zero tiles too, as the schedule.
 //
 // Compile-time parameters (defines injected by kernels/gpu.py): BLOCK_Q, BLOCK_KV, HEAD_DIM,
-// WARPS, SOFTMAX_ROWS, SOFTMAX_PASSES, DTYPE_BF16.
+// WARPS, SOFTMAX_ROWS, SOFTMAX_PASSES, SOFTMAX_CHUNK, ROWS_ALIGNED (N % 8 == 0), DTYPE_BF16.
 #include "mma_tiles.cu"
 
 constexpr int NT = WARPS * 32;
@@ -150,13 +150,46 @@ extern "C" __global__ void __launch_bounds__(NT)
     }
 }
 
-// One row of P from the row of S at s (shared memory, `len` columns starting at key k0):
-// exp(s - m) * inv_l, zero for keys after the query (causal) and written to p.
-__device__ __forceinline__ void softmax_write(u16* p, const u16* s, int len, int k0, int limit,
-                                              float m, float inv_l, int lane) {
-    for (int cc = lane; cc < len; cc += 32) {
-        const float x = to_float(s[cc]);
-        p[cc] = k0 + cc < limit ? to_elem(exp2f((x - m) * LOG2E) * inv_l) : (u16)0;
+// -- std_softmax -------------------------------------------------------------------------------
+// Each warp owns rows w, w + WARPS, ... of the CTA's row block and walks them in chunks of
+// SOFTMAX_CHUNK columns (BLOCK_KV with two passes, the chunk in shared memory; at least 256
+// with one, the row block resident); lane l of a chunk row holds columns l, l + 32, ... (EPL
+// of them), so every chunk is straight-line code. Pass 1 keeps a running (max, sum of exp)
+// per lane, merged over the warp once per row; pass 2 writes P. Keys after the query
+// (causal) get P = 0.
+static_assert(SOFTMAX_PASSES == 1 || SOFTMAX_CHUNK == BLOCK_KV,
+              "two passes read S in chunks of BLOCK_KV columns");
+constexpr int EPL = (SOFTMAX_CHUNK + 31) / 32;  // elements of a chunk row per lane
+
+// pass 1 on one chunk row (c columns from key k0; keys >= limit masked): the lane's (m, l)
+__device__ __forceinline__ void online_chunk(const u16* row, int c, int k0, int limit, float& m,
+                                             float& l, int lane) {
+    float x[EPL];
+    float cm = m;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) {
+        const int cc = lane + 32 * e;
+        x[e] = cc < c && k0 + cc < limit ? to_float(row[cc]) : NEG_INF;
+        cm = fmaxf(cm, x[e]);
+    }
+    const float mu = cm == NEG_INF ? 0.f : cm;
+    float sum = l * exp2f((m - mu) * LOG2E);
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) sum += exp2f((x[e] - mu) * LOG2E);
+    m = cm;
+    l = sum;
+}
+
+// pass 2 on one chunk row: P = exp(S - m) * inv_l, 0 for masked keys
+__device__ __forceinline__ void write_chunk(u16* p, const u16* row, int c, int k0, int limit,
+                                            float m, float inv_l, int lane) {
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) {
+        const int cc = lane + 32 * e;
+        if (cc < c) {
+            const float x = to_float(row[cc]);
+            p[cc] = k0 + cc < limit ? to_elem(exp2f((x - m) * LOG2E) * inv_l) : (u16)0;
+        }
     }
 }
 
@@ -173,61 +206,36 @@ __device__ __forceinline__ void warp_max_sum(float& m, float& l, int lane) {
     }
 }
 
-// rows x cols block of S (row stride n) -> shared memory, [row][col] with row stride `cols`
-// (resident rows: cols = n; chunks: cols = BLOCK_KV); 16-byte copies when rows are aligned.
+// rows x cols of S (row stride n) -> shared memory rows of `stride` elements: 16-byte cp.async
+// where the rows are aligned (a compile-time choice, so a chunk is straight-line code), else
+// element by element. Waits for the copies.
+template <int MAX_COLS>
 __device__ __forceinline__ void load_rows(u16* dst, const u16* src, long n, int rows, int cols,
-                                          int dst_stride, int tid) {
-    if ((n & 7) == 0 && (cols & 7) == 0) {
-        const int ch = cols / 8;
-        for (int idx = tid; idx < rows * ch; idx += NT) {
-            const int rr = idx / ch, cc = idx % ch;
-            cp_async16(dst + rr * dst_stride + cc * 8, src + rr * n + cc * 8, 16);
+                                          int stride, int tid) {
+    if (ROWS_ALIGNED) {  // N % 8 == 0: every row of S starts 16-byte aligned
+        const int ch = (cols + 7) / 8;
+        if (MAX_COLS > 0) {  // a chunk: a trip count known at compile time, unrolled
+            constexpr int CH = MAX_COLS / 8, COPIES = SOFTMAX_ROWS * (MAX_COLS / 8);
+#pragma unroll
+            for (int it = 0; it < (COPIES + NT - 1) / NT; ++it) {
+                const int idx = tid + it * NT, rr = idx / CH, cc = idx % CH;
+                if (idx < COPIES && rr < rows && cc < ch)
+                    cp_async16(dst + rr * stride + cc * 8, src + rr * n + cc * 8,
+                               min(16, 2 * (cols - cc * 8)));
+            }
+        } else {
+            for (int idx = tid; idx < rows * ch; idx += NT) {
+                const int rr = idx / ch, cc = idx % ch;
+                cp_async16(dst + rr * stride + cc * 8, src + rr * n + cc * 8,
+                           min(16, 2 * (cols - cc * 8)));
+            }
         }
         cp_async_commit();
         cp_async_wait<0>();
     } else {
         for (int idx = tid; idx < rows * cols; idx += NT) {
             const int rr = idx / cols, cc = idx % cols;
-            dst[rr * dst_stride + cc] = src[rr * n + cc];
-        }
-    }
-}
-
-// Two passes over chunks of BLOCK_KV columns; each warp keeps m, l of its rows in registers.
-__device__ __forceinline__ void softmax_two_pass(const u16* S, u16* P, u16* sS, int n, int r0,
-                                                 int r, int causal, int tid) {
-    const int lane = tid & 31, warp = tid >> 5;
-    float m[RPW], l[RPW];
-#pragma unroll
-    for (int k = 0; k < RPW; ++k) m[k] = NEG_INF, l[k] = 0.f;
-    const int t_kv = (n + BLOCK_KV - 1) / BLOCK_KV;
-    for (int it = 0; it < 2 * t_kv; ++it) {
-        const int k0 = (it % t_kv) * BLOCK_KV, c = min(BLOCK_KV, n - k0);
-        __syncthreads();  // every warp is done with the previous chunk
-        // S chunk: HBM -> SRAM, once per pass
-        load_rows(sS, S + k0, n, r, c, BLOCK_KV, tid);
-        __syncthreads();
-#pragma unroll
-        for (int k = 0; k < RPW; ++k) {
-            const int rr = warp + k * WARPS;
-            if (rr >= r) break;
-            const u16* row = sS + rr * BLOCK_KV;
-            const int limit = causal ? r0 + rr + 1 : n;
-            if (it < t_kv) {  // pass 1: running max and sum
-                float cm = NEG_INF, cl = 0.f;
-                for (int cc = lane; cc < c && k0 + cc < limit; cc += 32)
-                    cm = fmaxf(cm, to_float(row[cc]));
-                for (int cc = lane; cc < c && k0 + cc < limit; cc += 32)
-                    cl += exp2f((to_float(row[cc]) - cm) * LOG2E);
-                warp_max_sum(cm, cl, lane);
-                const float mn = fmaxf(m[k], cm);
-                const float mu = mn == NEG_INF ? 0.f : mn;
-                l[k] = l[k] * exp2f((m[k] - mu) * LOG2E) + cl * exp2f((cm - mu) * LOG2E);
-                m[k] = mn;
-            } else {  // pass 2: P chunk: SRAM -> HBM
-                softmax_write(P + (long)rr * n + k0, row, c, k0, limit, m[k], 1.f / l[k],
-                              lane);
-            }
+            dst[rr * stride + cc] = src[rr * n + cc];
         }
     }
 }
@@ -238,26 +246,61 @@ extern "C" __global__ void __launch_bounds__(NT)
     u16* sS = reinterpret_cast<u16*>(smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int t_r = (n + SOFTMAX_ROWS - 1) / SOFTMAX_ROWS;
+    const int chunks = (n + SOFTMAX_CHUNK - 1) / SOFTMAX_CHUNK;
     const int bh = blockIdx.x / t_r, r0 = (blockIdx.x % t_r) * SOFTMAX_ROWS;
     const int r = min(SOFTMAX_ROWS, n - r0);
     const long base = ((long)bh * n + r0) * n;  // element (b, h, r0, 0) of S and P
+    // one pass: the row block is resident (row stride n); two: one chunk at a time
+    constexpr bool RESIDENT = SOFTMAX_PASSES == 1;
+    const int stride = RESIDENT ? n : BLOCK_KV;
 
-    if (SOFTMAX_PASSES == 1) {
-        // the row block: HBM -> SRAM once
-        load_rows(sS, S + base, n, r, n, n, tid);
+    float m[RPW], l[RPW];
+#pragma unroll
+    for (int k = 0; k < RPW; ++k) m[k] = NEG_INF, l[k] = 0.f;
+    if (RESIDENT) {  // the row block: HBM -> SRAM once
+        load_rows<0>(sS, S + base, n, r, n, n, tid);
         __syncthreads();
-        for (int rr = warp; rr < r; rr += WARPS) {
-            const u16* row = sS + (long)rr * n;
-            const int limit = causal ? r0 + rr + 1 : n;  // keys < limit are attended
-            float m = NEG_INF, l = 0.f;
-            for (int cc = lane; cc < limit; cc += 32) m = fmaxf(m, to_float(row[cc]));
-            for (int cc = lane; cc < limit; cc += 32) l += exp2f((to_float(row[cc]) - m) * LOG2E);
-            warp_max_sum(m, l, lane);
-            // P row: SRAM -> HBM once
-            softmax_write(P + base + (long)rr * n, row, n, 0, limit, m, 1.f / l, lane);
+    }
+    // the chunk loops stay loops (one chunk a step: the instruction census's program)
+#pragma unroll 1
+    for (int jc = 0; jc < chunks; ++jc) {  // pass 1: running max and sum
+        const int k0 = jc * SOFTMAX_CHUNK, c = min(SOFTMAX_CHUNK, n - k0);
+        if (!RESIDENT) {  // S chunk: HBM -> SRAM
+            __syncthreads();  // every warp is done with the previous chunk
+            load_rows<BLOCK_KV>(sS, S + base + k0, n, r, c, BLOCK_KV, tid);
+            __syncthreads();
         }
-    } else {
-        softmax_two_pass(S + base, P + base, sS, n, r0, r, causal, tid);
+        const u16* chunk = sS + (RESIDENT ? k0 : 0);
+#pragma unroll
+        for (int k = 0; k < RPW; ++k) {
+            const int rr = warp + k * WARPS;
+            if (rr < r)
+                online_chunk(chunk + rr * stride, c, k0, causal ? r0 + rr + 1 : n, m[k], l[k],
+                             lane);
+        }
+    }
+    float inv_l[RPW];
+#pragma unroll
+    for (int k = 0; k < RPW; ++k) {
+        warp_max_sum(m[k], l[k], lane);
+        inv_l[k] = 1.f / l[k];
+    }
+#pragma unroll 1
+    for (int jc = 0; jc < chunks; ++jc) {  // pass 2: P chunk: SRAM -> HBM
+        const int k0 = jc * SOFTMAX_CHUNK, c = min(SOFTMAX_CHUNK, n - k0);
+        if (!RESIDENT) {  // S chunk again: HBM -> SRAM
+            __syncthreads();
+            load_rows<BLOCK_KV>(sS, S + base + k0, n, r, c, BLOCK_KV, tid);
+            __syncthreads();
+        }
+        const u16* chunk = sS + (RESIDENT ? k0 : 0);
+#pragma unroll
+        for (int k = 0; k < RPW; ++k) {
+            const int rr = warp + k * WARPS;
+            if (rr < r)
+                write_chunk(P + base + (long)rr * n + k0, chunk + rr * stride, c, k0,
+                            causal ? r0 + rr + 1 : n, m[k], inv_l[k], lane);
+        }
     }
 }
 
