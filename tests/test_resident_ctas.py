@@ -1,0 +1,35 @@
+"""The resident-CTA probe (data/gpu/probe/occupancy.py) against the model, as
+docs/validation.md ("Resident CTAs") shows it."""
+
+import json
+import re
+from pathlib import Path
+
+from analysis import resident_ctas
+
+
+def test_the_probe_ran_each_kernel_at_the_occupancy_it_asked_for():
+    doc = json.loads(resident_ctas.DATA.read_text())
+    rows = doc["rows"]
+    assert len(rows) >= 10
+    for r in rows:
+        assert r["ctas_per_sm"] == r["k"] <= r["native_ctas_per_sm"]
+        assert r["median_ms"] > 0 and r["kernel"] in resident_ctas.MAIN_KERNELS
+    # every kernel from one CTA per SM up to what its registers allow
+    by = {}
+    for r in rows:
+        by.setdefault((r["schedule"], r["head_dim"], tuple(r["tiles"])), []).append(r["k"])
+    assert all(ks == list(range(1, ks[-1] + 1)) and ks[-1] >= 2 for ks in by.values())
+
+
+def test_the_doc_table_is_the_models_answer_on_the_committed_data():
+    text = Path("docs/validation.md").read_text()
+    block = re.search(r"<!-- resident-ctas:begin -->\n\n(.*?)\n\n<!-- resident-ctas:end -->",
+                      text, re.S)  # fmt: skip
+    table = resident_ctas.rows()
+    assert block and block.group(1) == resident_ctas.markdown(table)
+    first = {}
+    for r in table:  # the gains are relative to the same kernel's time at one CTA per SM
+        key = (r["schedule"], r["head_dim"], tuple(r["tiles"]))
+        first.setdefault(key, r)
+        assert r["measured_gain"] == first[key]["median_ms"] / r["median_ms"]
