@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import kernels
+from analysis import _cli_options as cli_options
 from analysis import calibrate, families, sm_scaling, validation_doc
 from analysis import crosscheck as cc
 from analysis.validation_doc import DOC, ROOT, plot, text_table, update_doc
@@ -99,17 +100,13 @@ def add_crosscheck_command(subparsers) -> argparse.ArgumentParser:
         "with --update-doc, regenerate docs/validation.md's 'By implementation' block",
     )
     u = p.add_argument_group("your own kernel (with an ncu CSV in FILES)")
-    u.add_argument("--schedule", choices=kernels.SCHEDULES, default=None)
-    u.add_argument("--batch", type=int, default=1)
-    u.add_argument("--heads", type=int, default=16)
-    u.add_argument("--kv-heads", type=int, default=None)
-    u.add_argument("--seq-len", type=int, default=4096)
-    u.add_argument("--head-dim", type=int, default=64)
-    u.add_argument("--dtype", default="bf16", choices=sorted(kernels.DTYPES))
-    u.add_argument("--causal", action="store_true")
-    u.add_argument("--block-q", type=int, default=None)
-    u.add_argument("--block-kv", type=int, default=None)
-    u.add_argument("--warps", type=int, default=None)
+    u.add_argument(
+        "--schedule", choices=kernels.SCHEDULES, default=None, metavar="SCHEDULE",
+        help="the schedule your kernel runs, with the shape and tiling below: one of "
+        + ", ".join(kernels.SCHEDULES),
+    )  # fmt: skip
+    cli_options.add_shape(p)
+    cli_options.add_tiling(p)
     u.add_argument(
         "--option",
         action="append",

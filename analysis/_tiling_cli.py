@@ -13,17 +13,13 @@ import textwrap
 
 import kernels
 import simulator
+from analysis import _cli_options as opts
 from analysis.search import plan_search, search_notes, search_tiles
 from analysis.tiling import TilingRule, tiling_rule
 from simulator import Space
 
 __all__ = ["add_tiling_command", "cmd_tiling", "main"]
 
-# Every verb's default GPU: the validation H200 as its microbenchmarks measured it
-# (simulator/specs/h200-measured.toml, which docs/validation.md checks); "h200": its datasheet.
-DEFAULT_GPU = "h200-measured"
-# A modest default search shape: 81 tilings of flash2 replay about 19 M events (seconds).
-SEARCH_DEFAULTS = {"batch": 1, "heads": 16, "seq_len": 2048}
 
 DESCRIPTION = """\
 The tiling rule B = M/(4d), in the two forms the sources give:
@@ -46,20 +42,8 @@ examples:
   flashio tiling --head-dim 64 --sram-bytes 196608   M = 98,304 fp16 elements: Bc 384, Br 64
   flashio tiling --gpu a100-40gb --head-dim 128 --json
   flashio tiling --search --seq-len 2048 --heads 16  rank every tiling (a few seconds)
-  flashio tiling --search --block-sizes 64,128 --warps 4 --schedule flash1
+  flashio tiling --search --block-sizes 64 128 --warps 4 --schedule flash1
 Progress of a search goes to stderr; bad input exits with status 2."""
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers such as 16,32,64, got {text!r}"
-        ) from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
 
 
 def add_tiling_command(subparsers) -> argparse.ArgumentParser:
@@ -71,14 +55,16 @@ def add_tiling_command(subparsers) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    opts.add_gpu(p)
+    d = opts.SHAPE_DEFAULTS
     p.add_argument(
-        "--gpu",
-        default=DEFAULT_GPU,
-        metavar="NAME|PATH",
-        help=f"built-in GPU name (see 'flashio gpus') or a TOML spec file (default {DEFAULT_GPU})",
-    )
-    p.add_argument("--head-dim", type=int, default=64, help="head dimension d (default 64)")
-    p.add_argument("--dtype", default="fp16", choices=sorted(kernels.DTYPES), help="default fp16")
+        "--head-dim", type=int, default=d["head_dim"],
+        help=f"head dimension d (default {d['head_dim']})",
+    )  # fmt: skip
+    p.add_argument(
+        "--dtype", default=d["dtype"], choices=sorted(kernels.DTYPES),
+        help=f"element type (default {d['dtype']})",
+    )  # fmt: skip
     p.add_argument(
         "--sram-bytes",
         type=int,
@@ -97,21 +83,26 @@ def add_tiling_command(subparsers) -> argparse.ArgumentParser:
     )
     s = p.add_argument_group("tile search (with --search)")
     s.add_argument("--search", action="store_true", help="simulate and rank every tiling")
-    s.add_argument("--batch", type=int, default=SEARCH_DEFAULTS["batch"], help="default 1")
-    s.add_argument("--heads", type=int, default=SEARCH_DEFAULTS["heads"], help="default 16")
     s.add_argument(
-        "--seq-len", type=int, default=SEARCH_DEFAULTS["seq_len"], help="N (default 2048)"
+        "--batch", type=int, default=d["batch"], help=f"batch size (default {d['batch']})"
     )
     s.add_argument(
-        "--block-sizes",
-        type=_ints,
-        default=(16, 32, 64, 128, 256),
-        metavar="B,B,...",
-        help="candidate Br and Bc, every pair tried (default 16,32,64,128,256)",
+        "--heads", type=int, default=d["heads"], help=f"query heads (default {d['heads']})"
     )
     s.add_argument(
-        "--warps", type=_ints, default=(2, 4, 8), metavar="W,W,...", help="default 2,4,8"
-    )
+        "--seq-len", type=int, default=d["seq_len"],
+        help=f"sequence length N (default {d['seq_len']})",
+    )  # fmt: skip
+    s.add_argument(
+        "--block-sizes", type=opts.listed(int), nargs="+", default=[(16, 32, 64, 128, 256)],
+        metavar="B",
+        help="candidate Br and Bc, every pair tried, e.g. 64,128 or 64 128 "
+        "(default 16 32 64 128 256)",
+    )  # fmt: skip
+    s.add_argument(
+        "--warps", type=opts.listed(int), nargs="+", default=[(2, 4, 8)], metavar="W",
+        help="candidate warps per CTA (default 2 4 8)",
+    )  # fmt: skip
     s.add_argument(
         "--top", type=int, default=15, help="rows of the ranking to print (default 15; 0 = all)"
     )
@@ -299,6 +290,11 @@ def _progress(total_events: int):
 
 def cmd_tiling(a) -> int:
     """Handler of ``flashio tiling`` (argparse namespace in, exit status out)."""
+    try:
+        a.block_sizes = tuple(opts.positive(a.block_sizes, "--block-sizes"))
+        a.warps = tuple(opts.positive(a.warps, "--warps"))
+    except argparse.ArgumentTypeError as exc:
+        raise simulator.FlashioError(str(exc)) from None
     gpu = simulator.load_gpu(a.gpu)
     rule = tiling_rule(gpu, a.head_dim, a.dtype, a.sram_bytes, schedule=a.schedule)
     out: dict = {"rule": rule.to_dict()}

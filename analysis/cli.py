@@ -10,10 +10,11 @@ from pathlib import Path
 
 import kernels
 import simulator
+from analysis import _cli_options as opts
 from analysis import comparison as cmp
 from analysis import report
 from analysis._crosscheck_cli import add_crosscheck_command
-from analysis._tiling_cli import DEFAULT_GPU, add_tiling_command
+from analysis._tiling_cli import add_tiling_command
 from analysis.search import COMPILED
 
 EPILOG = """examples:
@@ -35,20 +36,8 @@ whole or not at all: a command that fails leaves no half-written output."""
 
 
 def _shape_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("attention shape")
-    g.add_argument("--batch", type=int, default=4, help="batch size (default 4)")
-    g.add_argument("--heads", type=int, default=16, help="query heads (default 16)")
-    g.add_argument(
-        "--kv-heads", type=int, default=None, help="key/value heads (GQA; default = heads)"
-    )
-    g.add_argument("--seq-len", type=int, default=4096, help="sequence length N (default 4096)")
-    g.add_argument("--head-dim", type=int, default=64, help="head dimension d (default 64)")
-    g.add_argument("--dtype", default="fp16", choices=sorted(kernels.DTYPES), help="default fp16")
-    g.add_argument("--causal", action="store_true", help="causal mask")
-    t = p.add_argument_group("tiling")
-    t.add_argument("--block-q", type=int, default=None, help="Br, rows of Q per block")
-    t.add_argument("--block-kv", type=int, default=None, help="Bc, rows of K/V per block")
-    t.add_argument("--warps", type=int, default=None, help="warps per CTA (default 4)")
+    opts.add_shape(p)
+    opts.add_tiling(p)
     p.add_argument(
         "--compiled",
         action="store_true",
@@ -61,13 +50,19 @@ def _shape_args(p: argparse.ArgumentParser) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--gpu",
-        default=DEFAULT_GPU,
-        metavar="NAME|PATH",
-        help=f"built-in GPU name (see 'flashio gpus') or a TOML spec file (default {DEFAULT_GPU})",
-    )
+    opts.add_gpu(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _blocks(a, shape, gpu) -> tuple[int | None, int | None]:
+    """--block-q and --block-kv, each defaulting to the other and then to the seed's rule on
+    the chosen GPU (with --impl, to the implementation's own tiling)."""
+    if getattr(a, "impl", None) is not None:
+        return a.block_q, a.block_kv
+    given = [b for b in (a.block_q, a.block_kv) if b is not None]
+    bq = a.block_q if a.block_q is not None else given[0] if given else None
+    bq = opts.default_block(shape, gpu) if bq is None else bq
+    return bq, a.block_kv if a.block_kv is not None else bq
 
 
 def _shape(a) -> kernels.AttentionShape:
@@ -107,8 +102,8 @@ def cmd_gpus(a) -> int:
 
 
 def cmd_simulate(a) -> int:
-    gpu = _gpu(a)
-    sched = kernels.schedule(a.schedule, _shape(a), a.block_q, a.block_kv, a.warps, impl=a.impl)
+    gpu, shape = _gpu(a), _shape(a)
+    sched = kernels.schedule(a.schedule, shape, *_blocks(a, shape, gpu), a.warps, impl=a.impl)
     show = _progress(not a.json and sys.stderr.isatty())
     res = simulator.simulate(sched, gpu, progress=show, **_options(a))
     if a.save_trace:  # after the simulation, so that a tiling that does not fit writes nothing
@@ -138,7 +133,7 @@ def cmd_compare(a) -> int:
     names = cmp.FORWARD + (cmp.BACKWARD if a.backward else ())
     say = (lambda n: print(f"  simulating {n} ...", file=sys.stderr)) if not a.json else None
     rows = cmp.compare(
-        shape, gpu, names, a.block_q, a.block_kv, a.warps, progress=say, **_options(a)
+        shape, gpu, names, *_blocks(a, shape, gpu), a.warps, progress=say, **_options(a)
     )
     if a.json:
         print(
@@ -250,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"flashio {opts.version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser(
@@ -323,9 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
         "dims and square block sizes; write one CSV row per point (points that do not fit say "
         "why) and a plot beside the CSV, against the first scaled property.",
     )
-    p.add_argument(
-        "--gpu", action="append", metavar="NAME|PATH", help="GPU spec, repeatable (default h200)"
-    )
+    opts.add_gpu(p, repeatable=True)
     p.add_argument(
         "--schedule",
         action="append",
@@ -333,33 +327,30 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SCHEDULE",
         help="repeatable (default: standard and flash2)",
     )
-    p.add_argument("--seq-len", type=int, nargs="+", default=[1024, 2048, 4096])
-    p.add_argument("--head-dim", type=int, nargs="+", default=[64])
-    p.add_argument("--block", type=int, nargs="+", help="square block sizes (default: the rule)")
-    p.add_argument("--warps", type=int, default=None)
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--heads", type=int, default=16)
-    p.add_argument("--kv-heads", type=int, default=None)
-    p.add_argument("--dtype", default="fp16", choices=sorted(kernels.DTYPES))
-    p.add_argument("--causal", action="store_true")
-    p.add_argument(
-        "--sram-scale",
-        type=float,
-        nargs="+",
-        default=[1.0],
-        help="scale shared memory per SM and per CTA, e.g. 0.5 1 2",
-    )
-    p.add_argument(
-        "--hbm-scale", type=float, nargs="+", default=[1.0], help="scale HBM bandwidth, e.g. 1 2 4"
-    )
-    p.add_argument(
-        "--sm-scale",
-        type=float,
-        nargs="+",
-        default=[1.0],
+    opts.add_shape(p, lists=True)
+    t = p.add_argument_group("tiling")
+    t.add_argument(
+        "--block", type=opts.listed(int), nargs="+", metavar="B",
+        help="square block sizes Br = Bc (default: B = M/(4d) on each GPU)",
+    )  # fmt: skip
+    t.add_argument(
+        "--warps", type=int, default=None,
+        help=f"warps per CTA (default {kernels.schedules.DEFAULT_WARPS})",
+    )  # fmt: skip
+    g = p.add_argument_group("hypothetical GPUs: each scale makes a GPU from every --gpu")
+    g.add_argument(
+        "--sram-scale", type=opts.listed(float), nargs="+", default=[(1.0,)], metavar="X",
+        help="scale shared memory per SM and per CTA, e.g. 0.5 1 2 (default 1)",
+    )  # fmt: skip
+    g.add_argument(
+        "--hbm-scale", type=opts.listed(float), nargs="+", default=[(1.0,)], metavar="X",
+        help="scale HBM bandwidth, e.g. 1 2 4 (default 1)",
+    )  # fmt: skip
+    g.add_argument(
+        "--sm-scale", type=opts.listed(float), nargs="+", default=[(1.0,)], metavar="X",
         help="scale the SM count (each SM keeps its resources; L2 and HBM stay the chip's), "
-        "e.g. 0.0606 0.25 0.5 1 for 8, 33, 66 and 132 SMs of an h200",
-    )
+        "e.g. 0.0606 0.25 0.5 1 for 8, 33, 66 and 132 SMs of an h200 (default 1)",
+    )  # fmt: skip
     p.add_argument("--out", default="flashio-out/sweep.csv", help="CSV path (plot beside it)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a summary")
     p.set_defaults(func=cmd_sweep)
@@ -373,8 +364,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "sweep":
-        args.gpu = args.gpu or [DEFAULT_GPU]
+        args.gpu = args.gpu or [opts.DEFAULT_GPU]
         args.schedule = args.schedule or ["standard", "flash2"]
+        try:
+            for name in ("seq_len", "head_dim", "block"):
+                flag = "--" + name.replace("_", "-")
+                setattr(args, name, opts.positive(getattr(args, name), flag))
+            for name in ("sram_scale", "hbm_scale", "sm_scale"):
+                setattr(args, name, opts.flatten(getattr(args, name)))
+        except argparse.ArgumentTypeError as exc:
+            print(f"flashio sweep: error: {exc}", file=sys.stderr)
+            return 2
     try:
         return args.func(args)
     except simulator.FlashioError as exc:  # bad input; anything else is a bug: a traceback

@@ -94,7 +94,9 @@ def run_sweep(
     warps: list[int | None] = (None,),
     progress: Callable[[int, int, str], None] | None = None,
 ) -> list[SweepRow]:
-    """Simulate every combination; blocks larger than a shape's sequence are clipped to it.
+    """Simulate every combination; blocks larger than a shape's sequence are clipped to it, and
+    a block of None is the seed's rule B = M/(4d) on that GPU (``kernels.default_block`` of
+    its shared memory per CTA), so a hypothetical GPU with more SRAM gets larger blocks.
 
     ``progress(done, total, label)`` is called before each point.
     """
@@ -102,8 +104,9 @@ def run_sweep(
     rows = []
     for done, (gpu, name, shape, (bq, bkv), w) in enumerate(grid):
         n = shape.seq_len
-        bq = min(bq, n) if bq else None
-        bkv = min(bkv, n) if bkv else None
+        rule = kernels.default_block(shape, gpu.smem_per_cta_bytes)  # B = M/(4d) on this GPU
+        bq = min(bq, n) if bq else rule
+        bkv = min(bkv, n) if bkv else rule
         if progress:
             progress(done, len(grid), f"{name} N={n} d={shape.head_dim} on {gpu.name}")
         sched = kernels.schedule(name, shape, block_q=bq, block_kv=bkv, warps=w)

@@ -6,7 +6,8 @@ import pytest
 
 import kernels
 import simulator
-from analysis.cli import DEFAULT_GPU, main
+from analysis._cli_options import DEFAULT_GPU
+from analysis.cli import main
 from analysis.demo import run_demo
 from analysis.search import COMPILED
 
@@ -258,3 +259,87 @@ def test_compare_keeps_a_row_for_a_schedule_that_does_not_fit():
         r = rows[name]
         assert r.error == "" and r.result is not None
         assert (r.time_s, r.hbm_bytes) == (r.result.time_s, r.result.hbm_bytes) and r.time_s > 0
+
+
+# -- one grammar: shared options, one set of defaults, one list syntax -------------------------
+def _parsed(argv):
+    from analysis.cli import build_parser
+
+    return build_parser().parse_args(argv)
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    from analysis._cli_options import version
+
+    assert capsys.readouterr().out.strip() == f"flashio {version()}" != "flashio "
+
+
+def test_every_verb_has_the_same_shape_defaults():
+    from analysis._cli_options import SHAPE_DEFAULTS
+
+    verbs = {
+        "simulate": ["simulate", "flash2"],
+        "compare": ["compare"],
+        "sweep": ["sweep"],
+        "tiling": ["tiling"],
+        "crosscheck": ["crosscheck"],
+    }
+    for verb, argv in verbs.items():
+        a = _parsed(argv)
+        got = {k: getattr(a, k) for k in ("batch", "heads", "dtype")}
+        assert got == {k: SHAPE_DEFAULTS[k] for k in got}, verb
+        if verb != "sweep":  # a sweep's lengths are a list of several
+            assert (a.seq_len, a.head_dim) == (SHAPE_DEFAULTS["seq_len"], 64), verb
+        if verb != "sweep" and verb != "tiling":
+            assert a.kv_heads is None and a.causal is False, verb
+        if hasattr(a, "gpu") and verb != "sweep":
+            assert a.gpu == DEFAULT_GPU, verb
+
+
+def test_lists_take_commas_or_spaces():
+    from analysis._cli_options import flatten
+
+    spaced = _parsed(["sweep", "--seq-len", "512", "1024", "--sram-scale", "0.5", "1"])
+    commas = _parsed(["sweep", "--seq-len", "512,1024", "--sram-scale", "0.5,1"])
+    mixed = _parsed(["sweep", "--seq-len", "512,", "1024", "--sram-scale", "0.5", "1,"])
+    for a in (spaced, commas, mixed):
+        assert flatten(a.seq_len) == [512, 1024] and flatten(a.sram_scale) == [0.5, 1.0]
+    t1 = _parsed(["tiling", "--search", "--block-sizes", "64", "128", "--warps", "4,8"])
+    t2 = _parsed(["tiling", "--search", "--block-sizes", "64,128", "--warps", "4", "8"])
+    assert flatten(t1.block_sizes) == flatten(t2.block_sizes) == [64, 128]
+    assert flatten(t1.warps) == flatten(t2.warps) == [4, 8]
+
+
+def test_every_option_says_what_it_does():
+    import argparse
+
+    from analysis.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for verb, p in sub.choices.items():
+        for action in p._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, f"flashio {verb} {action.option_strings[0]}: no help"
+
+
+def test_default_blocks_follow_the_gpus_rule(capsys, tmp_path):
+    """Without --block-q/--block-kv a schedule gets B = M/(4d) on the chosen GPU: 32 on a GPU
+    of 16 KiB per CTA (8,192 fp16 elements / 256), 128 on the H200; one block given, the other
+    follows it."""
+    spec = tmp_path / "small.toml"
+    spec.write_text('base = "h200"\nname = "small"\nsmem_per_sm_bytes = 65536\n'
+                    "smem_per_cta_bytes = 16384\n")  # fmt: skip
+    small = _json(capsys, ["simulate", "flash2", "--seq-len", "256", "--gpu", str(spec), "--json"])
+    assert (small["block_q"], small["block_kv"]) == (32, 32)
+    h200 = _json(capsys, ["simulate", "flash2", "--seq-len", "256", "--json"])
+    assert (h200["block_q"], h200["block_kv"]) == (128, 128)
+    one = _json(capsys, ["simulate", "flash2", "--seq-len", "256", "--block-kv", "64", "--json"])
+    assert (one["block_q"], one["block_kv"]) == (64, 64)
+
+
+def test_a_list_value_below_one_exits_2(capsys):
+    assert main(["sweep", "--seq-len", "0,1024"]) == 2
+    assert "--seq-len: expected positive values" in capsys.readouterr().err

@@ -229,14 +229,16 @@ TINY_GPU = 'base = "h200"\nname = "tiny"\nsmem_per_sm_bytes = 4096\nsmem_per_cta
     json=st.booleans(),
 )
 def test_a_command_that_fails_after_validation_writes_no_output(schedule, existing, json):
-    """Legal arguments and a legal GPU on which nothing fits: the failure comes late."""
+    """Legal arguments and a legal GPU on which these tiles do not fit: the failure comes
+    late. (Without --block-q/--block-kv the blocks follow the tiny GPU's own rule and fit.)"""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "tiny.toml").write_text(TINY_GPU)
         out = folder / "t.npz"
         if existing:
             out.write_bytes(b"old")
-        argv = [*f"simulate {schedule} --batch 1 --heads 1 --seq-len 32 --head-dim 16".split()]
+        argv = f"simulate {schedule} --batch 1 --heads 1 --seq-len 32 --head-dim 32".split()
+        argv += ["--block-q", "32", "--block-kv", "32"]
         argv += ["--gpu", str(folder / "tiny.toml"), "--save-trace", str(out)]
         code, err = run_cli([*argv, "--json"] if json else argv)
         assert code == 2 and "shared memory" in err, err

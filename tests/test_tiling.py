@@ -355,7 +355,7 @@ def test_cli_bad_list_exits_2(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["--search", "--block-sizes", "16,x"])
     assert exc.value.code == 2
-    assert "comma-separated integers" in capsys.readouterr().err
+    assert "separated by commas or spaces" in capsys.readouterr().err
 
 
 # -- the docs' tables are this code's output -------------------------------------------------
