@@ -1,6 +1,10 @@
-"""Analysis on top of the simulator and the schedules: comparisons, tiling, sweeps, plots."""
+"""Analysis on top of the simulator and the schedules: comparisons, tiling, sweeps, plots.
 
-from analysis import strategies
+The schedule DAG (networkx) and the hypothesis strategies load on first use, so that a command
+that needs neither (``flashio simulate``) does not import them."""
+
+import importlib
+
 from analysis.bounds import (
     IORegime,
     compulsory_bytes,
@@ -15,7 +19,6 @@ from analysis.bounds import (
 )
 from analysis.capacity import Capacity, Tile, tile_capacity
 from analysis.comparison import ComparisonRow, compare
-from analysis.dag import DagStats, Problem, dag_stats, schedule_dag, validate_trace
 from analysis.flops import (
     RecomputeRatios,
     Roofline,
@@ -73,3 +76,15 @@ __all__ = [
     "tiling_rule",
     "validate_trace",
 ]
+
+_LAZY = {name: "analysis.dag" for name in
+         ("DagStats", "Problem", "dag_stats", "schedule_dag", "validate_trace")}  # fmt: skip
+_LAZY["strategies"] = None  # the submodule itself
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'analysis' has no attribute {name!r}")
+    if _LAZY[name] is None:
+        return importlib.import_module(f"analysis.{name}")
+    return getattr(importlib.import_module(_LAZY[name]), name)

@@ -343,3 +343,21 @@ def test_default_blocks_follow_the_gpus_rule(capsys, tmp_path):
 def test_a_list_value_below_one_exits_2(capsys):
     assert main(["sweep", "--seq-len", "0,1024"]) == 2
     assert "--seq-len: expected positive values" in capsys.readouterr().err
+
+
+def test_the_cli_does_not_import_what_simulate_does_not_use():
+    """networkx (the schedule DAG), hypothesis (the strategies) and matplotlib (plots) load
+    where they are used, not with the flashio command."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, analysis.cli; "
+        "print(sorted(m for m in ('hypothesis', 'networkx', 'matplotlib') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    import analysis
+
+    assert analysis.strategies.__name__ == "analysis.strategies"
+    assert analysis.schedule_dag.__module__ == "analysis.dag"
