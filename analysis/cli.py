@@ -105,9 +105,14 @@ def cmd_simulate(a) -> int:
     gpu, shape = _gpu(a), _shape(a)
     sched = kernels.schedule(a.schedule, shape, *_blocks(a, shape, gpu), a.warps, impl=a.impl)
     show = _progress(not a.json and sys.stderr.isatty())
-    res = simulator.simulate(sched, gpu, progress=show, **_options(a))
+    timeline = a.perfetto is not None
+    res = simulator.simulate(sched, gpu, progress=show, timeline=timeline, **_options(a))
     if a.save_trace:  # after the simulation, so that a tiling that does not fit writes nothing
         sched.trace().save(a.save_trace)
+    if timeline:
+        from simulator import perfetto
+
+        perfetto.write(res, sched, a.perfetto)
     if a.json:
         print(
             json.dumps(
@@ -297,6 +302,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: this project's kernels)",
     )
     p.add_argument("--save-trace", metavar="FILE.npz", help="also write the trace to this file")
+    p.add_argument(
+        "--perfetto", metavar="FILE.json",
+        help="also write the timeline as trace-event JSON for ui.perfetto.dev or "
+        "chrome://tracing: a track per SM and CTA slot, a slice per CTA, counters of resident "
+        "CTAs and traffic (simulator.perfetto)",
+    )  # fmt: skip
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser(

@@ -1,0 +1,161 @@
+"""A simulation as a timeline: Chrome trace-event JSON that ui.perfetto.dev and chrome://tracing
+open.
+
+``trace_events(result, source)`` turns a result of ``simulate(..., timeline=True)`` into trace
+events; ``write(result, source, path)`` saves them. What the file holds:
+
+- process "SMs": a track per (SM, CTA slot), a slice per CTA (kernel, CTA index, the first
+  global tile it loads, its global bytes). Slots are recovered from the replay's start and end
+  times: a CTA takes the lowest slot of its SM that is free when it starts;
+- process "kernels": a slice per kernel, and counter tracks over time: CTAs resident on the
+  GPU; global (SM-side) traffic, each CTA's bytes spread evenly over its lifetime; HBM traffic,
+  each kernel's mean over its duration (the replay does not keep when the L2 missed). The L2's
+  occupancy over time is not recorded by the replay and is left out.
+
+Times are microseconds from the first kernel's start (the trace-event unit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from simulator.errors import UsageError
+from simulator.trace import MEMORY_OPS, Space
+
+__all__ = ["MAX_CTAS", "trace_events", "write"]
+
+MAX_CTAS = 500_000  # CTA slices a file may hold; beyond it the JSON is too large to open
+BINS = 400  # counter samples per kernel
+CHUNK = 8192  # CTAs traced at a time when summing their bytes
+
+
+def _cta_bytes(source, k: int, ctas: int) -> tuple[np.ndarray, list]:
+    """Global bytes each CTA of kernel ``k`` moves, and its first global LOAD's (tensor, block
+    row, block column)."""
+    tensors = source.meta.tensors
+    is_global = np.array([t.space == Space.GLOBAL for t in tensors])
+    total = np.zeros(ctas)
+    first: list = [None] * ctas
+    for lo in range(0, ctas, CHUNK):
+        ev = source.cta_events(k, lo, min(ctas, lo + CHUNK))
+        mem = np.isin(ev["op"], [int(o) for o in MEMORY_OPS]) & (ev["tensor"] >= 0)
+        mem &= is_global[np.maximum(ev["tensor"], 0)]
+        total += np.bincount(ev["cta"][mem], weights=ev["bytes"][mem], minlength=ctas)[:ctas]
+        loads = ev[mem & (ev["op"] == 0)]
+        _, idx = np.unique(loads["cta"], return_index=True)
+        for e in loads[idx]:
+            first[int(e["cta"])] = (tensors[e["tensor"]].name, int(e["block_row"]),
+                                    int(e["block_col"]))  # fmt: skip
+    return total, first
+
+
+def _slots(span: np.ndarray) -> np.ndarray:
+    """A CTA slot per CTA: the lowest slot of its SM free at its start (interval partition)."""
+    slot = np.zeros(len(span), np.int64)
+    free: dict[int, list[float]] = {}
+    for c in np.lexsort((span[:, 0], span[:, 2])):
+        start, end, sm = span[c]
+        ends = free.setdefault(int(sm), [])
+        i = next((i for i, e in enumerate(ends) if e <= start), len(ends))
+        if i == len(ends):
+            ends.append(end)
+        else:
+            ends[i] = end
+        slot[c] = i
+    return slot
+
+
+def _spread(span: np.ndarray, weights: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Per bin of ``edges``: the sum of each interval's weight times the share of it in the bin."""
+    out = np.zeros(len(edges) - 1)
+    for (start, end, _), w in zip(span, weights, strict=True):
+        if w <= 0:
+            continue
+        length = max(end - start, 1e-30)
+        overlap = np.clip(np.minimum(edges[1:], end) - np.maximum(edges[:-1], start), 0, None)
+        out += w * overlap / length
+    return out
+
+
+def trace_events(result, source) -> dict:
+    """The trace-event document of ``result`` (``simulate(source, ..., timeline=True)``)."""
+    if result.timeline is None:
+        raise UsageError("the result has no timeline: simulate(..., timeline=True) first")
+    total_ctas = sum(len(s) for s in result.timeline)
+    if total_ctas > MAX_CTAS:
+        raise UsageError(
+            f"{total_ctas:,} CTAs are more than a trace-event file opens ({MAX_CTAS:,}); "
+            "simulate a smaller batch or fewer heads for the timeline"
+        )
+    t0 = min((float(s[:, 0].min()) for s in result.timeline if len(s)), default=0.0)
+
+    def us(t):
+        return (float(t) - t0) * 1e6
+
+    def name(pid, what, tid=None):
+        return {"ph": "M", "pid": pid, "name": f"{what[0]}_name", "args": {"name": what[1]}} | (
+            {} if tid is None else {"tid": tid}
+        )
+
+    events = [
+        name(1, ("process", f"SMs of {result.gpu}")),
+        name(2, ("process", f"kernels of {result.schedule}")),
+        name(2, ("thread", "kernels"), tid=0),
+    ]
+    slots_per_sm = max((k.occupancy.ctas_per_sm for k in result.kernels), default=1)
+    named: set[int] = set()
+    for k, (kres, span) in enumerate(zip(result.kernels, result.timeline, strict=True)):
+        if not len(span):
+            continue
+        nbytes, first = _cta_bytes(source, k, len(span))
+        slot = _slots(span)
+        for c, ((start, end, sm), b, s) in enumerate(zip(span, nbytes, slot, strict=True)):
+            tid = int(sm) * slots_per_sm + int(s) + 1
+            if tid not in named:
+                named.add(tid)
+                events.append(name(1, ("thread", f"SM {int(sm)} slot {int(s)}"), tid=tid))
+            args = {"cta": c, "global_bytes": int(b)}
+            if first[c] is not None:
+                tensor, row, col = first[c]
+                args["first_tile"] = f"{tensor} block " + (
+                    f"({row}, {col})" if col >= 0 else f"{row}"
+                )
+            events.append({"ph": "X", "pid": 1, "tid": tid, "name": kres.name, "cat": "cta",
+                           "ts": us(start), "dur": us(end) - us(start), "args": args})  # fmt: skip
+        k_start, k_end = float(span[:, 0].min()), float(span[:, 1].max())
+        events.append({"ph": "X", "pid": 2, "tid": 0, "name": kres.name, "cat": "kernel",
+                       "ts": us(k_start), "dur": us(k_end) - us(k_start),
+                       "args": {"ctas": kres.ctas, "waves": kres.waves,
+                                "ctas_per_sm": kres.occupancy.ctas_per_sm}})  # fmt: skip
+        edges = np.linspace(k_start, k_end, BINS + 1)
+        width = max(edges[1] - edges[0], 1e-30)
+        gbps = _spread(span, nbytes, edges) / width / 1e9
+        resident = _spread(span, span[:, 1] - span[:, 0], edges) / width
+        hbm = (kres.hbm_read_bytes + kres.hbm_write_bytes) / max(k_end - k_start, 1e-30) / 1e9
+        for i in range(BINS):
+            ts = us(edges[i])
+            events.append({"ph": "C", "pid": 2, "name": "global traffic GB/s", "ts": ts,
+                           "args": {"GB/s": round(float(gbps[i]), 3)}})  # fmt: skip
+            events.append({"ph": "C", "pid": 2, "name": "CTAs resident", "ts": ts,
+                           "args": {"CTAs": round(float(resident[i]), 2)}})  # fmt: skip
+        events.append({"ph": "C", "pid": 2, "name": "HBM GB/s (kernel mean)", "ts": us(k_start),
+                       "args": {"GB/s": round(hbm, 3)}})  # fmt: skip
+        events.append({"ph": "C", "pid": 2, "name": "HBM GB/s (kernel mean)", "ts": us(k_end),
+                       "args": {"GB/s": 0.0}})  # fmt: skip
+    return {"traceEvents": events, "displayTimeUnit": "ns",
+            "otherData": {"schedule": result.schedule, "gpu": result.gpu,
+                          "time_s": result.time_s}}  # fmt: skip
+
+
+def write(result, source, path) -> Path:
+    """Write ``trace_events(result, source)`` to ``path``, whole or not at all."""
+    path = Path(path)
+    doc = trace_events(result, source)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, separators=(",", ":")))
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,93 @@
+"""A simulation's timeline as trace-event JSON (simulator.perfetto): the file loads back, holds
+one slice per CTA on a track of its SM, no two slices of a track overlap, and its counters add
+up to the result's bytes."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+import kernels
+import simulator
+from analysis.cli import main
+from simulator import perfetto
+
+GPU = simulator.load_gpu("h200-measured")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    shape = kernels.AttentionShape(1, 4, 1024, 64, "fp16", causal=True)
+    sched = kernels.schedule("flash2_bwd", shape, 64, 64, 4)
+    res = simulator.simulate(sched, GPU, timeline=True)
+    path = perfetto.write(res, sched, tmp_path_factory.mktemp("p") / "t.json")
+    return sched, res, json.loads(path.read_text())
+
+
+def test_one_slice_per_cta_on_its_sms_track(run):
+    sched, res, doc = run
+    ev = doc["traceEvents"]
+    slices = [e for e in ev if e["ph"] == "X" and e["cat"] == "cta"]
+    assert len(slices) == sum(k.ctas for k in sched.kernels)
+    names = {e["tid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e.get("pid") == 1
+             and "tid" in e}  # fmt: skip
+    t0 = min(float(s[:, 0].min()) for s in res.timeline)
+    by_kernel = {}
+    for e in slices:
+        by_kernel.setdefault(e["name"], []).append(e)
+    for kres, span in zip(res.kernels, res.timeline, strict=True):
+        got = sorted(by_kernel[kres.name], key=lambda e: e["args"]["cta"])
+        assert [e["args"]["cta"] for e in got] == list(range(kres.ctas))
+        for e, (start, end, sm) in zip(got, span, strict=True):
+            assert e["ts"] == pytest.approx((start - t0) * 1e6, abs=1e-6)
+            assert e["dur"] == pytest.approx((end - start) * 1e6, abs=1e-6)
+            assert names[e["tid"]].startswith(f"SM {int(sm)} slot ")
+    tracks = {}
+    for e in slices:
+        tracks.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in tracks.values():  # a slot runs one CTA at a time
+        spans.sort()
+        assert all(a[1] <= b[0] + 1e-6 for a, b in itertools.pairwise(spans))
+    slots = {names[t].split(" slot ")[1] for t in tracks}
+    assert max(int(s) for s in slots) < max(k.occupancy.ctas_per_sm for k in res.kernels)
+
+
+def test_counters_add_up_to_the_results_bytes(run):
+    _, res, doc = run
+    ev = doc["traceEvents"]
+    cta = [e for e in ev if e["ph"] == "X" and e["cat"] == "cta"]
+    assert sum(e["args"]["global_bytes"] for e in cta) == (
+        res.global_read_bytes + res.global_write_bytes
+    )
+    kern = {e["name"]: e for e in ev if e["ph"] == "X" and e["cat"] == "kernel"}
+    hbm = [e for e in ev if e["ph"] == "C" and e["name"] == "HBM GB/s (kernel mean)"]
+    total = sum(e["args"]["GB/s"] * kern[k.name]["dur"] * 1e3 for e, k in
+                zip(hbm[::2], res.kernels, strict=True))  # fmt: skip
+    assert total == pytest.approx(res.hbm_read_bytes + res.hbm_write_bytes, rel=1e-3)
+    # the global counter, sample by sample, integrates to each kernel's global bytes
+    glob = [e for e in ev if e["ph"] == "C" and e["name"] == "global traffic GB/s"]
+    per = np.array([e["args"]["GB/s"] for e in glob]).reshape(len(res.kernels), perfetto.BINS)
+    for row, kres in zip(per, res.kernels, strict=True):
+        width_us = kern[kres.name]["dur"] / perfetto.BINS
+        got = row.sum() * width_us * 1e3
+        assert got == pytest.approx(kres.global_read_bytes + kres.global_write_bytes, rel=1e-3)
+
+
+def test_without_a_timeline_or_too_large_it_says_what_to_do(run, monkeypatch):
+    sched, res, _ = run
+    plain = simulator.simulate(sched, GPU)
+    with pytest.raises(simulator.UsageError, match="timeline=True"):
+        perfetto.trace_events(plain, sched)
+    monkeypatch.setattr(perfetto, "MAX_CTAS", 10)
+    with pytest.raises(simulator.UsageError, match="smaller batch"):
+        perfetto.trace_events(res, sched)
+
+
+def test_the_cli_writes_it(tmp_path, capsys):
+    out = tmp_path / "t.json"
+    argv = ["simulate", "flash2", "--heads", "2", "--seq-len", "512", "--perfetto", str(out)]
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert any(e["ph"] == "X" and e["cat"] == "cta" for e in doc["traceEvents"])
+    assert doc["otherData"]["schedule"] == "flash2"
