@@ -112,7 +112,7 @@ def add_crosscheck_command(subparsers) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=INT",
-        help="schedule option, e.g. softmax_passes=2 (repeatable)",
+        help="schedule option, e.g. softmax_passes=2 (repeatable; default: the schedule's)",
     )
     u.add_argument("--kernel", default=None, help="compare every profiled launch with this kernel")
     u.add_argument(

@@ -362,7 +362,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="scale the SM count (each SM keeps its resources; L2 and HBM stay the chip's), "
         "e.g. 0.0606 0.25 0.5 1 for 8, 33, 66 and 132 SMs of an h200 (default 1)",
     )  # fmt: skip
-    p.add_argument("--out", default="flashio-out/sweep.csv", help="CSV path (plot beside it)")
+    p.add_argument(
+        "--out", default="flashio-out/sweep.csv",
+        help="CSV path, the plot beside it (default flashio-out/sweep.csv)",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print JSON instead of a summary")
     p.set_defaults(func=cmd_sweep)
 

@@ -313,7 +313,7 @@ def test_lists_take_commas_or_spaces():
     assert flatten(t1.warps) == flatten(t2.warps) == [4, 8]
 
 
-def test_every_option_says_what_it_does():
+def test_every_option_says_what_it_does_and_its_default():
     import argparse
 
     from analysis.cli import build_parser
@@ -322,7 +322,11 @@ def test_every_option_says_what_it_does():
     for verb, p in sub.choices.items():
         for action in p._actions:
             if action.option_strings and action.dest != "help":
-                assert action.help, f"flashio {verb} {action.option_strings[0]}: no help"
+                flag = f"flashio {verb} {action.option_strings[0]}"
+                assert action.help, f"{flag}: no help"
+                valued = not isinstance(action, argparse._StoreTrueAction)
+                if valued and action.default not in (None, False):
+                    assert "default" in action.help, f"{flag}: help does not give its default"
 
 
 def test_default_blocks_follow_the_gpus_rule(capsys, tmp_path):
