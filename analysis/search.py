@@ -128,7 +128,8 @@ def _rule_blocks(name, shape, gpu, sram_bytes) -> dict[tuple[int, int], list[str
     n = shape.seq_len
     for f in rule.forms:
         out.setdefault((min(f.block_q, n), min(f.block_kv, n)), []).append(f.name)
-    b = kernels.default_block(shape)  # what kernels.schedule picks when no block is given
+    # what flashio simulate picks when no block is given: the seed's rule on this GPU's M
+    b = kernels.default_block(shape, sram_bytes or gpu.smem_per_cta_bytes)
     out.setdefault((b, b), []).append("default")
     return out
 
@@ -173,9 +174,9 @@ def plan_search(
 
     Block sizes above ``shape.seq_len`` are kept: one partial block, as a predicated kernel
     runs it (same bytes as a block of ``seq_len`` rows, the whole block's on-chip buffers). The
-    rule's blocks (both forms, clipped to ``seq_len``) and ``kernels.default_block(shape)`` are
-    added at every warp count when ``include_rule``. Nothing is simulated: use
-    ``.estimated_s`` to size a search before running it.
+    rule's blocks (both forms, clipped to ``seq_len``) and ``kernels.default_block`` of the
+    GPU's M (the CLI's default block) are added at every warp count when ``include_rule``.
+    Nothing is simulated: use ``.estimated_s`` to size a search before running it.
     """
     sizes = _check_sizes("block_sizes", block_sizes)
     ws = _check_sizes("warps", warps)
@@ -389,7 +390,7 @@ def search_notes(results: list[TileResult]) -> tuple[str, ...]:
                 "seed": "The seed's B = floor(M/(4d))",
                 "paper": "The paper's Bc = ceil(M/(4d)), Br = min(Bc, d)",
                 "default": "The project's default block (kernels.default_block: floor(M/(4d)) "
-                "with M = 192 KiB, rounded down to a power of two in [16, 128])",
+                "rounded down to a power of two in [16, 128], what flashio simulate picks)",
             }[form]
             out.append(
                 f"{what}, {_label(r)}: rank {r.rank_time} of {len(ok)}, "

@@ -377,3 +377,18 @@ def test_docs_python_example_runs(capsys):
     (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
     exec(compile(code, str(DOC), "exec"), {})
     assert "98,304 elements" in capsys.readouterr().out
+
+
+def test_the_searchs_default_block_is_the_clis_on_that_gpu():
+    """The 'default' candidate of a search is what flashio simulate picks without blocks: the
+    seed's rule on the searched GPU's M (32 at d = 64, fp16, 16 KiB per CTA), not the A100's."""
+    from analysis import plan_search
+
+    gpu = simulator.load_gpu("h200-measured").replace(
+        smem_per_cta_bytes=16384, smem_per_sm_bytes=65536
+    )
+    shape = kernels.AttentionShape(1, 16, 1024, 64, "fp16")
+    plan = plan_search("flash2", shape, gpu, (64,), (4,))
+    default = [c for c in plan.candidates if "default" in c.rule.split(", ")]
+    assert {(c.block_q, c.block_kv) for c in default} == {(32, 32)}
+    assert kernels.default_block(shape) == 128  # without a GPU: the paper's 192 KiB
