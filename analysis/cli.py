@@ -106,12 +106,14 @@ def cmd_simulate(a) -> int:
     sched = kernels.schedule(a.schedule, shape, *_blocks(a, shape, gpu), a.warps, impl=a.impl)
     show = _progress(not a.json and sys.stderr.isatty())
     timeline = a.perfetto is not None
+    if timeline:  # refuse a timeline too large to open before simulating it
+        from simulator import perfetto
+
+        perfetto.check_size(sum(k.ctas for k in sched.kernels))
     res = simulator.simulate(sched, gpu, progress=show, timeline=timeline, **_options(a))
     if a.save_trace:  # after the simulation, so that a tiling that does not fit writes nothing
         sched.trace().save(a.save_trace)
     if timeline:
-        from simulator import perfetto
-
         perfetto.write(res, sched, a.perfetto)
     if a.json:
         print(

@@ -26,7 +26,7 @@ import numpy as np
 from simulator.errors import UsageError
 from simulator.trace import MEMORY_OPS, Space
 
-__all__ = ["MAX_CTAS", "trace_events", "write"]
+__all__ = ["MAX_CTAS", "check_size", "trace_events", "write"]
 
 MAX_CTAS = 500_000  # CTA slices a file may hold; beyond it the JSON is too large to open
 BINS = 400  # counter samples per kernel
@@ -81,16 +81,20 @@ def _spread(span: np.ndarray, weights: np.ndarray, edges: np.ndarray) -> np.ndar
     return out
 
 
+def check_size(ctas: int) -> None:
+    """Raise ``UsageError`` when a timeline of ``ctas`` CTA slices is too large to open."""
+    if ctas > MAX_CTAS:
+        raise UsageError(
+            f"{ctas:,} CTAs are more than a trace-event file opens ({MAX_CTAS:,}); "
+            "simulate a smaller batch or fewer heads for the timeline"
+        )
+
+
 def trace_events(result, source) -> dict:
     """The trace-event document of ``result`` (``simulate(source, ..., timeline=True)``)."""
     if result.timeline is None:
         raise UsageError("the result has no timeline: simulate(..., timeline=True) first")
-    total_ctas = sum(len(s) for s in result.timeline)
-    if total_ctas > MAX_CTAS:
-        raise UsageError(
-            f"{total_ctas:,} CTAs are more than a trace-event file opens ({MAX_CTAS:,}); "
-            "simulate a smaller batch or fewer heads for the timeline"
-        )
+    check_size(sum(len(s) for s in result.timeline))
     t0 = min((float(s[:, 0].min()) for s in result.timeline if len(s)), default=0.0)
 
     def us(t):

@@ -91,3 +91,10 @@ def test_the_cli_writes_it(tmp_path, capsys):
     doc = json.loads(out.read_text())
     assert any(e["ph"] == "X" and e["cat"] == "cta" for e in doc["traceEvents"])
     assert doc["otherData"]["schedule"] == "flash2"
+
+
+def test_the_cli_refuses_a_timeline_too_large_before_simulating(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(perfetto, "MAX_CTAS", 10)
+    out = tmp_path / "t.json"
+    assert main(["simulate", "flash2", "--seq-len", "4096", "--perfetto", str(out)]) == 2
+    assert "smaller batch" in capsys.readouterr().err and not out.exists()
