@@ -72,43 +72,45 @@ def add_gpu(p: argparse.ArgumentParser, repeatable: bool = False) -> None:
     )
 
 
+# one declaration per shape flag: (flag, argparse keywords), the defaults from SHAPE_DEFAULTS
+_D = SHAPE_DEFAULTS
+SHAPE_FLAGS = {
+    "batch": ("--batch", {"type": int, "default": _D["batch"],
+                          "help": f"batch size (default {_D['batch']})"}),
+    "heads": ("--heads", {"type": int, "default": _D["heads"],
+                          "help": f"query heads (default {_D['heads']})"}),
+    "kv_heads": ("--kv-heads", {"type": int, "default": None,
+                                "help": "key/value heads (GQA; default = heads)"}),
+    "seq_len": ("--seq-len", {"type": int, "default": _D["seq_len"],
+                              "help": f"sequence length N (default {_D['seq_len']})"}),
+    "head_dim": ("--head-dim", {"type": int, "default": _D["head_dim"],
+                                "help": f"head dimension d (default {_D['head_dim']})"}),
+    "dtype": ("--dtype", {"default": _D["dtype"], "choices": sorted(kernels.DTYPES),
+                          "help": f"element type (default {_D['dtype']})"}),
+    "causal": ("--causal", {"action": "store_true",
+                            "help": "causal mask (default: full attention)"}),
+}  # fmt: skip
+# a sweep's lists: several lengths and head dims
+SWEEP_LISTS = {
+    "seq_len": {"type": listed(int), "nargs": "+", "default": [(1024, 2048, 4096)],
+                "metavar": "N", "help": "sequence lengths (default 1024 2048 4096)"},
+    "head_dim": {"type": listed(int), "nargs": "+", "default": [(_D["head_dim"],)],
+                 "metavar": "D", "help": f"head dimensions (default {_D['head_dim']})"},
+}  # fmt: skip
+
+
+def add_shape_flags(g, *names: str, lists: bool = False) -> None:
+    """Add the shape flags ``names`` (keys of SHAPE_FLAGS) to parser or group ``g``; with
+    ``lists`` the sweep's several-valued --seq-len and --head-dim."""
+    for name in names:
+        flag, kw = SHAPE_FLAGS[name]
+        g.add_argument(flag, **(SWEEP_LISTS[name] if lists and name in SWEEP_LISTS else kw))
+
+
 def add_shape(p: argparse.ArgumentParser, lists: bool = False) -> None:
     """--batch, --heads, --kv-heads, --seq-len, --head-dim, --dtype, --causal; with ``lists``
     --seq-len and --head-dim take several values (a sweep)."""
-    d = SHAPE_DEFAULTS
-    g = p.add_argument_group("attention shape")
-    g.add_argument(
-        "--batch", type=int, default=d["batch"], help=f"batch size (default {d['batch']})"
-    )
-    g.add_argument(
-        "--heads", type=int, default=d["heads"], help=f"query heads (default {d['heads']})"
-    )
-    g.add_argument(
-        "--kv-heads", type=int, default=None, help="key/value heads (GQA; default = heads)"
-    )
-    if lists:
-        g.add_argument(
-            "--seq-len", type=listed(int), nargs="+", default=[(1024, 2048, 4096)],
-            metavar="N", help="sequence lengths (default 1024 2048 4096)",
-        )  # fmt: skip
-        g.add_argument(
-            "--head-dim", type=listed(int), nargs="+", default=[(d["head_dim"],)],
-            metavar="D", help=f"head dimensions (default {d['head_dim']})",
-        )  # fmt: skip
-    else:
-        g.add_argument(
-            "--seq-len", type=int, default=d["seq_len"],
-            help=f"sequence length N (default {d['seq_len']})",
-        )  # fmt: skip
-        g.add_argument(
-            "--head-dim", type=int, default=d["head_dim"],
-            help=f"head dimension d (default {d['head_dim']})",
-        )  # fmt: skip
-    g.add_argument(
-        "--dtype", default=d["dtype"], choices=sorted(kernels.DTYPES),
-        help=f"element type (default {d['dtype']})",
-    )  # fmt: skip
-    g.add_argument("--causal", action="store_true", help="causal mask (default: full attention)")
+    add_shape_flags(p.add_argument_group("attention shape"), *SHAPE_FLAGS, lists=lists)
 
 
 def add_tiling(p: argparse.ArgumentParser) -> None:

@@ -56,15 +56,7 @@ def add_tiling_command(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     opts.add_gpu(p)
-    d = opts.SHAPE_DEFAULTS
-    p.add_argument(
-        "--head-dim", type=int, default=d["head_dim"],
-        help=f"head dimension d (default {d['head_dim']})",
-    )  # fmt: skip
-    p.add_argument(
-        "--dtype", default=d["dtype"], choices=sorted(kernels.DTYPES),
-        help=f"element type (default {d['dtype']})",
-    )  # fmt: skip
+    opts.add_shape_flags(p, "head_dim", "dtype")
     p.add_argument(
         "--sram-bytes",
         type=int,
@@ -83,16 +75,7 @@ def add_tiling_command(subparsers) -> argparse.ArgumentParser:
     )
     s = p.add_argument_group("tile search (with --search)")
     s.add_argument("--search", action="store_true", help="simulate and rank every tiling")
-    s.add_argument(
-        "--batch", type=int, default=d["batch"], help=f"batch size (default {d['batch']})"
-    )
-    s.add_argument(
-        "--heads", type=int, default=d["heads"], help=f"query heads (default {d['heads']})"
-    )
-    s.add_argument(
-        "--seq-len", type=int, default=d["seq_len"],
-        help=f"sequence length N (default {d['seq_len']})",
-    )  # fmt: skip
+    opts.add_shape_flags(s, "batch", "heads", "seq_len")
     s.add_argument(
         "--block-sizes", type=opts.listed(int), nargs="+", default=[(16, 32, 64, 128, 256)],
         metavar="B",
