@@ -5,7 +5,7 @@ that needs neither (``flashio simulate``) does not import them."""
 
 import importlib
 
-from analysis.bounds import (
+from flashio.analysis.closed_form.bounds import (
     IORegime,
     compulsory_bytes,
     flash_order,
@@ -17,9 +17,8 @@ from analysis.bounds import (
     standard_crossover,
     standard_order,
 )
-from analysis.capacity import Capacity, Tile, tile_capacity
-from analysis.comparison import ComparisonRow, compare
-from analysis.flops import (
+from flashio.analysis.closed_form.capacity import Capacity, Tile, tile_capacity
+from flashio.analysis.closed_form.flops import (
     RecomputeRatios,
     Roofline,
     algorithmic_flops,
@@ -28,9 +27,22 @@ from analysis.flops import (
     ridge_point,
     roofline,
 )
-from analysis.io import IOCounts, TensorIO, io_counts, io_counts_of
-from analysis.search import SearchPlan, TileResult, plan_search, search_notes, search_tiles
-from analysis.tiling import KernelFit, TilingForm, TilingRule, kernel_fit, tiling_rule
+from flashio.analysis.closed_form.io import IOCounts, TensorIO, io_counts, io_counts_of
+from flashio.analysis.closed_form.tiling import (
+    KernelFit,
+    TilingForm,
+    TilingRule,
+    kernel_fit,
+    tiling_rule,
+)
+from flashio.analysis.explore.comparison import ComparisonRow, compare
+from flashio.analysis.explore.search import (
+    SearchPlan,
+    TileResult,
+    plan_search,
+    search_notes,
+    search_tiles,
+)
 
 __all__ = [
     "Capacity",
@@ -77,8 +89,8 @@ __all__ = [
     "validate_trace",
 ]
 
-_LAZY = {name: "analysis.dag" for name in
-         ("DagStats", "Problem", "dag_stats", "schedule_dag", "validate_trace")}  # fmt: skip
+_LAZY = {name: "flashio.analysis.dag.graph" for name in ("DagStats", "dag_stats", "schedule_dag")}
+_LAZY |= {name: "flashio.analysis.dag.trace_check" for name in ("Problem", "validate_trace")}
 _LAZY["strategies"] = None  # the submodule itself
 
 
@@ -86,5 +98,5 @@ def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module 'analysis' has no attribute {name!r}")
     if _LAZY[name] is None:
-        return importlib.import_module(f"analysis.{name}")
+        return importlib.import_module(f"flashio.analysis.{name}")
     return getattr(importlib.import_module(_LAZY[name]), name)

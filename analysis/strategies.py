@@ -5,7 +5,7 @@ arguments checked when the strategy is made). Block sizes are drawn as *counts o
 failing example shrinks towards one block per dimension and small sequences::
 
     from hypothesis import given, strategies as st
-    from analysis.strategies import attention_shapes, tilings
+    from flashio.analysis.strategies import attention_shapes, tilings
 
     @given(st.data())
     def test_something(data):
@@ -22,8 +22,7 @@ import math
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-import kernels
-import simulator
+from flashio import kernels, simulator
 
 __all__ = ["attention_shapes", "gpu_specs", "tilings"]
 

@@ -14,9 +14,8 @@ import json
 import sys
 import time
 
-import kernels
-import simulator
 from benchmarks._common import peak_rss_bytes, run_isolated
+from flashio import kernels, simulator
 
 FLASH2_NS = (4096, 16384, 65536, 131072)
 STANDARD_N = 16384

@@ -12,8 +12,8 @@ import json
 import sys
 import time
 
-import kernels
 from benchmarks._common import peak_rss_bytes, run_isolated
+from flashio import kernels
 
 SEQ_LENS = (4096, 16384, 65536, 131072)
 WINDOW_CTAS = 256

@@ -12,8 +12,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import kernels
-from simulator.trace import Op
+from flashio.simulator.trace import Op
+
+from flashio import kernels
 
 
 def _key(r: dict, impl: str | None = None) -> tuple:

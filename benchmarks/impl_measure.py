@@ -53,9 +53,9 @@ sass
 merge (no GPU)
     Fill the spills of the rows of DIR/impl_measure.json from ``--resources-json``.
 
-    PYTHONPATH=. python -m benchmarks.impl_measure --dry-run [--quick]
-    PYTHONPATH=. python -m benchmarks.impl_measure --out DIR [--quick] [--mode time sass]
-    PYTHONPATH=. python -m benchmarks.impl_measure --out DIR --mode resources sass \
+    python -m benchmarks.impl_measure --dry-run [--quick]
+    python -m benchmarks.impl_measure --out DIR [--quick] [--mode time sass]
+    python -m benchmarks.impl_measure --out DIR --mode resources sass \
         --sass-parts torch
 
 ``--help`` and ``--dry-run`` import neither torch nor triton.

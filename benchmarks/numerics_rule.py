@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-import kernels
+from flashio import kernels
 from tests._accuracy import bound_ratios, rule_ratios
 from tests._util import random_inputs
 

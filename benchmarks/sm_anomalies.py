@@ -14,8 +14,7 @@ import sys
 
 import numpy as np
 
-import kernels
-import simulator
+from flashio import kernels, simulator
 
 
 def _draw(rng, h200):

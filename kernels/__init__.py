@@ -1,17 +1,17 @@
 """Attention shapes, block schedules, numeric executors and references."""
 
-from kernels.execute import execute
-from kernels.implementation import (
+from flashio.kernels.execute import execute
+from flashio.kernels.implementation import (
     IMPLEMENTATIONS,
     Implementation,
     ImplementationError,
     Tiling,
     implementation,
 )
-from kernels.reference import attention_backward, attention_forward
-from kernels.schedules import SCHEDULES, Schedule, default_block, schedule
-from kernels.shape import DTYPES, AttentionShape
-from simulator.errors import ShapeError, TilingError
+from flashio.kernels.reference import attention_backward, attention_forward
+from flashio.kernels.schedules import SCHEDULES, Schedule, default_block, schedule
+from flashio.kernels.shape import DTYPES, AttentionShape
+from flashio.simulator.errors import ShapeError, TilingError
 
 __all__ = [
     "DTYPES",

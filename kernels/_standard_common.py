@@ -17,9 +17,7 @@ softmax scale is applied, with its EW event, when the kernel's FP32 count per el
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
-
-from kernels._emit import (
+from flashio.kernels._emit import (
     ALLOC,
     EW,
     FREE,
@@ -40,11 +38,12 @@ from kernels._emit import (
     calc,
     mem,
 )
-from kernels._numerics import acc_dtype, to_dtype
-from kernels._record import offset4
-from kernels._resources import regs_per_thread
-from simulator.errors import TilingError
-from simulator.trace import KernelInfo, Space
+from flashio.kernels._numerics import acc_dtype, to_dtype
+from flashio.kernels._record import offset4
+from flashio.kernels._resources import regs_per_thread
+from flashio.simulator.errors import TilingError
+from flashio.simulator.trace import KernelInfo, Space
+from numba import njit
 
 SOFTMAX_OPTIONS = ("softmax_passes", "softmax_rows")
 P_SOFTMAX_PASSES, P_SOFTMAX_ROWS = P_EXTRA, P_EXTRA + 1  # options, in sorted-name order

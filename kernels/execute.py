@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-
-from kernels._numerics import numpy_dtype, to_dtype
-from kernels._record import Recorder
-from simulator.trace import Trace
+from flashio.kernels._numerics import numpy_dtype, to_dtype
+from flashio.kernels._record import Recorder
+from flashio.simulator.trace import Trace
 
 __all__ = ["execute"]
 
@@ -56,7 +55,7 @@ def execute(sched, q, k, v, grad_out=None):
     accumulated in fp32 (fp64 for fp64 inputs), softmax statistics in the accumulator type, and
     P rounded to the input dtype before it multiplies V (as the tensor cores take it).
     """
-    from kernels.schedules import _module
+    from flashio.kernels.schedules import _module
 
     sh = sched.shape
     qshape = (sh.batch, sh.heads, sh.seq_len, sh.head_dim)

@@ -32,9 +32,7 @@ EXP per (i, j): ``r * c`` (P~ = exp(S - m~)) plus ``2 * r`` (the two rescale fac
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
-
-from kernels._emit import (
+from flashio.kernels._emit import (
     ALLOC,
     EW,
     EXP,
@@ -60,9 +58,10 @@ from kernels._emit import (
     mem,
     put,
 )
-from kernels._numerics import acc_dtype, to_dtype
-from kernels._resources import regs_per_thread
-from simulator.trace import KernelInfo, Space, TensorInfo
+from flashio.kernels._numerics import acc_dtype, to_dtype
+from flashio.kernels._resources import regs_per_thread
+from flashio.simulator.trace import KernelInfo, Space, TensorInfo
+from numba import njit
 
 OPTIONS = ()
 

@@ -35,10 +35,8 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from numba import njit
-
-from kernels import flash1
-from kernels._emit import (
+from flashio.kernels import flash1
+from flashio.kernels._emit import (
     ALLOC,
     EW,
     EXP,
@@ -60,10 +58,11 @@ from kernels._emit import (
     calc,
     mem,
 )
-from kernels._numerics import acc_dtype, to_dtype
-from kernels._record import Recorder
-from kernels._resources import regs_per_thread
-from simulator.trace import KernelInfo, Space, TensorInfo
+from flashio.kernels._numerics import acc_dtype, to_dtype
+from flashio.kernels._record import Recorder
+from flashio.kernels._resources import regs_per_thread
+from flashio.simulator.trace import KernelInfo, Space, TensorInfo
+from numba import njit
 
 OPTIONS = ()
 

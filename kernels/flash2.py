@@ -9,9 +9,7 @@ they never exchange partial results. K and V are re-read once per Q block: Tr ti
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
-
-from kernels._emit import (
+from flashio.kernels._emit import (
     ALLOC,
     EW,
     EXP,
@@ -33,10 +31,11 @@ from kernels._emit import (
     calc,
     mem,
 )
-from kernels._numerics import acc_dtype, to_dtype
-from kernels._record import offset4
-from kernels._resources import regs_per_thread
-from simulator.trace import KernelInfo, Op, Space, TensorInfo
+from flashio.kernels._numerics import acc_dtype, to_dtype
+from flashio.kernels._record import offset4
+from flashio.kernels._resources import regs_per_thread
+from flashio.simulator.trace import KernelInfo, Op, Space, TensorInfo
+from numba import njit
 
 OPTIONS = ()
 

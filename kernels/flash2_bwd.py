@@ -16,10 +16,8 @@ Three kernels:
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
-
-from kernels import flash2
-from kernels._emit import (
+from flashio.kernels import flash2
+from flashio.kernels._emit import (
     ALLOC,
     EW,
     EXP,
@@ -42,10 +40,11 @@ from kernels._emit import (
     calc,
     mem,
 )
-from kernels._numerics import acc_dtype, to_dtype
-from kernels._record import Recorder, offset4
-from kernels._resources import regs_per_thread
-from simulator.trace import KernelInfo, Op, Space, TensorInfo
+from flashio.kernels._numerics import acc_dtype, to_dtype
+from flashio.kernels._record import Recorder, offset4
+from flashio.kernels._resources import regs_per_thread
+from flashio.simulator.trace import KernelInfo, Op, Space, TensorInfo
+from numba import njit
 
 OPTIONS = ()
 

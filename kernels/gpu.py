@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from kernels._numerics import to_dtype
-from kernels._standard_common import softmax_chunk
-from kernels.schedules import Schedule
+from flashio.kernels._numerics import to_dtype
+from flashio.kernels._standard_common import softmax_chunk
+from flashio.kernels.schedules import Schedule
 
 __all__ = [
     "GPU_SCHEDULES",

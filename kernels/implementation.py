@@ -23,8 +23,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels.shape import DTYPES, AttentionShape
-from simulator.errors import TilingError
+from flashio.kernels.shape import DTYPES, AttentionShape
+from flashio.simulator.errors import TilingError
 
 __all__ = [
     "IMPLEMENTATIONS",
@@ -386,7 +386,7 @@ class Implementation:
         ``shape``, from its ``tilings`` table (None entries: the project's defaults)."""
         row = self.tiling_entry(schedule_name, shape)
         if None in (row.block_q, row.block_kv, row.warps):
-            from kernels.schedules import DEFAULT_WARPS, default_block
+            from flashio.kernels.schedules import DEFAULT_WARPS, default_block
 
             b = default_block(shape)
             return (

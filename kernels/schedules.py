@@ -9,17 +9,16 @@ from dataclasses import dataclass, field
 from types import ModuleType
 
 import numpy as np
-
-from kernels._emit import N_PARAMS, P_EXTRA, run_emitter
-from kernels.implementation import (
+from flashio.kernels._emit import N_PARAMS, P_EXTRA, run_emitter
+from flashio.kernels.implementation import (
     DEFAULT_IMPLEMENTATION,
     Implementation,
     ImplementationError,
     implementation,
 )
-from kernels.shape import MAX_SIZE, AttentionShape
-from simulator.errors import TilingError
-from simulator.trace import EVENT_DTYPE, KernelInfo, TensorInfo, Trace, TraceMeta
+from flashio.kernels.shape import MAX_SIZE, AttentionShape
+from flashio.simulator.errors import TilingError
+from flashio.simulator.trace import EVENT_DTYPE, KernelInfo, TensorInfo, Trace, TraceMeta
 
 __all__ = ["SCHEDULES", "Schedule", "default_block", "schedule"]
 
@@ -34,7 +33,7 @@ DEFAULT_WARPS = 4
 
 def _module(name: str) -> ModuleType:
     """The module implementing schedule ``name`` (one algorithm per file)."""
-    return importlib.import_module(f"kernels.{name}")
+    return importlib.import_module(f"flashio.kernels.{name}")
 
 
 def default_block(shape: AttentionShape, sram_bytes: int = DEFAULT_SRAM_BYTES) -> int:
@@ -204,7 +203,7 @@ class Schedule:
         return Trace(events, self.meta)
 
     def execute(self, q, k, v, grad_out=None):
-        from kernels.execute import execute
+        from flashio.kernels.execute import execute
 
         return execute(self, q, k, v, grad_out)
 

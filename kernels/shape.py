@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
-
-from simulator.errors import ShapeError
+from flashio.simulator.errors import ShapeError
 
 __all__ = ["DTYPES", "AttentionShape"]
 
@@ -111,7 +110,7 @@ class AttentionShape:
     @property
     def np_dtype(self) -> np.dtype:
         """numpy dtype of the inputs (bf16 needs ml_dtypes; see kernels.numerics)."""
-        from kernels._numerics import numpy_dtype
+        from flashio.kernels._numerics import numpy_dtype
 
         return numpy_dtype(self.dtype)
 

@@ -46,9 +46,7 @@ FP32 operation counts (EW events), per score of S unless said otherwise:
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
-
-from kernels._emit import (
+from flashio.kernels._emit import (
     ALLOC,
     EW,
     EXP,
@@ -65,7 +63,7 @@ from kernels._emit import (
     calc,
     mem,
 )
-from kernels._standard_common import (
+from flashio.kernels._standard_common import (
     P_SOFTMAX_PASSES,
     P_SOFTMAX_ROWS,
     RESIDENT_CHUNK,
@@ -80,7 +78,8 @@ from kernels._standard_common import (
     softmax_chunk,
     tile_product,
 )
-from simulator.trace import KernelInfo, Space, TensorInfo
+from flashio.simulator.trace import KernelInfo, Space, TensorInfo
+from numba import njit
 
 OPTIONS = SOFTMAX_OPTIONS
 

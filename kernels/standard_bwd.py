@@ -29,9 +29,7 @@ EW_DS_PER_SCORE = 2 (subtract the row sum, multiply by P), per score of the row 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
-
-from kernels._emit import (
+from flashio.kernels._emit import (
     ALLOC,
     EW,
     FREE,
@@ -51,8 +49,8 @@ from kernels._emit import (
     calc,
     mem,
 )
-from kernels._record import Recorder
-from kernels._standard_common import (
+from flashio.kernels._record import Recorder
+from flashio.kernels._standard_common import (
     P_SOFTMAX_PASSES,
     P_SOFTMAX_ROWS,
     SOFTMAX_OPTIONS,
@@ -65,7 +63,8 @@ from kernels._standard_common import (
     row_product,
     tile_product,
 )
-from simulator.trace import KernelInfo, Space, TensorInfo
+from flashio.simulator.trace import KernelInfo, Space, TensorInfo
+from numba import njit
 
 OPTIONS = SOFTMAX_OPTIONS
 
@@ -298,8 +297,8 @@ def execute(s, q, k, v, grad_out, rec):
     """Run the five kernels tile by tile, logging every event into ``rec``; returns (dQ, dK, dV)
     in the storage dtype. P comes from ``kernels.standard``'s executor with the same blocks and
     options, logged into a throwaway Recorder (its events are not part of this trace)."""
-    from kernels import standard
-    from kernels.schedules import Schedule
+    from flashio.kernels import standard
+    from flashio.kernels.schedules import Schedule
 
     fwd = Schedule("standard", s.shape, s.block_q, s.block_kv, s.warps, s.options)
     _, p, _ = standard.execute(fwd, q, k, v, None, Recorder())

@@ -1,7 +1,7 @@
 """GPU specs, the trace format, and the replay engine. Knows nothing about attention."""
 
-from simulator._atomic import atomic_write
-from simulator.errors import (
+from flashio.simulator._atomic import atomic_write
+from flashio.simulator.errors import (
     CapacityError,
     FileError,
     FlashioError,
@@ -10,12 +10,20 @@ from simulator.errors import (
     TilingError,
     UsageError,
 )
-from simulator.gpu import GPUSpec
-from simulator.occupancy import Occupancy, occupancy
-from simulator.result import KernelResult, SimResult, TensorTraffic
-from simulator.simulate import ModelOptions, simulate
-from simulator.specfiles import builtin_gpus, load_gpu
-from simulator.trace import EVENT_DTYPE, KernelInfo, Op, Space, TensorInfo, Trace, TraceMeta
+from flashio.simulator.gpu import GPUSpec
+from flashio.simulator.occupancy import Occupancy, occupancy
+from flashio.simulator.result import KernelResult, SimResult, TensorTraffic
+from flashio.simulator.simulate import ModelOptions, simulate
+from flashio.simulator.specfiles import builtin_gpus, load_gpu
+from flashio.simulator.trace import (
+    EVENT_DTYPE,
+    KernelInfo,
+    Op,
+    Space,
+    TensorInfo,
+    Trace,
+    TraceMeta,
+)
 
 __all__ = [
     "EVENT_DTYPE",

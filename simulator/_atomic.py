@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from simulator.errors import FileError
+from flashio.simulator.errors import FileError
 
 __all__ = ["atomic_write"]
 

@@ -19,11 +19,10 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
+from flashio.simulator._cpu_prefetch import prefetch_ahead
+from flashio.simulator._l2 import access
+from flashio.simulator.trace import Op
 from numba import njit
-
-from simulator._cpu_prefetch import prefetch_ahead
-from simulator._l2 import access
-from simulator.trace import Op
 
 LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in Op)
 

@@ -17,9 +17,8 @@ import inspect
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from flashio.simulator.trace import Trace, TraceSource
 from numba import njit
-
-from simulator.trace import Trace, TraceSource
 
 
 @njit(cache=True, nogil=True)

@@ -17,7 +17,7 @@ import math
 import numbers
 from typing import Any
 
-from simulator.errors import GPUSpecError
+from flashio.simulator.errors import GPUSpecError
 
 __all__ = ["GPUSpec", "GPUSpecError"]
 

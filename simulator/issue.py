@@ -25,10 +25,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.gpu import GPUSpec
-from simulator.sass import WarpProgram
-from simulator.synth import flash_forward_program
-from simulator.warp_replay import IssueModel, StepTime, once, replay
+from flashio.simulator.gpu import GPUSpec
+from flashio.simulator.sass import WarpProgram
+from flashio.simulator.synth import flash_forward_program
+from flashio.simulator.warp_replay import IssueModel, StepTime, once, replay
 
 __all__ = [
     "CENSUS_DIR",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from simulator.errors import CapacityError
-from simulator.gpu import GPUSpec
-from simulator.trace import KernelInfo, Space, TensorInfo
+from flashio.simulator.errors import CapacityError
+from flashio.simulator.gpu import GPUSpec
+from flashio.simulator.trace import KernelInfo, Space, TensorInfo
 
 __all__ = ["CapacityError", "Occupancy", "occupancy"]
 

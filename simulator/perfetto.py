@@ -22,9 +22,8 @@ import os
 from pathlib import Path
 
 import numpy as np
-
-from simulator.errors import UsageError
-from simulator.trace import MEMORY_OPS, Space
+from flashio.simulator.errors import UsageError
+from flashio.simulator.trace import MEMORY_OPS, Space
 
 __all__ = ["MAX_CTAS", "check_size", "trace_events", "write"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from simulator.occupancy import Occupancy
+from flashio.simulator.occupancy import Occupancy
 
 __all__ = ["KernelResult", "SimResult", "TensorTraffic"]
 

@@ -10,13 +10,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-
-from simulator import _engine as E
-from simulator._l2 import LINES_PER_GRANULE, SLOT_BITS, dirty_bytes, new_l2
-from simulator._windows import Windows
-from simulator.errors import FlashioError, GPUSpecError
-from simulator.gpu import GPUSpec
-from simulator.issue import (
+from flashio.simulator import _engine as E
+from flashio.simulator._l2 import LINES_PER_GRANULE, SLOT_BITS, dirty_bytes, new_l2
+from flashio.simulator._windows import Windows
+from flashio.simulator.errors import FlashioError, GPUSpecError
+from flashio.simulator.gpu import GPUSpec
+from flashio.simulator.issue import (
     Compiled,
     StepCost,
     lookup,
@@ -24,10 +23,10 @@ from simulator.issue import (
     step_costs,
     synthetic_step_costs,
 )
-from simulator.occupancy import CapacityError, occupancy
-from simulator.result import KernelResult, SimResult, TensorTraffic
-from simulator.specfiles import load_gpu
-from simulator.trace import Op, Space, TraceSource
+from flashio.simulator.occupancy import CapacityError, occupancy
+from flashio.simulator.result import KernelResult, SimResult, TensorTraffic
+from flashio.simulator.specfiles import load_gpu
+from flashio.simulator.trace import Op, Space, TraceSource
 
 __all__ = ["ModelOptions", "simulate"]
 

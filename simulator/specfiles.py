@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from simulator.gpu import _FIELD_NAMES, DERIVED, GPUSpec, GPUSpecError, _unknown_key
+from flashio.simulator.gpu import _FIELD_NAMES, DERIVED, GPUSpec, GPUSpecError, _unknown_key
 
 __all__ = ["builtin_gpus", "load_gpu"]
 

@@ -17,10 +17,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+from flashio.simulator._atomic import atomic_write
+from flashio.simulator.errors import FileError
 from numba import njit
-
-from simulator._atomic import atomic_write
-from simulator.errors import FileError
 
 __all__ = [
     "EVENT_DTYPE",

@@ -47,9 +47,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from flashio.simulator.sass import CLASS_ID, CLASSES, NO_BARRIER, WarpProgram
 from numba import njit
-
-from simulator.sass import CLASS_ID, CLASSES, NO_BARRIER, WarpProgram
 
 __all__ = ["IssueModel", "StepTime", "execute_roles", "replay"]
 

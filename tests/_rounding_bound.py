@@ -26,8 +26,7 @@ refuses inputs where eps is larger.
 from __future__ import annotations
 
 import numpy as np
-
-from kernels._numerics import unit_roundoff
+from flashio.kernels._numerics import unit_roundoff
 
 SECOND_ORDER = 1.4
 MAX_RELATIVE = 0.2

@@ -3,12 +3,11 @@
 import math
 
 import numpy as np
+from flashio.simulator import EVENT_DTYPE, KernelInfo, Op, Space, TensorInfo, Trace, TraceMeta
 from hypothesis import assume
 from hypothesis import strategies as st
 
-import kernels
-import simulator
-from simulator import EVENT_DTYPE, KernelInfo, Op, Space, TensorInfo, Trace, TraceMeta
+from flashio import kernels, simulator
 
 H200 = simulator.load_gpu("h200")
 REL = 1e-9  # see the module docstring

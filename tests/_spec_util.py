@@ -4,8 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from simulator.gpu import GPUSpec
+from flashio.simulator.gpu import GPUSpec
 
 BUILTINS = (
     "a100-40gb", "a100-80gb", "h100-sxm", "h200", "h200-2xsram", "h200-8tbs", "h200-measured"

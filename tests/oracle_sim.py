@@ -12,9 +12,9 @@ import heapq
 import math
 from collections import OrderedDict
 
-from simulator.gpu import GPUSpec
-from simulator.occupancy import CapacityError, occupancy
-from simulator.simulate import (
+from flashio.simulator.gpu import GPUSpec
+from flashio.simulator.occupancy import CapacityError, occupancy
+from flashio.simulator.simulate import (
     ModelOptions,
     arithmetic_cost,
     as_compiled,
@@ -23,7 +23,7 @@ from simulator.simulate import (
     prefetches,
     spill_bytes,
 )
-from simulator.trace import Op, Space, Trace
+from flashio.simulator.trace import Op, Space, Trace
 
 __all__ = ["simulate_oracle"]
 

@@ -1,4 +1,5 @@
-"""Orders, lower bounds, regimes (analysis.bounds) and FLOPs, roofline (analysis.flops).
+"""Orders, lower bounds, regimes (analysis.closed_form.bounds) and FLOPs, roofline
+(analysis.closed_form.flops).
 
 Hand figures are worked out in the comments; properties over drawn shapes compare the closed
 forms with the trace and the simulator. Integers and Fractions compare exactly; the only float
@@ -10,15 +11,14 @@ import pathlib
 from fractions import Fraction
 
 import pytest
+from flashio.analysis.closed_form import bounds, flops
+from flashio.analysis.closed_form.io import io_counts
+from flashio.analysis.strategies import attention_shapes, tilings
+from flashio.simulator import Op
 from hypothesis import given
 from hypothesis import strategies as st
 
-import kernels
-import simulator
-from analysis import bounds, flops
-from analysis.io import io_counts
-from analysis.strategies import attention_shapes, tilings
-from simulator import Op
+from flashio import kernels, simulator
 
 H200 = simulator.load_gpu("h200")
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs" / "io.md"
@@ -93,11 +93,11 @@ def test_io_regime_h200():
 
 
 def test_regime_tables_in_docs_are_current():
-    """docs/io.md holds the output of `python -m analysis.bounds`, verbatim."""
+    """docs/io.md holds the output of `python -m flashio.analysis.closed_form.bounds`, verbatim."""
     text = DOCS.read_text()
     assert bounds.regime_table() in text
     assert bounds.ratio_table() in text
-    assert flops.roofline_table() in text  # python -m analysis.flops
+    assert flops.roofline_table() in text  # python -m flashio.analysis.closed_form.flops
 
 
 def test_standard_crossover_examples():

@@ -3,13 +3,12 @@
 import json
 
 import pytest
+from flashio.analysis.cli.main import main
+from flashio.analysis.cli.options import DEFAULT_GPU
+from flashio.analysis.explore.demo import run_demo
+from flashio.analysis.explore.search import COMPILED
 
-import kernels
-import simulator
-from analysis._cli_options import DEFAULT_GPU
-from analysis.cli import main
-from analysis.demo import run_demo
-from analysis.search import COMPILED
+from flashio import kernels, simulator
 
 
 def _json(capsys, argv):
@@ -247,7 +246,7 @@ def test_sweep_hypothetical_gpus(tmp_path, capsys):
 def test_compare_keeps_a_row_for_a_schedule_that_does_not_fit():
     """FA1 at 128x128, d=128 needs 356 KiB of shared memory: its row says so, with zero figures,
     and the schedules that fit are still simulated."""
-    from analysis.comparison import compare
+    from flashio.analysis.explore.comparison import compare
 
     shape = kernels.AttentionShape(batch=1, heads=2, seq_len=1024, head_dim=128)
     gpu = simulator.load_gpu("h200").replace(smem_per_cta_bytes=96 * 1024)
@@ -263,7 +262,7 @@ def test_compare_keeps_a_row_for_a_schedule_that_does_not_fit():
 
 # -- one grammar: shared options, one set of defaults, one list syntax -------------------------
 def _parsed(argv):
-    from analysis.cli import build_parser
+    from flashio.analysis.cli.main import build_parser
 
     return build_parser().parse_args(argv)
 
@@ -272,13 +271,13 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0
-    from analysis._cli_options import version
+    from flashio.analysis.cli.options import version
 
     assert capsys.readouterr().out.strip() == f"flashio {version()}" != "flashio "
 
 
 def test_every_verb_has_the_same_shape_defaults():
-    from analysis._cli_options import SHAPE_DEFAULTS
+    from flashio.analysis.cli.options import SHAPE_DEFAULTS
 
     verbs = {
         "simulate": ["simulate", "flash2"],
@@ -300,7 +299,7 @@ def test_every_verb_has_the_same_shape_defaults():
 
 
 def test_lists_take_commas_or_spaces():
-    from analysis._cli_options import flatten
+    from flashio.analysis.cli.options import flatten
 
     spaced = _parsed(["sweep", "--seq-len", "512", "1024", "--sram-scale", "0.5", "1"])
     commas = _parsed(["sweep", "--seq-len", "512,1024", "--sram-scale", "0.5,1"])
@@ -316,7 +315,7 @@ def test_lists_take_commas_or_spaces():
 def test_every_option_says_what_it_does_and_its_default():
     import argparse
 
-    from analysis.cli import build_parser
+    from flashio.analysis.cli.main import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     for verb, p in sub.choices.items():
@@ -356,12 +355,12 @@ def test_the_cli_does_not_import_what_simulate_does_not_use():
     import sys
 
     code = (
-        "import sys, analysis.cli; "
+        "import sys, flashio.analysis.cli.main; "
         "print(sorted(m for m in ('hypothesis', 'networkx', 'matplotlib') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
-    import analysis
+    from flashio import analysis
 
-    assert analysis.strategies.__name__ == "analysis.strategies"
-    assert analysis.schedule_dag.__module__ == "analysis.dag"
+    assert analysis.strategies.__name__ == "flashio.analysis.strategies"
+    assert analysis.schedule_dag.__module__ == "flashio.analysis.dag.graph"

@@ -15,13 +15,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from flashio.analysis.cli.main import main
+from flashio.simulator.gpu import _FIELD_NAMES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import kernels
-import simulator
-from analysis.cli import main
-from simulator.gpu import _FIELD_NAMES
+from flashio import kernels, simulator
 
 H200_TOML = (Path(simulator.__file__).parent / "specs" / "h200.toml").read_text()
 
@@ -311,13 +310,13 @@ def test_internal_error_propagates_from_main(monkeypatch, exc):
 def test_internal_error_exits_1_with_traceback_from_the_console_script(tmp_path):
     """The installed ``flashio`` command: a planted ValueError gives exit 1 and a traceback."""
     (tmp_path / "sitecustomize.py").write_text(
-        "import simulator\n"
+        "from flashio import simulator\n"
         "def _broken():\n"
         "    raise ValueError('planted internal bug')\n"
         "simulator.builtin_gpus = _broken\n"
     )
     script = Path(sys.executable).with_name("flashio")
-    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "analysis.cli"]
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "flashio"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
     run = subprocess.run([*cmd, "gpus"], capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 1, run.stderr

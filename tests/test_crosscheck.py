@@ -16,18 +16,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from flashio.analysis.cli.crosscheck import main
+from flashio.analysis.validation import calibrate
+from flashio.analysis.validation import crosscheck as cc
+from flashio.analysis.validation.calibration import DEFAULT_PATH, Harness, load_calibration
+from flashio.analysis.validation.doc import BOUNDS, bounds_lines, fingerprint, row_lines
+from flashio.simulator.simulate import ModelOptions
+from flashio.simulator.trace import EVENT_DTYPE, Op, Trace
 from hypothesis import given
 from hypothesis import strategies as st
 
-import kernels
-import simulator
-from analysis import calibrate
-from analysis import crosscheck as cc
-from analysis._crosscheck_cli import main
-from analysis.validation_doc import BOUNDS, bounds_lines, fingerprint, row_lines
-from simulator.calibration import DEFAULT_PATH, Harness, load_calibration
-from simulator.simulate import ModelOptions
-from simulator.trace import EVENT_DTYPE, Op, Trace
+from flashio import kernels, simulator
 from tests._sim_common import attention_schedules, gpu_specs, random_traces
 from tests.oracle_sim import simulate_oracle
 from tests.test_simulator_oracle import assert_agrees
@@ -93,7 +92,7 @@ def test_model_options_agree_with_oracle_on_random_traces(data):
 def test_prefetch_hides_the_next_steps_loads():
     """Two steps of LOAD -> MMA on one SM without L2: with prefetch, step 1's load is issued
     when step 0's MMA begins, so the MMA of step 1 does not wait for it (docs/model.md)."""
-    from simulator.trace import KernelInfo, Space, TensorInfo, TraceMeta
+    from flashio.simulator.trace import KernelInfo, Space, TensorInfo, TraceMeta
 
     gpu = simulator.load_gpu("h200").replace(sm_count=1, l2_bytes=0)
     rows = []

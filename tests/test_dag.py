@@ -12,13 +12,8 @@ import math
 import networkx as nx
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
-from hypothesis import strategies as st
-
-import kernels
-import simulator
-from analysis.dag import dag_stats, schedule_dag, validate_trace
-from analysis.pebbling import (
+from flashio.analysis.dag import dag_stats, schedule_dag, validate_trace
+from flashio.analysis.dag.pebbling import (
     PebbleDag,
     attention_dag,
     chain_dag,
@@ -30,7 +25,11 @@ from analysis.pebbling import (
     tree_dag,
     trivial_lower_bound,
 )
-from simulator import EVENT_DTYPE, KernelInfo, Op, Space, TensorInfo, Trace, TraceMeta
+from flashio.simulator import EVENT_DTYPE, KernelInfo, Op, Space, TensorInfo, Trace, TraceMeta
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from flashio import kernels, simulator
 
 H200 = simulator.load_gpu("h200")
 

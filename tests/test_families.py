@@ -7,8 +7,7 @@ change that makes these predictions worse.
 """
 
 import pytest
-
-from analysis import families
+from flashio.analysis.validation import families
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,11 @@ fewer SMs (docs/hypothetical-gpus.md)."""
 import json
 
 import pytest
+from flashio.analysis.validation import sm_scaling
 from hypothesis import given
 from hypothesis import strategies as st
 
-import kernels
-import simulator
-from analysis import sm_scaling
+from flashio import kernels, simulator
 from tests._sim_common import H200, _names
 
 NAMES = _names()
@@ -115,7 +114,7 @@ def test_replace_sm_count_keeps_each_sm_as_it_is():
 
 # ---------------------------------------------------- the H200 on n SMs (green contexts)
 def _probe(name: str = "sm_scaling_run2.json"):
-    return json.loads((sm_scaling.DATA.parent / name).read_text())
+    return json.loads((sm_scaling.PROBE.parent / name).read_text())
 
 
 def test_every_green_context_ran_on_the_sms_it_asked_for():

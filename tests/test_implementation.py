@@ -7,10 +7,16 @@ import pickle
 
 import numpy as np
 import pytest
+from flashio.kernels import (
+    IMPLEMENTATIONS,
+    Implementation,
+    ImplementationError,
+    Tiling,
+    implementation,
+)
+from flashio.simulator.errors import FlashioError, TilingError
 
-import kernels
-from kernels import IMPLEMENTATIONS, Implementation, ImplementationError, Tiling, implementation
-from simulator.errors import FlashioError, TilingError
+from flashio import kernels
 
 PRESETS = ("flashio", "flash-attn2", "triton", "fa3", "pytorch")
 
@@ -235,7 +241,7 @@ def test_warp_specialized_kernels_launch_with_their_register_budgets():
     producer warps at 24 and 8 consumers at 240 make 168 a thread (at d = 64, 4 at 32 and 12
     at 160 make 128), so one CTA fits an SM. The trace keeps its estimate; the time model
     reads the launch's registers from its params."""
-    import simulator
+    from flashio import simulator
 
     fa3 = kernels.schedule("flash2", _shape(128), impl="fa3")
     assert fa3.meta.params["launch_registers"] == {"flash2_fwd": 168}
@@ -257,7 +263,7 @@ def test_every_other_implementations_tiling_simulates(gpu):
     """Each tiling row of the presets other than this project's (whose rows leave the block
     sizes to the project's defaults) builds a schedule that a Hopper GPU runs: one CTA fits
     an SM."""
-    import simulator
+    from flashio import simulator
 
     n = 0
     for name, impl in IMPLEMENTATIONS.items():

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-import kernels
+from flashio import kernels
 from tests._util import random_inputs
 
 

@@ -1,4 +1,5 @@
-"""Closed-form IO counts (analysis.io) against the trace and the simulator, byte for byte.
+"""Closed-form IO counts (analysis.closed_form.io) against the trace and the simulator, byte for
+byte.
 
 The closed forms are derived by hand from each schedule's loop order (docs/io.md); the tracer
 walks the same loops event by event. Two independent counts of the same thing: they must agree
@@ -9,15 +10,14 @@ import itertools
 import math
 
 import pytest
+from flashio.analysis.closed_form.io import block_sums, io_counts, io_counts_of
+from flashio.analysis.strategies import attention_shapes, tilings
+from flashio.simulator import Op, Space
+from flashio.simulator.simulate import LOCAL_NAME
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-import kernels
-import simulator
-from analysis.io import block_sums, io_counts, io_counts_of
-from analysis.strategies import attention_shapes, tilings
-from simulator import Op, Space
-from simulator.simulate import LOCAL_NAME
+from flashio import kernels, simulator
 from tests._util import register_limits
 
 NO_L2 = simulator.load_gpu("h200").replace(l2_bytes=0, sm_count=4)

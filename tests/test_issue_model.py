@@ -9,14 +9,14 @@ import dataclasses
 
 import numpy as np
 import pytest
+from flashio.kernels import AttentionShape, schedule
+from flashio.simulator import issue, sass
+from flashio.simulator.sass import CLASS_ID, NO_BARRIER, WarpProgram
+from flashio.simulator.simulate import LOCAL_NAME, ModelOptions
+from flashio.simulator.warp_replay import PIPES, IssueModel, once, replay
 
-import simulator
 from benchmarks import sass_census
-from kernels import AttentionShape, schedule
-from simulator import issue, sass
-from simulator.sass import CLASS_ID, NO_BARRIER, WarpProgram
-from simulator.simulate import LOCAL_NAME, ModelOptions
-from simulator.warp_replay import PIPES, IssueModel, once, replay
+from flashio import simulator
 from tests._sim_common import REL
 from tests.oracle_sim import simulate_oracle
 from tests.test_simulator_oracle import assert_agrees
@@ -134,7 +134,7 @@ def test_the_census_knows_which_loops_prefetch():
     end of the last one (DEPBAR.LE SB0, 0); its 3-stage tilings leave two groups in flight,
     flash-attn 2 overlaps its copies with its products. The engine prefetches only the
     former's neighbours: the 2-stage kernel's loads are issued where the trace has them."""
-    from simulator.simulate import prefetches
+    from flashio.simulator.simulate import prefetches
 
     tri = issue.census("triton")
     for key, entry in tri.items():
@@ -240,7 +240,7 @@ def test_warp_roles_by_hand():
     runs, 20 of them issue under it (one per 4 cycles), the other 20 after cycle 80, every
     other cycle. Greedy issue: an FFMA warp that can issue every cycle (stall 1) keeps the
     slot and the HMMAs wait for it."""
-    from simulator.warp_replay import execute_roles
+    from flashio.simulator.warp_replay import execute_roles
 
     mma = _prog([(HMMA, 1, N, N, 0, 0)] * 10)
     fma = _prog([(FMA, 2, N, N, 0, 0)] * 40)
@@ -265,7 +265,7 @@ def test_interference_tells_the_own_warps_tensor_work_from_anothers():
     test_warp_roles_by_hand, another warp's FFMA at rate 0: the tensor warp takes the pipe
     again as it frees, so the 40 FFMAs wait for the 10 HMMAs and then issue every other
     cycle: 80 + 2 * 40 - 1 = 159 cycles, the parts' sum (hsplit_ffma on the H200)."""
-    from simulator.warp_replay import execute_roles
+    from flashio.simulator.warp_replay import execute_roles
 
     pair = _prog([(HMMA, 1, N, N, 0, 0)] + [(FMA, 1, N, N, 0, 0)] * 4)
     own = dataclasses.replace(MODEL, tensor_overlap={"hmma/fma/own": 0.5})
@@ -517,7 +517,7 @@ def _ncu_instructions():
     """Per profiled launch of data/gpu/ncu_inst.csv: kernel, grid, instructions, HMMAs."""
     from pathlib import Path
 
-    from analysis.gpu_data import parse_ncu_csv
+    from flashio.analysis.validation.gpu_data import parse_ncu_csv
 
     return parse_ncu_csv(Path("data/gpu/ncu_inst.csv").read_text())
 
@@ -570,7 +570,7 @@ def test_census_counts_the_softmax_instructions_the_gpu_executed():
     import json
     from pathlib import Path
 
-    from kernels._standard_common import softmax_chunk
+    from flashio.kernels._standard_common import softmax_chunk
 
     profiled = ("flash2_fwd", "flash2_bwd", "std_qk", "std_softmax", "std_pv")
     launches = json.loads(Path("data/gpu/ncu_launches.json").read_text())["launches"]
@@ -610,7 +610,7 @@ def test_spills_hit_l1_and_stores_write_through():
     import json
     from pathlib import Path
 
-    from analysis.gpu_data import parse_ncu_csv
+    from flashio.analysis.validation.gpu_data import parse_ncu_csv
 
     launches = json.loads(Path("data/gpu/spill_ncu_launches.json").read_text())["launches"]
     order = [ln for ln in launches if ln["kernel"] in ("flash2_fwd", "flash2_bwd")]
@@ -645,7 +645,7 @@ def test_spills_hit_l1_and_stores_write_through():
 def _profiled_kernel(ln: dict, gpu):
     """The compiled kernel of one profiled launch (an ncu_launches.json entry with a shape):
     its KernelInfo with the census's registers, census entry and occupancy on ``gpu``."""
-    from simulator.simulate import as_compiled
+    from flashio.simulator.simulate import as_compiled
 
     b, h, n, d = ln["shape"]
     name = "flash2" if ln["kernel"] == "flash2_fwd" else "flash2_bwd"
@@ -664,7 +664,7 @@ def test_which_spill_reloads_fit_l1():
     import json
     from pathlib import Path
 
-    from simulator.simulate import as_compiled, spill_reloads_hit
+    from flashio.simulator.simulate import as_compiled, spill_reloads_hit
 
     gpu = simulator.load_gpu("h200-measured")
     launches = json.loads(Path("data/gpu/spill_ncu_launches.json").read_text())["launches"]
@@ -694,8 +694,8 @@ def test_spill_rule_on_held_out_kernels():
     import json
     from pathlib import Path
 
-    from analysis.gpu_data import parse_ncu_csv
-    from simulator.simulate import spill_reloads_hit
+    from flashio.analysis.validation.gpu_data import parse_ncu_csv
+    from flashio.simulator.simulate import spill_reloads_hit
 
     gpu = simulator.load_gpu("h200-measured")
     root = Path("data/gpu/heldout")

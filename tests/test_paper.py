@@ -1,13 +1,13 @@
 """The FlashAttention paper's Figure 2 workload: the table in docs/paper-figure2.md is what
-`python -m analysis.paper` prints, and the paper's tiling is what Algorithm 1 gives."""
+`python -m flashio.analysis.explore.paper` prints, and the paper's tiling is what Algorithm 1
+gives."""
 
 import math
 import re
 from pathlib import Path
 
 import pytest
-
-from analysis import paper
+from flashio.analysis.explore import paper
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "paper-figure2.md"
 

@@ -2,7 +2,7 @@
 tiles), N < block, and ragged N, for every schedule.
 
 Each case executes exactly (fp64 against the dense reference), its executor's trace is the fast
-tracer's, the trace is valid (analysis.trace_check), and the closed form equals the replay on a
+tracer's, the trace is valid (analysis.dag.trace_check), and the closed form equals the replay on a
 GPU without L2, register spills included. A partial tile moves its real rows only, as a
 predicated kernel does, and keeps the on-chip buffers of the whole block (docs/io.md).
 """
@@ -11,13 +11,12 @@ import json
 
 import numpy as np
 import pytest
+from flashio.analysis.cli.main import main
+from flashio.analysis.closed_form.io import io_counts, io_counts_of
+from flashio.analysis.dag import validate_trace
+from flashio.simulator import Op
 
-import kernels
-import simulator
-from analysis.cli import main
-from analysis.dag import validate_trace
-from analysis.io import io_counts, io_counts_of
-from simulator import Op
+from flashio import kernels, simulator
 from tests._util import random_inputs
 
 # no L2 (global bytes are HBM bytes), shared memory for every tile drawn here
@@ -152,7 +151,7 @@ def test_cuda_launcher_takes_n_below_the_block(name, warps):
     predicate rows past it): no tiling error, one CTA per schedule CTA, the whole tiles'
     shared memory; the standard softmax is compiled for rows of S that are not 16-byte
     aligned (N % 8 != 0). Running them needs a GPU (tests/test_gpu_kernels.py)."""
-    from kernels import gpu
+    from flashio.kernels import gpu
 
     opts = {"softmax_rows": 8, "softmax_passes": 2} if name == "standard" else {}
     one, long = (

@@ -7,11 +7,10 @@ import json
 
 import numpy as np
 import pytest
+from flashio.analysis.cli.main import main
+from flashio.simulator import perfetto
 
-import kernels
-import simulator
-from analysis.cli import main
-from simulator import perfetto
+from flashio import kernels, simulator
 
 GPU = simulator.load_gpu("h200-measured")
 

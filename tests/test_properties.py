@@ -20,15 +20,14 @@ import re
 from fractions import Fraction
 
 import pytest
+from flashio.analysis.closed_form import bounds
+from flashio.analysis.closed_form.io import io_counts, io_counts_of
+from flashio.analysis.strategies import attention_shapes, gpu_specs, tilings
+from flashio.simulator import Op
 from hypothesis import given
 from hypothesis import strategies as st
 
-import kernels
-import simulator
-from analysis import bounds
-from analysis.io import io_counts, io_counts_of
-from analysis.strategies import attention_shapes, gpu_specs, tilings
-from simulator import Op
+from flashio import kernels, simulator
 from tests._util import register_limits
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs" / "property-testing.md"

@@ -5,11 +5,11 @@ import json
 import re
 from pathlib import Path
 
-from analysis import resident_ctas
+from flashio.analysis.validation import resident_ctas
 
 
 def test_the_probe_ran_each_kernel_at_the_occupancy_it_asked_for():
-    doc = json.loads(resident_ctas.DATA.read_text())
+    doc = json.loads(resident_ctas.PROBE.read_text())
     rows = doc["rows"]
     assert len(rows) >= 10
     for r in rows:

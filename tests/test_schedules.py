@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import kernels
+from flashio import kernels
 from tests._accuracy import bound_ratios, outputs, reference, rule_applies, rule_ratios
 from tests._util import random_inputs
 

@@ -6,12 +6,11 @@ import tempfile
 
 import numpy as np
 import pytest
+from flashio.simulator import Op, Space, Trace
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-import kernels
-import simulator
-from simulator import Op, Space, Trace
+from flashio import kernels, simulator
 from tests._sim_common import (  # noqa: F401
     FLOAT_FIELDS,
     H200,

@@ -2,12 +2,11 @@
 
 import numpy as np
 import pytest
+from flashio.simulator import synth
+from flashio.simulator.sass import CLASS_ID
+from flashio.simulator.simulate import ModelOptions
 
-import kernels
-import simulator
-from simulator import synth
-from simulator.sass import CLASS_ID
-from simulator.simulate import ModelOptions
+from flashio import kernels, simulator
 
 ISSUE = ModelOptions(issue_model=True)
 
@@ -59,8 +58,8 @@ def test_fa3_forward_is_priced_by_its_written_program():
 def test_intra_warpgroup_overlap_is_faster_on_one_sm():
     """The written programs on one SM: issuing the next S before the softmax (FA3's
     intra-warpgroup overlap) hides part of the softmax; the tensor pipe bounds both."""
-    from simulator.issue import issue_model
-    from simulator.warp_replay import replay
+    from flashio.simulator.issue import issue_model
+    from flashio.simulator.warp_replay import replay
 
     gpu = simulator.load_gpu("h200-measured")
     model = issue_model(gpu)

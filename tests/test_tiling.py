@@ -6,14 +6,13 @@ import re
 from pathlib import Path
 
 import pytest
+from flashio.analysis.cli import tiling as cli
+from flashio.analysis.closed_form.tiling import tile_capacity, tiling_rule
+from flashio.analysis.explore.search import plan_search, search_notes, search_tiles
 from hypothesis import given
 from hypothesis import strategies as st
 
-import kernels
-import simulator
-from analysis import _tiling_cli as cli
-from analysis.search import plan_search, search_notes, search_tiles
-from analysis.tiling import tile_capacity, tiling_rule
+from flashio import kernels, simulator
 
 H200 = simulator.load_gpu("h200")
 A100 = simulator.load_gpu("a100-40gb")
@@ -382,7 +381,7 @@ def test_docs_python_example_runs(capsys):
 def test_the_searchs_default_block_is_the_clis_on_that_gpu():
     """The 'default' candidate of a search is what flashio simulate picks without blocks: the
     seed's rule on the searched GPU's M (32 at d = 64, fp16, 16 KiB per CTA), not the A100's."""
-    from analysis import plan_search
+    from flashio.analysis import plan_search
 
     gpu = simulator.load_gpu("h200-measured").replace(
         smem_per_cta_bytes=16384, smem_per_sm_bytes=65536

@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
+from flashio.simulator import EVENT_DTYPE, Op, Trace
 
-import kernels
-from simulator import EVENT_DTYPE, Op, Trace
+from flashio import kernels
 
 
 def _trace():

@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
+from flashio.simulator._windows import Windows
 
-import kernels
-from simulator._windows import Windows
+from flashio import kernels
 
 
 @pytest.mark.parametrize("causal", [False, True])

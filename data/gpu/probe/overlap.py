@@ -291,9 +291,8 @@ def check_sass(cubins: dict[str, bytes]) -> dict:
     """Per kernel, the timed region's count of HGMMA and of its alu kind's opcode, and (for
     the kernels whose busy warps all run one loop: not the split ones) that loop's warp
     program, which tests/test_issue_model.py replays against the measured times."""
+    from flashio.simulator import sass
     from mio import disassemble
-
-    from simulator import sass
 
     out = {}
     for name, code in disassemble(cubins).items():
@@ -355,7 +354,7 @@ def roles(name: str, doc: dict) -> list[str]:
 
 def replayed(name: str, doc: dict, programs: dict, model) -> float:
     """Cycles per iteration of kernel ``name`` in the warp replay under ``model``."""
-    from simulator.warp_replay import execute_roles
+    from flashio.simulator.warp_replay import execute_roles
 
     progs = [programs[k] for k in roles(name, doc)]
     warps = 4 * len(progs)
@@ -370,7 +369,7 @@ def fit(doc: dict, sass_doc: dict, model) -> dict:
     the mixes named, averaged over them; and 0 for each ``EXCLUSIVE`` key."""
     import dataclasses
 
-    from simulator.sass import WarpProgram
+    from flashio.simulator.sass import WarpProgram
 
     programs = {k: WarpProgram.from_json(v["loop"]) for k, v in sass_doc.items() if "loop" in v}
     measured = {k: v["median_cycles_per_iter"] for k, v in doc["results"].items()}
@@ -443,8 +442,9 @@ def main(argv=None) -> int:
     if args.fit:
         import dataclasses
 
-        import simulator
-        from simulator.issue import issue_model
+        from flashio.simulator.issue import issue_model
+
+        from flashio import simulator
 
         doc = json.loads((args.fit / "overlap.json").read_text())
         sass_doc = json.loads((args.fit / "overlap_sass.json").read_text())
@@ -452,7 +452,7 @@ def main(argv=None) -> int:
                                    tensor_overlap=())  # fmt: skip
         rates = fit(doc, sass_doc, base)
         print(json.dumps(rates, indent=1))
-        from simulator.sass import WarpProgram
+        from flashio.simulator.sass import WarpProgram
 
         programs = {k: WarpProgram.from_json(v["loop"]) for k, v in sass_doc.items()
                     if "loop" in v}  # fmt: skip

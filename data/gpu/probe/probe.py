@@ -1,4 +1,4 @@
-"""Microbenchmarks of the H200 for the simulator cross-check (analysis/crosscheck.py).
+"""Microbenchmarks of the H200 for the simulator cross-check (analysis/validation/crosscheck.py).
 
 Each probe measures one hardware rate or latency that the simulator's model uses, with the same
 toolchain as the project's kernels (CuPy RawModule, NVRTC) and the same timing method as
@@ -605,9 +605,10 @@ def main_harness(args):
     (one batch, one head, N = 128): what its CUDA-event intervals measure when a kernel takes
     no time, per kernel of each timed variant."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-    import kernels
+    from flashio.kernels import gpu
+
     from benchmarks.gpu_measure import _random_inputs, time_events
-    from kernels import gpu
+    from flashio import kernels
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -662,9 +663,10 @@ def main_clocks(args):
     import cupy
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-    import kernels
+    from flashio.kernels import gpu
+
     from benchmarks.gpu_measure import _random_inputs, time_events
-    from kernels import gpu
+    from flashio import kernels
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -35,9 +35,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from flashio.kernels import gpu
 from probe import events_ms, module
 
-import kernels
 from benchmarks.gpu_measure import (
     _random_inputs,
     _timed,
@@ -45,7 +45,7 @@ from benchmarks.gpu_measure import (
     provenance,
     time_events,
 )
-from kernels import gpu
+from flashio import kernels
 
 SMS = (8, 16, 32, 64, 96, 132)
 # (schedule, head_dim, seq_len, (block_q, block_kv, warps)); batch 1, 16 heads, bf16

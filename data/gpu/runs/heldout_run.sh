@@ -3,7 +3,8 @@
 # HELDOUT_TILES), timed like the validation grid, then profiled once each (bytes, local
 # memory and its L1 hit rate). Run from the repository root; writes $OUT/gpu_measure.json,
 # $OUT/gpu_measure.csv, $OUT/heldout_ncu.csv, $OUT/ncu_launches.json and logs.
-export PYTHONPATH=. PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1
+pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
 timeout 300 python3 -m benchmarks.gpu_measure --grid heldout --out $OUT --budget-s 200 \
   > $OUT/measure.log 2>&1
 echo "measure rc=$?" >> $OUT/measure.log

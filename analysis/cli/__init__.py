@@ -1,0 +1,1 @@
+"""The ``flashio`` command (``main``) and the options its verbs share (``options``)."""

@@ -1,0 +1,128 @@
+"""The options every ``flashio`` verb shares, declared once: the attention shape, the tiling and
+the GPU, with one set of defaults, and one list syntax (``--seq-len 1024 2048`` and
+``--seq-len 1024,2048`` are the same list)."""
+
+from __future__ import annotations
+
+import argparse
+
+from flashio.kernels.schedules import DEFAULT_WARPS
+
+from flashio import kernels
+
+# Every verb's default GPU: the validation H200 as its microbenchmarks measured it
+# (simulator/specs/h200-measured.toml, which docs/validation.md checks); "h200": its datasheet.
+DEFAULT_GPU = "h200-measured"
+# The one default shape (DESIGN.md's example); a sweep's lists default to several lengths
+SHAPE_DEFAULTS = {"batch": 1, "heads": 16, "seq_len": 4096, "head_dim": 64, "dtype": "fp16"}
+
+
+def version() -> str:
+    """flashio's version, as installed (pip install -e . in a checkout)."""
+    from flashio import __version__
+
+    return __version__
+
+
+def listed(kind):
+    """An argparse type for one item of a list option: ``2,4`` is two items, so that with
+    ``nargs="+"`` both ``--warps 2 4`` and ``--warps 2,4`` give [2, 4] (``flatten``)."""
+    name = {int: "integers", float: "numbers"}.get(kind, kind.__name__)
+
+    def parse(text: str) -> tuple:
+        try:
+            values = tuple(kind(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {name} separated by commas or spaces, e.g. 2,4 or 2 4; got {text!r}"
+            ) from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"expected {name}, got {text!r}")
+        return values
+
+    return parse
+
+
+def flatten(groups) -> list | None:
+    """The values of a ``listed`` option with ``nargs="+"``, in order (None if not given)."""
+    return None if groups is None else [v for g in groups for v in g]
+
+
+def positive(groups, flag: str) -> list | None:
+    """``flatten`` that refuses values below 1 (block sizes, warps, lengths)."""
+    values = flatten(groups)
+    if values is not None and min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{flag}: expected positive values, got {values}")
+    return values
+
+
+def add_gpu(p: argparse.ArgumentParser, repeatable: bool = False) -> None:
+    more = "; repeatable" if repeatable else ""
+    p.add_argument(
+        "--gpu",
+        action="append" if repeatable else "store",
+        default=None if repeatable else DEFAULT_GPU,
+        metavar="NAME|PATH",
+        help=f"built-in GPU name (see 'flashio gpus') or a TOML spec file{more} "
+        f"(default {DEFAULT_GPU})",
+    )
+
+
+# one declaration per shape flag: (flag, argparse keywords), the defaults from SHAPE_DEFAULTS
+_D = SHAPE_DEFAULTS
+SHAPE_FLAGS = {
+    "batch": ("--batch", {"type": int, "default": _D["batch"],
+                          "help": f"batch size (default {_D['batch']})"}),
+    "heads": ("--heads", {"type": int, "default": _D["heads"],
+                          "help": f"query heads (default {_D['heads']})"}),
+    "kv_heads": ("--kv-heads", {"type": int, "default": None,
+                                "help": "key/value heads (GQA; default = heads)"}),
+    "seq_len": ("--seq-len", {"type": int, "default": _D["seq_len"],
+                              "help": f"sequence length N (default {_D['seq_len']})"}),
+    "head_dim": ("--head-dim", {"type": int, "default": _D["head_dim"],
+                                "help": f"head dimension d (default {_D['head_dim']})"}),
+    "dtype": ("--dtype", {"default": _D["dtype"], "choices": sorted(kernels.DTYPES),
+                          "help": f"element type (default {_D['dtype']})"}),
+    "causal": ("--causal", {"action": "store_true",
+                            "help": "causal mask (default: full attention)"}),
+}  # fmt: skip
+# a sweep's lists: several lengths and head dims
+SWEEP_LISTS = {
+    "seq_len": {"type": listed(int), "nargs": "+", "default": [(1024, 2048, 4096)],
+                "metavar": "N", "help": "sequence lengths (default 1024 2048 4096)"},
+    "head_dim": {"type": listed(int), "nargs": "+", "default": [(_D["head_dim"],)],
+                 "metavar": "D", "help": f"head dimensions (default {_D['head_dim']})"},
+}  # fmt: skip
+
+
+def add_shape_flags(g, *names: str, lists: bool = False) -> None:
+    """Add the shape flags ``names`` (keys of SHAPE_FLAGS) to parser or group ``g``; with
+    ``lists`` the sweep's several-valued --seq-len and --head-dim."""
+    for name in names:
+        flag, kw = SHAPE_FLAGS[name]
+        g.add_argument(flag, **(SWEEP_LISTS[name] if lists and name in SWEEP_LISTS else kw))
+
+
+def add_shape(p: argparse.ArgumentParser, lists: bool = False) -> None:
+    """--batch, --heads, --kv-heads, --seq-len, --head-dim, --dtype, --causal; with ``lists``
+    --seq-len and --head-dim take several values (a sweep)."""
+    add_shape_flags(p.add_argument_group("attention shape"), *SHAPE_FLAGS, lists=lists)
+
+
+def add_tiling(p: argparse.ArgumentParser) -> None:
+    """--block-q, --block-kv, --warps for one tiling."""
+    t = p.add_argument_group("tiling")
+    rule = "default: B = M/(4d) with M the GPU's shared memory per CTA, a power of 2 in 16..128"
+    t.add_argument("--block-q", type=int, default=None, help=f"Br, rows of Q per block ({rule})")
+    t.add_argument(
+        "--block-kv", type=int, default=None, help="Bc, rows of K/V per block (default as Br)"
+    )
+    t.add_argument(
+        "--warps", type=int, default=None,
+        help=f"warps per CTA (default {DEFAULT_WARPS})",
+    )  # fmt: skip
+
+
+def default_block(shape: kernels.AttentionShape, gpu) -> int:
+    """Br = Bc when none is given: the seed's rule on ``gpu``'s shared memory per CTA."""
+    return kernels.default_block(shape, gpu.smem_per_cta_bytes)

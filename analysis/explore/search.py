@@ -1,0 +1,407 @@
+"""Tile search: simulate every (block_q, block_kv, warps) and rank by time and by HBM traffic.
+
+The seed's warning "bigger is not always faster" (块过大会挤占寄存器、降低并行度) is shown by the
+numbers each result carries: CTAs per SM and what limits them, resident warps, the grid size
+against the SMs, and register spills. Where B = M/(4d) lands is marked on the ranking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from flashio.analysis.closed_form.tiling import tiling_rule
+from flashio.simulator import Space, TilingError, issue
+
+from flashio import kernels, simulator
+
+__all__ = [
+    "COMPILED",
+    "EVENTS_PER_S",
+    "SearchPlan",
+    "TileResult",
+    "compiled_tiling",
+    "plan_search",
+    "search_notes",
+    "search_tiles",
+]
+
+# Replay speed used only to estimate a search's wall time (not a model constant). Measured by
+# timing search_tiles over the CLI's default grid (blocks 16..256, warps 2, 4, 8; 81 tilings, numba
+# cache warm) on the 2-core development machine: flash2 1x16x2048 d=64, 18.8 M events in 2.4 s,
+# and 1x16x4096 d=128, 73.2 M events in 9.6 s (7.6-7.8 M events/s); flash1 1x16x2048, 9.5 M/s;
+# standard 1x16x1024, 4.3 M/s. With the other core busy, flash2 dropped to 5.5 M/s.
+EVENTS_PER_S = 8e6
+
+# The time model of a compiled search: each kernel priced by its compiled main loop, as the
+# cross-check against this project's kernels does (analysis/validation/calibration.toml, [model]).
+COMPILED = simulator.ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
+
+
+def compiled_tiling(sched) -> bool:
+    """Whether the instruction census holds every kernel of ``sched`` that has a main loop of
+    tensor-core steps (the others, e.g. the backward's pre and post kernels, have none)."""
+    table = issue.census(sched.meta.params.get("impl", "flashio"))
+    looped = [k for k in sched.meta.kernels if any(key.startswith(k.name + " ") for key in table)]
+    return bool(looped) and all(
+        issue.lookup(sched.meta.params, k.name, k.warps) is not None for k in looped
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TileResult:
+    """One (block_q, block_kv, warps) of a search: simulated figures, or why it cannot run.
+
+    ``kernel`` is the kernel whose figures are shown: the one that takes the most time (when
+    simulated) or needs the most shared memory (when not). ``rank_time`` and ``rank_hbm`` are
+    1 for the best and 0 for a tiling that does not fit. ``slowdown`` is time over the best
+    time. ``rule`` names the forms of B = M/(4d) that chose these blocks ("seed", "paper").
+    ``why`` says where it is worse than the fastest tiling.
+    """
+
+    block_q: int
+    block_kv: int
+    warps: int
+    rule: str
+    error: str
+    events: int
+    kernel: str
+    smem_bytes: int
+    regs_per_thread: int
+    spilled_regs_per_thread: int
+    ctas: int
+    ctas_per_sm: int = 0
+    limiter: str = ""
+    waves: int = 0
+    resident_warps_per_sm: float = 0.0
+    time_s: float = 0.0
+    global_bytes: int = 0
+    hbm_bytes: int = 0
+    bound: str = ""
+    rank_time: int = 0
+    rank_hbm: int = 0
+    slowdown: float = 0.0
+    why: str = ""
+
+    @property
+    def feasible(self) -> bool:
+        return not self.error
+
+    def to_dict(self) -> dict:
+        d = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        d["feasible"] = self.feasible
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class SearchPlan:
+    """Candidates of a search before anything is simulated, with their event counts."""
+
+    candidates: tuple[TileResult, ...]  # feasible ones not yet simulated (time_s == 0)
+
+    @property
+    def events(self) -> int:
+        return sum(c.events for c in self.candidates if c.feasible)
+
+    @property
+    def estimated_s(self) -> float:
+        """Rough replay time at EVENTS_PER_S."""
+        return self.events / EVENTS_PER_S
+
+
+def _check_sizes(name: str, values) -> tuple[int, ...]:
+    values = tuple(values)
+    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+        raise TilingError(
+            f"{name} must be a non-empty sequence of positive integers, got {values}"
+        )
+    return tuple(sorted(set(values)))
+
+
+def _rule_blocks(name, shape, gpu, sram_bytes) -> dict[tuple[int, int], list[str]]:
+    """(block_q, block_kv) chosen by each form of the rule, clipped to seq_len."""
+    try:
+        rule = tiling_rule(gpu, shape.head_dim, shape.dtype, sram_bytes, schedule=name)
+    except ValueError:  # M < 4d: the rule chooses nothing
+        return {}
+    out: dict[tuple[int, int], list[str]] = {}
+    n = shape.seq_len
+    for f in rule.forms:
+        out.setdefault((min(f.block_q, n), min(f.block_kv, n)), []).append(f.name)
+    # what flashio simulate picks when no block is given: the seed's rule on this GPU's M
+    b = kernels.default_block(shape, sram_bytes or gpu.smem_per_cta_bytes)
+    out.setdefault((b, b), []).append("default")
+    return out
+
+
+def _candidate(name, shape, gpu, bq, bkv, w, rule) -> TileResult:
+    sched = kernels.schedule(name, shape, bq, bkv, w)
+    infos = sched.kernels
+    on_chip = tuple(t for t in sched.tensors if t.space != Space.GLOBAL)
+    big = max(infos, key=lambda k: k.smem_bytes)
+    base = TileResult(
+        block_q=bq,
+        block_kv=bkv,
+        warps=w,
+        rule=rule,
+        error="",
+        events=0,
+        kernel=big.name,
+        smem_bytes=big.smem_bytes,
+        regs_per_thread=big.regs_per_thread,
+        spilled_regs_per_thread=max(0, big.regs_per_thread - gpu.regs_per_thread_max),
+        ctas=big.ctas,
+    )
+    try:
+        for k in infos:
+            simulator.occupancy(k, gpu, on_chip)
+    except simulator.CapacityError as exc:
+        return replace(base, error=str(exc))
+    return replace(base, events=sched.n_events())
+
+
+def plan_search(
+    name: str,
+    shape: kernels.AttentionShape,
+    gpu: simulator.GPUSpec,
+    block_sizes=(16, 32, 64, 128, 256),
+    warps=(2, 4, 8),
+    *,
+    include_rule: bool = True,
+    sram_bytes: int | None = None,
+) -> SearchPlan:
+    """The candidates ``search_tiles`` would simulate, their event counts and capacity errors.
+
+    Block sizes above ``shape.seq_len`` are kept: one partial block, as a predicated kernel
+    runs it (same bytes as a block of ``seq_len`` rows, the whole block's on-chip buffers). The
+    rule's blocks (both forms, clipped to ``seq_len``) and ``kernels.default_block`` of the
+    GPU's M (the CLI's default block) are added at every warp count when ``include_rule``.
+    Nothing is simulated: use ``.estimated_s`` to size a search before running it.
+    """
+    sizes = _check_sizes("block_sizes", block_sizes)
+    ws = _check_sizes("warps", warps)
+    rule = _rule_blocks(name, shape, gpu, sram_bytes) if include_rule else {}
+    pairs = {(bq, bkv): [] for bq in sizes for bkv in sizes}
+    for pair, forms in rule.items():
+        pairs.setdefault(pair, []).extend(forms)
+    out = [
+        _candidate(name, shape, gpu, bq, bkv, w, ", ".join(pairs[bq, bkv]))
+        for (bq, bkv) in sorted(pairs)
+        for w in ws
+    ]
+    return SearchPlan(tuple(out))
+
+
+def _why(r: TileResult, best: TileResult, sm_count: int, seq_len: int) -> str:
+    spill = f"{r.regs_per_thread} regs/thread, {r.spilled_regs_per_thread} spilled to local memory"
+    if r is best:
+        return "fastest" + (f"; {spill}" if r.spilled_regs_per_thread else "")
+    out = []
+    if r.resident_warps_per_sm < best.resident_warps_per_sm:
+        causes = []
+        if r.warps < best.warps:
+            causes.append(f"{r.warps} warps/CTA")
+        if r.ctas_per_sm < best.ctas_per_sm:
+            causes.append(f"{r.ctas_per_sm} CTA/SM, limited by {r.limiter}")
+        slots = r.ctas_per_sm * sm_count
+        if r.ctas < slots:
+            causes.append(f"grid of {r.ctas} CTAs fills {r.ctas / slots:.0%} of the {slots} slots")
+        out.append(
+            f"{r.resident_warps_per_sm:.1f} resident warps/SM vs {best.resident_warps_per_sm:.1f}"
+            + (f" ({'; '.join(causes)})" if causes else "")
+        )
+    if r.spilled_regs_per_thread:
+        out.append(spill)
+    if r.global_bytes > best.global_bytes:
+        out.append(f"global traffic x{r.global_bytes / best.global_bytes:.2f}")
+    if r.hbm_bytes > best.hbm_bytes:
+        out.append(f"HBM traffic x{r.hbm_bytes / best.hbm_bytes:.2f}")
+    if r.waves > best.waves:
+        out.append(f"{r.waves} waves vs {best.waves}")
+    if out:
+        return "; ".join(out)
+    steps = -(-seq_len // r.block_kv), -(-seq_len // best.block_kv)
+    alike = "no more traffic, as many resident warps"
+    if steps[0] != steps[1]:
+        return f"{alike}; {steps[0]} K/V steps per CTA vs {steps[1]}"
+    if r.block_q != best.block_q:  # same steps, larger or smaller Q tiles per CTA
+        tile = f"{r.block_q}x{r.block_kv} tiles vs {best.block_q}x{best.block_kv}"
+        return f"{alike}; {tile} ({r.warps} warps vs {best.warps})"
+    return f"{alike}, same tiles; {r.warps} warps per CTA vs {best.warps}"
+
+
+def search_tiles(
+    name: str,
+    shape: kernels.AttentionShape,
+    gpu: simulator.GPUSpec | str,
+    block_sizes=(16, 32, 64, 128, 256),
+    warps=(2, 4, 8),
+    progress: Callable[[int, int, TileResult], None] | None = None,
+    *,
+    include_rule: bool = True,
+    sram_bytes: int | None = None,
+    plan: SearchPlan | None = None,
+    compiled: bool = False,
+) -> list[TileResult]:
+    """Simulate every feasible (block_q, block_kv, warps) of schedule ``name`` on ``gpu``.
+
+    Parameters
+    ----------
+    name : str
+        A schedule of ``kernels.SCHEDULES``.
+    shape : kernels.AttentionShape
+    gpu : simulator.GPUSpec, or a built-in name / TOML path
+    block_sizes : sequence of int
+        Candidate Br and Bc (every pair is tried); sizes above ``seq_len`` are kept: one
+        partial block.
+    warps : sequence of int
+        Candidate warps per CTA.
+    progress : callable, optional
+        ``progress(done, total, result)`` after each candidate.
+    include_rule : bool
+        Also try the blocks of B = M/(4d) (``analysis.tiling_rule``, both forms, clipped to
+        ``seq_len``) and mark them in ``TileResult.rule``.
+    sram_bytes : int, optional
+        M in bytes for the rule (default ``gpu.smem_per_cta_bytes``).
+    plan : SearchPlan, optional
+        The result of ``plan_search`` with the same arguments, to avoid planning twice.
+    compiled : bool
+        Rank only the tilings this project's CUDA kernels are compiled for in the instruction
+        census (``compiled_tiling``), each priced by its compiled main loop (``COMPILED``, the
+        issue model): the time of those kernels rather than of the schedule at the pipe
+        rates. The other tilings are left out.
+
+    Returns
+    -------
+    list of TileResult
+        Feasible tilings first, fastest first (``rank_time``; ``rank_hbm`` ranks by HBM bytes,
+        then global bytes, then time), then the infeasible ones with the CapacityError message.
+
+    Notes
+    -----
+    Cost: the replay runs at roughly ``EVENTS_PER_S``; ``plan_search(...).estimated_s`` tells
+    the time before running. Register spills are simulated as local-memory traffic, stored and
+    reloaded once per outer-loop step (docs/model.md): a first-order model of their cost.
+    """
+    if not isinstance(gpu, simulator.GPUSpec):
+        gpu = simulator.load_gpu(gpu)
+    if plan is None:
+        plan = plan_search(
+            name, shape, gpu, block_sizes, warps, include_rule=include_rule, sram_bytes=sram_bytes
+        )
+    done, total, ran = 0, len(plan.candidates), []
+    for c in plan.candidates:
+        sched = (
+            kernels.schedule(name, shape, c.block_q, c.block_kv, c.warps) if c.feasible else None
+        )
+        if compiled and (sched is None or not compiled_tiling(sched)):
+            done += 1  # not a tiling of the compiled kernels: left out of the ranking
+            continue
+        if sched is not None:
+            opts = {"options": COMPILED} if compiled else {}
+            res = simulator.simulate(sched, gpu, **opts)
+            main = max(res.kernels, key=lambda k: k.time_s)
+            occ = main.occupancy
+            # a compiled kernel's spills are the compiler's (ptxas's spill-store bytes), not an
+            # estimate of registers beyond the limit
+            comp = issue.lookup(sched.meta.params, main.name, c.warps) if compiled else None
+            spilled = comp.static_spill_store_bytes // 4 if comp else occ.spilled_regs_per_thread
+            slots = min(main.ctas, occ.ctas_per_sm * gpu.sm_count)
+            c = replace(
+                c,
+                kernel=main.name,
+                ctas=main.ctas,
+                ctas_per_sm=occ.ctas_per_sm,
+                limiter=occ.limiter,
+                waves=main.waves,
+                resident_warps_per_sm=slots * c.warps / gpu.sm_count,
+                regs_per_thread=occ.regs_per_thread + spilled,
+                spilled_regs_per_thread=spilled,
+                smem_bytes=next(k.smem_bytes for k in sched.kernels if k.name == main.name),
+                time_s=res.time_s,
+                global_bytes=res.global_bytes,
+                hbm_bytes=res.hbm_bytes,
+                bound=res.bound,
+            )
+        ran.append(c)
+        done += 1
+        if progress:
+            progress(done, total, c)
+    ok = [r for r in ran if r.feasible]
+    by_time = sorted(ok, key=lambda r: (r.time_s, r.hbm_bytes, r.block_q, r.block_kv, r.warps))
+    by_hbm = sorted(ok, key=lambda r: (r.hbm_bytes, r.global_bytes, r.time_s, r.block_q))
+    hbm_rank = {id(r): i for i, r in enumerate(by_hbm, 1)}
+    best = by_time[0] if by_time else None
+    ranked = [
+        replace(
+            r,
+            rank_time=i,
+            rank_hbm=hbm_rank[id(r)],
+            slowdown=r.time_s / best.time_s,
+            why=_why(r, best, gpu.sm_count, shape.seq_len),
+        )
+        for i, r in enumerate(by_time, 1)
+    ]
+    bad = sorted(
+        (r for r in ran if not r.feasible), key=lambda r: (r.block_q, r.block_kv, r.warps)
+    )
+    return ranked + bad
+
+
+def _label(r: TileResult) -> str:
+    return f"{r.block_q} x {r.block_kv}, {r.warps} warps"
+
+
+def search_notes(results: list[TileResult]) -> tuple[str, ...]:
+    """Plain-language reading of a search: the best, where the rule lands, why big is slow."""
+    ok = [r for r in results if r.feasible]
+    bad = [r for r in results if not r.feasible]
+    if not ok:
+        first = bad[0].error if bad else "no candidates"
+        return (f"No tiling fits: {first}",)
+    best = min(ok, key=lambda r: r.rank_time)
+    out = [f"Fastest: {_label(best)}, {best.time_s * 1e6:.1f} us, {best.bound}-bound."]
+    clean = [r for r in ok if not r.spilled_regs_per_thread]
+    if best.spilled_regs_per_thread and clean:
+        c = min(clean, key=lambda r: r.rank_time)
+        out.append(
+            f"The fastest spills registers (charged as local-memory traffic, a first-order "
+            f"model); the fastest without spills is {_label(c)} (rank {c.rank_time}, "
+            f"{c.slowdown:.2f}x)."
+        )
+    least = min(ok, key=lambda r: r.rank_hbm)
+    hbm = [r.hbm_bytes for r in ok]
+    if max(hbm) <= 1.01 * min(hbm):
+        out.append(
+            f"HBM traffic is within 1% for every tiling ({min(hbm) / 1e6:,.1f} to "
+            f"{max(hbm) / 1e6:,.1f} MB): the working set stays in L2, so only global (SM-side) "
+            "traffic depends on the tiling."
+        )
+    else:
+        out.append(
+            f"Least HBM traffic: {_label(least)}, {least.hbm_bytes / 1e6:,.1f} MB "
+            f"(global {least.global_bytes / 1e6:,.1f} MB), time rank {least.rank_time}."
+        )
+    for form in ("seed", "paper", "default"):
+        mine = [r for r in ok if form in r.rule.split(", ")]
+        if mine:
+            r = min(mine, key=lambda r: r.rank_time)
+            what = {
+                "seed": "The seed's B = floor(M/(4d))",
+                "paper": "The paper's Bc = ceil(M/(4d)), Br = min(Bc, d)",
+                "default": "The project's default block (kernels.default_block: floor(M/(4d)) "
+                "rounded down to a power of two in [16, 128], what flashio simulate picks)",
+            }[form]
+            out.append(
+                f"{what}, {_label(r)}: rank {r.rank_time} of {len(ok)}, "
+                f"{r.slowdown:.2f}x the fastest time: {r.why}."
+            )
+    biggest = max(ok, key=lambda r: (r.block_q * r.block_kv, -r.rank_time))
+    if biggest is not best:
+        out.append(
+            f"Bigger is not always faster: the largest blocks that fit, {_label(biggest)}, are "
+            f"{biggest.slowdown:.2f}x slower: {biggest.why}."
+        )
+    if bad:
+        out.append(f"{len(bad)} tiling(s) do not fit; e.g. {_label(bad[-1])}: {bad[-1].error}")
+    return tuple(out)

@@ -1,0 +1,1 @@
+"""Tables and figures (matplotlib loads on the first plot)."""

@@ -1,0 +1,247 @@
+"""Writing ``calibration.toml`` (beside this module), and the measured facts docs/validation.md
+quotes.
+
+The launch harness comes from the tiny-shape timings in ``data/gpu/probe/harness.json``;
+``probe_constants`` recomputes the memory-side constants of ``h200-measured`` from the probe
+data (tests/test_crosscheck.py checks the spec file against it). Nothing is fitted to an
+attention kernel's timing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+from flashio.analysis.validation.calibration import Calibration, load_calibration
+from flashio.analysis.validation.gpu_data import DATA_DIR, Config, parse_ncu_csv, read_timings
+
+from flashio import kernels, simulator
+
+PROBE_DIR = DATA_DIR / "probe"
+BASE_GPU = "h200-measured"  # the spec calibration.toml names
+
+
+def _ncu_by_id(path: Path) -> list[dict]:
+    return parse_ncu_csv(path.read_text())
+
+
+def probe_constants(probe_dir: Path = PROBE_DIR) -> dict:
+    """The memory-side constants of ``h200-measured`` and the SM clock, computed from the probe
+    data (no attention configuration enters): ``{key: value}`` for the keys of
+    :data:`SPEC_SOURCES`. Per-cycle values are per cycle of the SM clock Nsight Compute read
+    while the flash kernels ran."""
+    probe = json.loads((probe_dir / "probe.json").read_text())
+    gpu = simulator.load_gpu(BASE_GPU)
+    freq = [
+        p["metrics"]["sm__cycles_elapsed.avg.per_second"]
+        for p in _ncu_by_id(probe_dir / "ncu_metrics.csv")
+        if p["kernel"].startswith("flash2")
+    ]
+    clock = float(np.median(freq))
+    l2_bw = max(r["bytes_per_s"] for r in probe["chunked"] if r["source"] == "l2")
+    lat = {r["kind"]: r["cycles_per_load"] for r in probe["latency"]}
+    gaps = [
+        p - r["spin_ns"] * 1e-6
+        for r in probe["launch"]
+        if r["kernel"] == "spin" and r["launches"] > 1 and r["spin_ns"] >= 10_000
+        for p in r["parts_median_ms"][1:]
+    ]
+    writes = json.loads((probe_dir / "ncu_write_launches.json").read_text())["launches"]
+    kept = [
+        w["write_bytes"] - p["metrics"]["dram__bytes_write.sum"]
+        for w, p in zip(writes, _ncu_by_id(probe_dir / "ncu_write.csv"), strict=True)
+        if w["kernel"] == "write_bw" and w["write_bytes"] >= 32 << 20
+    ]
+    granule = 64 * 128
+    return {
+        "clock_hz": clock,
+        "l2_bandwidth_bytes_per_cycle_per_partition": float(l2_bw) / (gpu.l2_partitions * clock),
+        "l2_bytes": int(np.median(kept)) // granule * granule,
+        "l2_latency_cycles": round(lat["l2_hit_1MB"]),
+        "hbm_latency_cycles": round(lat["dram_1GB"]),
+        "kernel_launch_s": float(np.median(gaps)) * 1e-3,
+    }
+
+
+PREFETCH_KERNELS = ("flash2_fwd",)  # kernels/cuda/flash2_fwd.cu: cp.async of K_j+1, V_j ahead
+CALIBRATION_HEADER = """\
+# The model of the validation H200 for the cross-check against this project's CUDA kernels
+# (analysis/validation/crosscheck.py, docs/validation.md). WRITTEN BY `flashio crosscheck --fit`:
+# do not edit by hand; change the probe data or the code and run it again. Nothing here is
+# fitted to an attention kernel's timing.
+#
+# base       the spec: h200-measured (simulator/specs/h200-measured.toml, microbenchmarks of
+#            this H200 with their sources).
+# [model]    switches of the time model (simulator.simulate.ModelOptions): the issue model
+#            (each kernel's compiled main loop replayed, docs/model.md), from the kernels' code.
+# [harness]  host-side launch costs of benchmarks/gpu_measure.py's timing loop, read off
+#            data/gpu/probe/harness.json (tiny shapes) with the simulated kernel times removed."""
+
+
+SPEC_SOURCES = {  # where probe_constants' values come from
+    "clock_hz": "SM clock Nsight Compute read while flash2_fwd / flash2_bwd ran, median "
+    "(ncu_metrics.csv)",
+    "l2_bandwidth_bytes_per_cycle_per_partition": "cp.async reads of an L2-resident buffer, "
+    "best of the chunked probe (probe.json chunked), bytes/s / (l2_partitions x clock)",
+    "l2_bytes": "dirty bytes a streaming write of >= 32 MB leaves in L2 (ncu_write.csv), "
+    "median, in whole 8 KiB granules: the capacity a kernel sees",
+    "l2_latency_cycles": "pointer chase, L2 hit, ld.global.cg (probe.json latency)",
+    "hbm_latency_cycles": "pointer chase, DRAM, 65,920-byte stride after a flush (probe.json "
+    "latency)",
+    "kernel_launch_s": "gap between back-to-back kernels: spin kernels of known length, "
+    "event intervals less the spin (probe.json launch)",
+}
+
+
+def render_calibration(harness: dict) -> str:
+    """The text of ``analysis/validation/calibration.toml``."""
+    lines = [
+        CALIBRATION_HEADER,
+        "",
+        f'base = "{BASE_GPU}"',
+        "",
+        "[model]",
+        "shared_issue = true  # one arithmetic server per SM (kernels the census does not hold)",
+        f"prefetch_kernels = {json.dumps(list(PREFETCH_KERNELS))}  # cp.async ahead",
+        "issue_model = true  # compiled main loops replayed (simulator.issue)",
+        "",
+        "[harness]",
+    ]
+    lines += [f"{key} = {value:.4g}" for key, value in harness.items()]
+    return "\n".join(lines) + "\n"
+
+
+def fit_harness(cal: Calibration, probe_dir: Path = PROBE_DIR) -> dict:
+    """Host launch costs from the tiny-shape timings (N = 128, one head): the first interval
+    less the simulated first kernel; later intervals less the simulated change in kernel time."""
+    first, later = [], []
+    for r in json.loads((probe_dir / "harness.json").read_text())["rows"]:
+        if r["seq_len"] != 128:
+            continue
+        shape = kernels.AttentionShape(1, 1, r["seq_len"], r["head_dim"], "bf16")
+        cfg = Config(r["schedule"], shape, *r["tiles"])
+        opts = cal.options_for(cfg.variants())
+        t = [k.time_s for k in simulator.simulate(cfg.build(), cal.gpu, options=opts).kernels]
+        parts = [p * 1e-3 for p in r["parts_median_ms"]]
+        first.append(parts[0] - t[0])
+        later += [parts[i] - t[i] + t[i - 1] for i in range(1, len(parts))]
+    return {
+        "first_launch_s": float(np.median(first)),
+        "launch_interval_s": float(np.median(later)),
+    }
+
+
+def fit_calibration(path: Path | None = None, log=print) -> str:
+    """Recompute ``calibration.toml``: the spec and the model switches as fixed above, the
+    harness from the tiny-shape timings (host launch costs, harness.json) with the simulated
+    kernel times removed. Writes the file and returns its text."""
+    from flashio.analysis.validation.calibration import DEFAULT_PATH
+
+    path = Path(path) if path else DEFAULT_PATH
+    cal = load_calibration(path)
+    cal = dataclasses.replace(cal, gpu=simulator.load_gpu(BASE_GPU))
+    harness = fit_harness(cal)
+    log(f"harness: {harness}")
+    text = render_calibration(harness)
+    with simulator.atomic_write(path) as f:
+        f.write(text)
+    return text
+
+
+def _profiled_shapes(kernel_names: tuple[str, ...], count: int) -> list:
+    """Shapes of the first ``count`` launches of ``gpu_measure --mode ncu`` (in
+    ``ncu_launches.json`` order) whose kernel is in ``kernel_names``, as ncu's -k filter kept
+    them; the forward run for a backward has the backward's shape."""
+    launches = json.loads((DATA_DIR / "ncu_launches.json").read_text())["launches"]
+    shapes = []
+    for i, x in enumerate(launches):
+        if x["kernel"] in kernel_names:
+            shapes.append(x.get("shape") or next(y["shape"] for y in launches[i:] if "shape" in y))
+    return shapes[:count]
+
+
+def ncu_view(probe_dir: Path = PROBE_DIR) -> list[dict]:
+    """Per kernel profiled by the probe runs (Nsight Compute): active warps per scheduler,
+    warp cycles per issued instruction and the three largest stall reasons in it, thread
+    instructions per attention score (b h N^2), and (run 1's kernels) SM clock, tensor pipe and
+    issue activity."""
+    stalls = _ncu_by_id(probe_dir / "ncu_stalls.csv")
+    metrics = _ncu_by_id(probe_dir / "ncu_metrics.csv")
+    shapes = _profiled_shapes(
+        ("flash2_fwd", "flash2_bwd", "std_qk", "std_softmax", "std_pv"), len(stalls)
+    )
+    run1 = list(
+        zip(
+            _profiled_shapes(("flash2_fwd", "flash2_bwd", "std_softmax"), len(metrics)),
+            metrics,
+            strict=True,
+        )
+    )
+    out = []
+    for st, shape in zip(stalls, shapes, strict=True):
+        sm = st["metrics"]
+        per = {
+            k.split("issue_stalled_")[1].split("_per_issue")[0]: v
+            for k, v in sm.items()
+            if "issue_stalled" in k
+        }
+        top = sorted(((v, k) for k, v in per.items() if k != "selected"), reverse=True)[:3]
+        b, h, n, _ = shape
+        row = {
+            "kernel": st["kernel"],
+            "shape": shape,
+            "warps_per_scheduler": sm["smsp__warps_active.avg.per_cycle_active"],
+            "cycles_per_issue": sum(per.values()),
+            "top_stalls": [(k, v) for v, k in top],
+            "thread_instructions_per_score": sm["smsp__inst_executed.sum"] * 32 / (b * h * n * n),
+        }
+        same = [m for s2, m in run1 if m["kernel"] == st["kernel"] and s2 == shape]
+        if same:
+            mm = same[0]["metrics"]
+            row["clock_hz"] = mm["sm__cycles_elapsed.avg.per_second"]
+            row["tensor_active"] = (
+                mm["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"] / 100
+            )
+            row["issue_active"] = mm["smsp__issue_active.avg.pct_of_peak_sustained_active"] / 100
+            run1.remove(next(x for x in run1 if x[1] is same[0]))
+        out.append(row)
+    return out
+
+
+def write_retention(probe_dir: Path = PROBE_DIR) -> list[dict]:
+    """The streaming-write probe: bytes written (and then read) by one kernel, DRAM writes
+    during it, and what stayed dirty in L2 (written - DRAM writes)."""
+    order = json.loads((probe_dir / "ncu_write_launches.json").read_text())["launches"]
+    out = []
+    for w, p in zip(order, _ncu_by_id(probe_dir / "ncu_write.csv"), strict=True):
+        dw = p["metrics"]["dram__bytes_write.sum"]
+        out.append(
+            {
+                "write_bytes": w["write_bytes"],
+                "read_bytes": w["read_bytes"],
+                "dram_write_bytes": dw,
+                "kept_bytes": w["write_bytes"] - dw,
+            }
+        )
+    return out
+
+
+def repeatability(data_dir: Path = DATA_DIR) -> dict:
+    """This run's median times of our kernels against ``previous_run``'s, per size class
+    (flash2_bwd and standard left out: their kernels changed between the runs, docs/gpu.md)."""
+    now = {c: m["time_s"] for c, m in read_timings(data_dir / "gpu_measure.json")}
+    then = {
+        c: m["time_s"] for c, m in read_timings(data_dir / "previous_run" / "gpu_measure.json")
+    }
+    small, large = [], []
+    for c, t in now.items():
+        if c in then and c.schedule not in ("flash2_bwd", "standard"):
+            (small if t < 1e-4 else large if t >= 3e-4 else []).append(t / then[c] - 1)
+    return {
+        "below_0.1ms": float(np.max(np.abs(small))),
+        "n_below": len(small),
+        "above_0.3ms": float(np.max(np.abs(large))),
+        "n_above": len(large),
+    }
