@@ -3,7 +3,7 @@
 # instructions, issue activity and stall reasons, bytes in and out of the SMs, the same
 # metrics as triton_ncu_run.sh. Writes $OUT/fa2_ncu.csv and $OUT/fa2_ncu.log.
 export PYTHONUNBUFFERED=1
-pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
+python3 -m pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
 source data/gpu/runs/ncu_metrics.sh
 M=$M,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
 M=$M,smsp__inst_executed_pipe_fma.sum,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_xu.sum

@@ -4,7 +4,7 @@
 # memory and its L1 hit rate). Run from the repository root; writes $OUT/gpu_measure.json,
 # $OUT/gpu_measure.csv, $OUT/heldout_ncu.csv, $OUT/ncu_launches.json and logs.
 export PYTHONUNBUFFERED=1
-pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
+python3 -m pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
 timeout 300 python3 -m benchmarks.gpu_measure --grid heldout --out $OUT --budget-s 200 \
   > $OUT/measure.log 2>&1
 echo "measure rc=$?" >> $OUT/measure.log

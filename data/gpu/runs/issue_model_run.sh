@@ -3,7 +3,7 @@
 # reasons and shared-memory bank conflicts), then PyTorch's flash kernels' resource usage and
 # SASS (impl_measure --mode resources sass). Run from the repository root; writes $OUT/r.tgz.
 export PYTHONUNBUFFERED=1
-pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
+python3 -m pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
 R=$OUT/r; mkdir -p $R/impl_res; L=$R/extra.log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv > $L
 timeout 200 python3 -m benchmarks.gpu_measure --out $R --budget-s 120 > $R/measure.log 2>&1

@@ -3,7 +3,7 @@
 # of cuDNN's run-time compiled SDPA kernels as Nsight Compute records it (hopper_sass.py).
 # Writes $OUT/probe/overlap.json, $OUT/overlap.log, $OUT/cudnn_sass.csv, $OUT/cudnn_sass.log.
 export PYTHONUNBUFFERED=1
-pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
+python3 -m pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
 timeout 200 python3 data/gpu/probe/overlap.py --out $OUT/probe > $OUT/overlap.log 2>&1
 echo "overlap rc=$?" >> $OUT/overlap.log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader >> $OUT/overlap.log

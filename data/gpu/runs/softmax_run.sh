@@ -9,7 +9,7 @@
 #     census holds, std_softmax included (ncu_inst.csv), and of the backward at the held-out
 #     and spilling tilings (bwd_ncu.csv). Writes those and ncu_launches.json.
 export PYTHONUNBUFFERED=1
-pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
+python3 -m pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
 L=$OUT/extra.log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv >> $L
 if [ "$1" = check ]; then

@@ -3,7 +3,7 @@
 # local-memory traffic, of this project's kernels whose loops spill (gpu_measure --mode ncu
 # --ncu-set spills). Run from the repository root; writes $OUT/spill_ncu.csv and the launches.
 export PYTHONUNBUFFERED=1
-pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
+python3 -m pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
 B=l1tex__m_xbar2l1tex_read_bytes.sum,l1tex__m_l1tex2xbar_write_bytes.sum,dram__bytes_read.sum
 B=$B,dram__bytes_write.sum,lts__t_bytes.sum,gpu__time_duration.sum
 L=l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum,l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum

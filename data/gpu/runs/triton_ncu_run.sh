@@ -4,7 +4,7 @@
 # memory, instructions and stall reasons; the same for this project's spilling kernels.
 # Writes $OUT/triton_ncu.csv, $OUT/spill_inst.csv and $OUT/triton_ncu.log.
 export PYTHONUNBUFFERED=1
-pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
+python3 -m pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
 source data/gpu/runs/ncu_metrics.sh
 timeout 200 ncu --clock-control none --print-units base --csv --log-file $OUT/triton_ncu.csv \
   --metrics $M -k regex:"fa2_fwd" python3 data/gpu/runs/triton_ncu.py > $OUT/triton_ncu.log 2>&1
