@@ -38,9 +38,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from flashio.kernels import gpu
 
 from flashio import kernels
+from flashio.kernels import gpu
 
 SMS = 132  # H200 multiprocessors; (batch, heads) pairs below and above one CTA per SM at N=512
 BATCH_HEADS = ((1, 8), (4, 16))

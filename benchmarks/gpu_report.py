@@ -12,9 +12,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from flashio.simulator.trace import Op
-
 from flashio import kernels
+from flashio.simulator.trace import Op
 
 
 def _key(r: dict, impl: str | None = None) -> tuple:

@@ -24,13 +24,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks import nvrtc
+from benchmarks.gpu_measure import parse_ptxas
 from flashio.kernels import AttentionShape, schedule
 from flashio.kernels.gpu import defines, launches, nvrtc_options, source
 from flashio.simulator.issue import CENSUS_DIR, VARIANT_OPTIONS, program_key
 from flashio.simulator.sass import loop_copies_overlap, parts
-
-from benchmarks import nvrtc
-from benchmarks.gpu_measure import parse_ptxas
 
 # (schedule, head_dim, block_q, block_kv, warps): the tilings this project compiles and measures
 # (benchmarks/gpu_measure.py, data/gpu/probe/sm_scaling.py) and the neighbours a tiling search

@@ -21,10 +21,9 @@ import json
 import sys
 from pathlib import Path
 
+from benchmarks.sass_census import write
 from flashio.simulator.issue import CENSUS_DIR, program_key
 from flashio.simulator.sass import loop_copies_overlap, parts
-
-from benchmarks.sass_census import write
 
 LISTINGS = Path(__file__).resolve().parents[1] / "data" / "impl" / "sass"
 DTYPE = "bf16"  # every listing was compiled for, and measured in, bf16

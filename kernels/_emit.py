@@ -9,8 +9,9 @@ array of exactly that size, so memory is bounded by the CTA range asked for.
 from __future__ import annotations
 
 import numpy as np
-from flashio.simulator.trace import EVENT_DTYPE, Op
 from numba import njit
+
+from flashio.simulator.trace import EVENT_DTYPE, Op
 
 # Op codes as plain ints, which numba folds as constants inside the tracers.
 LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in Op)

@@ -8,6 +8,7 @@ is what the run did; tests compare it event for event with the fast tracer's.
 from __future__ import annotations
 
 import numpy as np
+
 from flashio.simulator.trace import EVENT_DTYPE
 
 

@@ -17,6 +17,8 @@ softmax scale is applied, with its EW event, when the kernel's FP32 count per el
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
+
 from flashio.kernels._emit import (
     ALLOC,
     EW,
@@ -43,7 +45,6 @@ from flashio.kernels._record import offset4
 from flashio.kernels._resources import regs_per_thread
 from flashio.simulator.errors import TilingError
 from flashio.simulator.trace import KernelInfo, Space
-from numba import njit
 
 SOFTMAX_OPTIONS = ("softmax_passes", "softmax_rows")
 P_SOFTMAX_PASSES, P_SOFTMAX_ROWS = P_EXTRA, P_EXTRA + 1  # options, in sorted-name order

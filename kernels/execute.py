@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from flashio.kernels._numerics import numpy_dtype, to_dtype
 from flashio.kernels._record import Recorder
 from flashio.simulator.trace import Trace

@@ -32,6 +32,8 @@ EXP per (i, j): ``r * c`` (P~ = exp(S - m~)) plus ``2 * r`` (the two rescale fac
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
+
 from flashio.kernels._emit import (
     ALLOC,
     EW,
@@ -61,7 +63,6 @@ from flashio.kernels._emit import (
 from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._resources import regs_per_thread
 from flashio.simulator.trace import KernelInfo, Space, TensorInfo
-from numba import njit
 
 OPTIONS = ()
 

@@ -35,6 +35,8 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from numba import njit
+
 from flashio.kernels import flash1
 from flashio.kernels._emit import (
     ALLOC,
@@ -62,7 +64,6 @@ from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._record import Recorder
 from flashio.kernels._resources import regs_per_thread
 from flashio.simulator.trace import KernelInfo, Space, TensorInfo
-from numba import njit
 
 OPTIONS = ()
 

@@ -9,6 +9,8 @@ they never exchange partial results. K and V are re-read once per Q block: Tr ti
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
+
 from flashio.kernels._emit import (
     ALLOC,
     EW,
@@ -35,7 +37,6 @@ from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._record import offset4
 from flashio.kernels._resources import regs_per_thread
 from flashio.simulator.trace import KernelInfo, Op, Space, TensorInfo
-from numba import njit
 
 OPTIONS = ()
 

@@ -16,6 +16,8 @@ Three kernels:
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
+
 from flashio.kernels import flash2
 from flashio.kernels._emit import (
     ALLOC,
@@ -44,7 +46,6 @@ from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._record import Recorder, offset4
 from flashio.kernels._resources import regs_per_thread
 from flashio.simulator.trace import KernelInfo, Op, Space, TensorInfo
-from numba import njit
 
 OPTIONS = ()
 

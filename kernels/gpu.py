@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from flashio.kernels._numerics import to_dtype
 from flashio.kernels._standard_common import softmax_chunk
 from flashio.kernels.schedules import Schedule

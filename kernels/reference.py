@@ -8,6 +8,7 @@ dV = P^T dO, dP = dO V^T, dS = P * (dP - D), dQ = dS K / sqrt(d), dK = dS^T Q / 
 from __future__ import annotations
 
 import numpy as np
+
 from flashio.kernels._numerics import to_dtype
 
 __all__ = ["attention_backward", "attention_forward"]

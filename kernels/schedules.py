@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 
 import numpy as np
+
 from flashio.kernels._emit import N_PARAMS, P_EXTRA, run_emitter
 from flashio.kernels.implementation import (
     DEFAULT_IMPLEMENTATION,

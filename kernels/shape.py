@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
 from flashio.simulator.errors import ShapeError
 
 __all__ = ["DTYPES", "AttentionShape"]

@@ -46,6 +46,8 @@ FP32 operation counts (EW events), per score of S unless said otherwise:
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
+
 from flashio.kernels._emit import (
     ALLOC,
     EW,
@@ -79,7 +81,6 @@ from flashio.kernels._standard_common import (
     tile_product,
 )
 from flashio.simulator.trace import KernelInfo, Space, TensorInfo
-from numba import njit
 
 OPTIONS = SOFTMAX_OPTIONS
 

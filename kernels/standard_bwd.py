@@ -29,6 +29,8 @@ EW_DS_PER_SCORE = 2 (subtract the row sum, multiply by P), per score of the row 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
+
 from flashio.kernels._emit import (
     ALLOC,
     EW,
@@ -64,7 +66,6 @@ from flashio.kernels._standard_common import (
     tile_product,
 )
 from flashio.simulator.trace import KernelInfo, Space, TensorInfo
-from numba import njit
 
 OPTIONS = SOFTMAX_OPTIONS
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
+from numba import njit
+
 from flashio.simulator._cpu_prefetch import prefetch_ahead
 from flashio.simulator._l2 import access
 from flashio.simulator.trace import Op
-from numba import njit
 
 LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in Op)
 

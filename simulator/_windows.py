@@ -17,8 +17,9 @@ import inspect
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from flashio.simulator.trace import Trace, TraceSource
 from numba import njit
+
+from flashio.simulator.trace import Trace, TraceSource
 
 
 @njit(cache=True, nogil=True)

@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+
 from flashio.simulator.errors import UsageError
 from flashio.simulator.trace import MEMORY_OPS, Space
 

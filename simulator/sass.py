@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+
 from flashio.simulator.errors import FlashioError
 
 __all__ = ["CLASSES", "Instruction", "WarpProgram", "classify", "parse", "parts", "program"]

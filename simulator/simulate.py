@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+
 from flashio.simulator import _engine as E
 from flashio.simulator._l2 import LINES_PER_GRANULE, SLOT_BITS, dirty_bytes, new_l2
 from flashio.simulator._windows import Windows

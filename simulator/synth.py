@@ -32,6 +32,7 @@ independent work separates them, as a compiler schedules.
 from __future__ import annotations
 
 import numpy as np
+
 from flashio.simulator.sass import CLASS_ID, NO_BARRIER, WarpProgram
 
 __all__ = ["OVERLAPPING", "flash_forward_program"]

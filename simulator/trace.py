@@ -17,9 +17,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+from numba import njit
+
 from flashio.simulator._atomic import atomic_write
 from flashio.simulator.errors import FileError
-from numba import njit
 
 __all__ = [
     "EVENT_DTYPE",

@@ -47,8 +47,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from flashio.simulator.sass import CLASS_ID, CLASSES, NO_BARRIER, WarpProgram
 from numba import njit
+
+from flashio.simulator.sass import CLASS_ID, CLASSES, NO_BARRIER, WarpProgram
 
 __all__ = ["IssueModel", "StepTime", "execute_roles", "replay"]
 

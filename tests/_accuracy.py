@@ -2,9 +2,9 @@
 schedule, the flash-attention rule, and the rounding bound of tests/_rounding_bound.py."""
 
 import numpy as np
-from flashio.kernels._numerics import to_dtype
 
 from flashio import kernels
+from flashio.kernels._numerics import to_dtype
 from tests._rounding_bound import rounding_bound
 
 # Where the flash-attention rule is applied to drawn shapes (docs/numerics.md, "Where the rule

@@ -26,6 +26,7 @@ refuses inputs where eps is larger.
 from __future__ import annotations
 
 import numpy as np
+
 from flashio.kernels._numerics import unit_roundoff
 
 SECOND_ORDER = 1.4

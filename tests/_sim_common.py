@@ -3,11 +3,11 @@
 import math
 
 import numpy as np
-from flashio.simulator import EVENT_DTYPE, KernelInfo, Op, Space, TensorInfo, Trace, TraceMeta
 from hypothesis import assume
 from hypothesis import strategies as st
 
 from flashio import kernels, simulator
+from flashio.simulator import EVENT_DTYPE, KernelInfo, Op, Space, TensorInfo, Trace, TraceMeta
 
 H200 = simulator.load_gpu("h200")
 REL = 1e-9  # see the module docstring

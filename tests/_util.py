@@ -1,8 +1,9 @@
 """Helpers shared by the tests: random inputs for a shape, register limits that spill."""
 
 import numpy as np
-from flashio.kernels._numerics import to_dtype
 from hypothesis import strategies as st
+
+from flashio.kernels._numerics import to_dtype
 
 
 def random_inputs(shape, seed=0, backward=False, scale=1.0):

@@ -3,12 +3,12 @@
 import json
 
 import pytest
+
+from flashio import kernels, simulator
 from flashio.analysis.cli.main import main
 from flashio.analysis.cli.options import DEFAULT_GPU
 from flashio.analysis.explore.demo import run_demo
 from flashio.analysis.explore.search import COMPILED
-
-from flashio import kernels, simulator
 
 
 def _json(capsys, argv):

@@ -15,12 +15,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from flashio.analysis.cli.main import main
-from flashio.simulator.gpu import _FIELD_NAMES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flashio import kernels, simulator
+from flashio.analysis.cli.main import main
+from flashio.simulator.gpu import _FIELD_NAMES
 
 H200_TOML = (Path(simulator.__file__).parent / "specs" / "h200.toml").read_text()
 

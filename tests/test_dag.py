@@ -12,6 +12,10 @@ import math
 import networkx as nx
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from flashio import kernels, simulator
 from flashio.analysis.dag import dag_stats, schedule_dag, validate_trace
 from flashio.analysis.dag.pebbling import (
     PebbleDag,
@@ -26,10 +30,6 @@ from flashio.analysis.dag.pebbling import (
     trivial_lower_bound,
 )
 from flashio.simulator import EVENT_DTYPE, KernelInfo, Op, Space, TensorInfo, Trace, TraceMeta
-from hypothesis import assume, given, settings
-from hypothesis import strategies as st
-
-from flashio import kernels, simulator
 
 H200 = simulator.load_gpu("h200")
 

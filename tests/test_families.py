@@ -7,6 +7,7 @@ change that makes these predictions worse.
 """
 
 import pytest
+
 from flashio.analysis.validation import families
 
 

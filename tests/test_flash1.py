@@ -3,11 +3,11 @@ split-K exchange, FLOPs, and the seeds' demos reproduced."""
 
 import numpy as np
 import pytest
+
+from flashio import kernels
 from flashio.kernels import flash1, flash1_bwd
 from flashio.kernels._record import Recorder
 from flashio.simulator.trace import Op, Space
-
-from flashio import kernels
 from tests._util import random_inputs
 
 # the ragged case of the hand derivations: N=10 rows in Q blocks of 4 and K/V blocks of 3

@@ -4,10 +4,10 @@ describes. Every test needs a GPU visible to CuPy (tests/conftest.py skips them 
 
 import numpy as np
 import pytest
-from flashio.kernels import gpu
-from flashio.kernels._numerics import to_dtype
 
 from flashio import kernels
+from flashio.kernels import gpu
+from flashio.kernels._numerics import to_dtype
 from tests._accuracy import quantum
 from tests._util import random_inputs
 

@@ -6,11 +6,11 @@ import re
 from importlib import resources
 
 import pytest
-from flashio.simulator.gpu import DERIVED, GPUSpec, GPUSpecError
-from flashio.simulator.specfiles import builtin_gpus, load_gpu
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from flashio.simulator.gpu import DERIVED, GPUSpec, GPUSpecError
+from flashio.simulator.specfiles import builtin_gpus, load_gpu
 from tests._spec_util import BUILTINS, OLD_CHIP_TOTALS, approx, differences
 
 

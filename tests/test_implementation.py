@@ -7,6 +7,8 @@ import pickle
 
 import numpy as np
 import pytest
+
+from flashio import kernels
 from flashio.kernels import (
     IMPLEMENTATIONS,
     Implementation,
@@ -15,8 +17,6 @@ from flashio.kernels import (
     implementation,
 )
 from flashio.simulator.errors import FlashioError, TilingError
-
-from flashio import kernels
 
 PRESETS = ("flashio", "flash-attn2", "triton", "fa3", "pytorch")
 

@@ -10,14 +10,14 @@ import itertools
 import math
 
 import pytest
-from flashio.analysis.closed_form.io import block_sums, io_counts, io_counts_of
-from flashio.analysis.strategies import attention_shapes, tilings
-from flashio.simulator import Op, Space
-from flashio.simulator.simulate import LOCAL_NAME
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from flashio import kernels, simulator
+from flashio.analysis.closed_form.io import block_sums, io_counts, io_counts_of
+from flashio.analysis.strategies import attention_shapes, tilings
+from flashio.simulator import Op, Space
+from flashio.simulator.simulate import LOCAL_NAME
 from tests._util import register_limits
 
 NO_L2 = simulator.load_gpu("h200").replace(l2_bytes=0, sm_count=4)

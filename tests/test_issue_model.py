@@ -9,14 +9,14 @@ import dataclasses
 
 import numpy as np
 import pytest
+
+from benchmarks import sass_census
+from flashio import simulator
 from flashio.kernels import AttentionShape, schedule
 from flashio.simulator import issue, sass
 from flashio.simulator.sass import CLASS_ID, NO_BARRIER, WarpProgram
 from flashio.simulator.simulate import LOCAL_NAME, ModelOptions
 from flashio.simulator.warp_replay import PIPES, IssueModel, once, replay
-
-from benchmarks import sass_census
-from flashio import simulator
 from tests._sim_common import REL
 from tests.oracle_sim import simulate_oracle
 from tests.test_simulator_oracle import assert_agrees

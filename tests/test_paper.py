@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from flashio.analysis.explore import paper
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "paper-figure2.md"

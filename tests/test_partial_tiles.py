@@ -11,12 +11,12 @@ import json
 
 import numpy as np
 import pytest
+
+from flashio import kernels, simulator
 from flashio.analysis.cli.main import main
 from flashio.analysis.closed_form.io import io_counts, io_counts_of
 from flashio.analysis.dag import validate_trace
 from flashio.simulator import Op
-
-from flashio import kernels, simulator
 from tests._util import random_inputs
 
 # no L2 (global bytes are HBM bytes), shared memory for every tile drawn here

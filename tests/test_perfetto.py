@@ -7,10 +7,10 @@ import json
 
 import numpy as np
 import pytest
-from flashio.analysis.cli.main import main
-from flashio.simulator import perfetto
 
 from flashio import kernels, simulator
+from flashio.analysis.cli.main import main
+from flashio.simulator import perfetto
 
 GPU = simulator.load_gpu("h200-measured")
 

@@ -20,14 +20,14 @@ import re
 from fractions import Fraction
 
 import pytest
-from flashio.analysis.closed_form import bounds
-from flashio.analysis.closed_form.io import io_counts, io_counts_of
-from flashio.analysis.strategies import attention_shapes, gpu_specs, tilings
-from flashio.simulator import Op
 from hypothesis import given
 from hypothesis import strategies as st
 
 from flashio import kernels, simulator
+from flashio.analysis.closed_form import bounds
+from flashio.analysis.closed_form.io import io_counts, io_counts_of
+from flashio.analysis.strategies import attention_shapes, gpu_specs, tilings
+from flashio.simulator import Op
 from tests._util import register_limits
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs" / "property-testing.md"

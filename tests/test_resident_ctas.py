@@ -2,8 +2,6 @@
 docs/validation.md ("Resident CTAs") shows it."""
 
 import json
-import re
-from pathlib import Path
 
 from flashio.analysis.validation import resident_ctas
 
@@ -22,12 +20,9 @@ def test_the_probe_ran_each_kernel_at_the_occupancy_it_asked_for():
     assert all(ks == list(range(1, ks[-1] + 1)) and ks[-1] >= 2 for ks in by.values())
 
 
-def test_the_doc_table_is_the_models_answer_on_the_committed_data():
-    text = Path("docs/validation.md").read_text()
-    block = re.search(r"<!-- resident-ctas:begin -->\n\n(.*?)\n\n<!-- resident-ctas:end -->",
-                      text, re.S)  # fmt: skip
+def test_the_gains_are_relative_to_one_cta_per_sm():
+    """(docs/validation.md's block of this table: flashio docs --check, tests/test_docs.py)"""
     table = resident_ctas.rows()
-    assert block and block.group(1) == resident_ctas.markdown(table)
     first = {}
     for r in table:  # the gains are relative to the same kernel's time at one CTA per SM
         key = (r["schedule"], r["head_dim"], tuple(r["tiles"]))

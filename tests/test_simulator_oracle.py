@@ -12,11 +12,11 @@ operation, and over the at most ~1e4 operations of these traces that stays below
 
 import numpy as np
 import pytest
-from flashio.simulator import EVENT_DTYPE, KernelInfo, Op, Space, TensorInfo, Trace, TraceMeta
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from flashio import simulator
+from flashio.simulator import EVENT_DTYPE, KernelInfo, Op, Space, TensorInfo, Trace, TraceMeta
 from tests._sim_common import (
     FLOAT_FIELDS,
     H200,

@@ -6,11 +6,11 @@ import tempfile
 
 import numpy as np
 import pytest
-from flashio.simulator import Op, Space, Trace
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from flashio import kernels, simulator
+from flashio.simulator import Op, Space, Trace
 from tests._sim_common import (  # noqa: F401
     FLOAT_FIELDS,
     H200,

@@ -5,9 +5,9 @@ import re
 from pathlib import Path
 
 import pytest
+
 from flashio.simulator.gpu import DERIVED, GPUSpec, GPUSpecError
 from flashio.simulator.specfiles import builtin_gpus, load_gpu
-
 from tests._spec_util import BUILTINS, OLD_CHIP_TOTALS, approx, differences, write_spec
 
 

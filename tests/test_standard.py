@@ -5,13 +5,13 @@ import math
 
 import numpy as np
 import pytest
-from flashio.kernels import standard
-from flashio.kernels._record import Recorder
-from flashio.simulator.trace import Op, Space
 from hypothesis import given
 from hypothesis import strategies as st
 
 from flashio import kernels
+from flashio.kernels import standard
+from flashio.kernels._record import Recorder
+from flashio.simulator.trace import Op, Space
 from tests._accuracy import bound_ratios, rule_applies, rule_ratios
 from tests._util import random_inputs
 

@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
+
+from flashio import kernels, simulator
 from flashio.simulator import synth
 from flashio.simulator.sass import CLASS_ID
 from flashio.simulator.simulate import ModelOptions
-
-from flashio import kernels, simulator
 
 ISSUE = ModelOptions(issue_model=True)
 

@@ -6,13 +6,13 @@ import re
 from pathlib import Path
 
 import pytest
-from flashio.analysis.cli import tiling as cli
-from flashio.analysis.closed_form.tiling import tile_capacity, tiling_rule
-from flashio.analysis.explore.search import plan_search, search_notes, search_tiles
 from hypothesis import given
 from hypothesis import strategies as st
 
 from flashio import kernels, simulator
+from flashio.analysis.cli import tiling as cli
+from flashio.analysis.closed_form.tiling import tile_capacity, tiling_rule
+from flashio.analysis.explore.search import plan_search, search_notes, search_tiles
 
 H200 = simulator.load_gpu("h200")
 A100 = simulator.load_gpu("a100-40gb")
@@ -357,21 +357,7 @@ def test_cli_bad_list_exits_2(capsys):
     assert "separated by commas or spaces" in capsys.readouterr().err
 
 
-# -- the docs' tables are this code's output -------------------------------------------------
-def _doc_blocks():
-    text = DOC.read_text()
-    return re.findall(r"```text\n\$ flashio tiling([^\n]*)\n(.*?)```", text, re.S)
-
-
-def test_docs_show_current_output(capsys):
-    blocks = _doc_blocks()
-    assert len(blocks) >= 5  # h200 and a100-40gb at d = 64 and 128, and one search
-    for args, shown in blocks:
-        assert cli.main(args.split()) == 0
-        out = capsys.readouterr().out
-        assert out == shown, f"docs/tiling.md is stale; regenerate: flashio tiling{args}"
-
-
+# -- the docs' example runs (its tables: flashio docs --check, tests/test_docs.py) -----------
 def test_docs_python_example_runs(capsys):
     (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
     exec(compile(code, str(DOC), "exec"), {})

@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
-from flashio.simulator import EVENT_DTYPE, Op, Trace
 
 from flashio import kernels
+from flashio.simulator import EVENT_DTYPE, Op, Trace
 
 
 def _trace():

@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
-from flashio.simulator._windows import Windows
 
 from flashio import kernels
+from flashio.simulator._windows import Windows
 
 
 @pytest.mark.parametrize("causal", [False, True])

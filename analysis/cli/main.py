@@ -8,14 +8,14 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from flashio import kernels, simulator
 from flashio.analysis.cli import options as opts
 from flashio.analysis.cli.crosscheck import add_crosscheck_command
+from flashio.analysis.cli.docs import add_docs_command
 from flashio.analysis.cli.tiling import add_tiling_command
 from flashio.analysis.explore import comparison as cmp
 from flashio.analysis.explore.search import COMPILED
 from flashio.analysis.present import report
-
-from flashio import kernels, simulator
 
 EPILOG = """examples:
   flashio demo                                   the main job on the default GPU (h200)
@@ -374,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_tiling_command(sub)
     add_crosscheck_command(sub)
+    add_docs_command(sub)
     return parser
 
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from flashio.kernels.schedules import DEFAULT_WARPS
-
 from flashio import kernels
+from flashio.kernels.schedules import DEFAULT_WARPS
 
 # Every verb's default GPU: the validation H200 as its microbenchmarks measured it
 # (simulator/specs/h200-measured.toml, which docs/validation.md checks); "h200": its datasheet.

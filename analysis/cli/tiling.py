@@ -11,12 +11,11 @@ import json
 import sys
 import textwrap
 
+from flashio import kernels, simulator
 from flashio.analysis.cli import options as opts
 from flashio.analysis.closed_form.tiling import TilingRule, tiling_rule
 from flashio.analysis.explore.search import plan_search, search_notes, search_tiles
 from flashio.simulator import Space
-
-from flashio import kernels, simulator
 
 __all__ = ["add_tiling_command", "cmd_tiling", "main"]
 

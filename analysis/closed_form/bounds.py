@@ -24,9 +24,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from flashio.analysis.closed_form.io import io_counts
-
 from flashio import kernels, simulator
+from flashio.analysis.closed_form.io import io_counts
 
 __all__ = [
     "SCHEDULE_CONSTANTS",

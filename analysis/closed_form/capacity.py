@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from flashio import kernels
 from flashio.kernels.schedules import DEFAULT_SRAM_BYTES
 from flashio.simulator.errors import ShapeError, TilingError
-
-from flashio import kernels
 
 __all__ = ["ALGORITHMS", "Capacity", "Tile", "tile_capacity"]
 

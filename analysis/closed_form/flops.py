@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from flashio.analysis.closed_form.io import block_sums, io_counts_of
-
 from flashio import kernels, simulator
+from flashio.analysis.closed_form.io import block_sums, io_counts_of
 
 __all__ = [
     "RecomputeRatios",

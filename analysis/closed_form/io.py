@@ -14,11 +14,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from flashio import kernels, simulator
 from flashio.analysis.closed_form.spills import REG_BYTES, spilled_registers
 from flashio.kernels.schedules import DEFAULT_WARPS
 from flashio.simulator.simulate import LOCAL_NAME
-
-from flashio import kernels, simulator
 
 __all__ = ["BlockSums", "IOCounts", "TensorIO", "block_sums", "io_counts", "io_counts_of"]
 

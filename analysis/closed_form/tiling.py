@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from flashio import kernels, simulator
 from flashio.analysis.closed_form.capacity import (
     Capacity,
     Tile,
@@ -22,8 +23,6 @@ from flashio.analysis.closed_form.capacity import (
 )
 from flashio.kernels.schedules import DEFAULT_WARPS
 from flashio.simulator import Space, TilingError
-
-from flashio import kernels, simulator
 
 __all__ = [
     "Capacity",

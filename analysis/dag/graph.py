@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import networkx as nx
+
 from flashio.analysis.dag.regions import MEMORY, _granules, _mask
 from flashio.simulator.trace import Op, Trace
 
@@ -236,16 +237,16 @@ def _ratio(a, b) -> float:
 
 
 # The example of docs/dag.md: `python -m flashio.analysis.dag.graph`
-def _main() -> None:
+def doc_table() -> str:
+    """docs/dag.md's example: every schedule's DAG at B = 1, H = 2, N = 8, d = 16, Br = Bc = 2,
+    one warp, unit weights, with the trace validator's problem count on the H200."""
     from flashio import kernels, simulator
+    from flashio.analysis.dag.trace_check import validate_trace
 
     gpu = simulator.load_gpu("h200")
     shape = kernels.AttentionShape(batch=1, heads=2, seq_len=8, head_dim=16)
-    from flashio.analysis.dag.trace_check import validate_trace
-
-    print(f"{shape}, block_q = block_kv = 2, 1 warp; validate_trace(trace, h200)")
-    print("| schedule | kernel | CTAs | events | work | span | parallelism | problems |")
-    print("|---|---|---|---|---|---|---|---|")
+    lines = ["| schedule | kernel | CTAs | events | work | span | parallelism | problems |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name in kernels.SCHEDULES:
         trace = kernels.schedule(name, shape, 2, 2, warps=1).trace()
         problems = len(validate_trace(trace, gpu))
@@ -254,16 +255,34 @@ def _main() -> None:
             label, row = ("all", st) if k is None else (k.name, k)
             ctas = sum(x.ctas for x in st.kernels) if k is None else k.ctas
             events = sum(x.events for x in st.kernels) if k is None else k.events
-            print(f"| {name} | {label} | {ctas} | {events} | {row.work} | {row.span} | "
-                  f"{row.parallelism:.2f} | {problems if k is None else ''} |")  # fmt: skip
+            lines.append(f"| {name} | {label} | {ctas} | {events} | {row.work} | {row.span} | "
+                         f"{row.parallelism:.2f} | {problems if k is None else ''} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _main() -> None:
+    from flashio import kernels
+
+    shape = kernels.AttentionShape(batch=1, heads=2, seq_len=8, head_dim=16)
+    print(f"{shape}, block_q = block_kv = 2, 1 warp; validate_trace(trace, h200)")
+    print(doc_table())
     print("\nweights='bytes' and 'flops', flash1 vs flash2 (same shape and blocks):")
-    print("| schedule | weights | work | span | parallelism |")
-    print("|---|---|---|---|---|")
+    print(weighted_table())
+
+
+def weighted_table() -> str:
+    """docs/dag.md's second example: flash1 and flash2 of :func:`doc_table` weighted by bytes
+    and by FLOPs."""
+    from flashio import kernels
+
+    shape = kernels.AttentionShape(batch=1, heads=2, seq_len=8, head_dim=16)
+    lines = ["| schedule | weights | work | span | parallelism |", "|---|---|---|---|---|"]
     for name in ("flash1", "flash2"):
         g = schedule_dag(kernels.schedule(name, shape, 2, 2, warps=1).trace())
         for w in ("bytes", "flops"):
             st = dag_stats(g, w)
-            print(f"| {name} | {w} | {st.work:,} | {st.span:,} | {st.parallelism:.2f} |")
+            lines.append(f"| {name} | {w} | {st.work:,} | {st.span:,} | {st.parallelism:.2f} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

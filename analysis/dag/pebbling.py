@@ -14,6 +14,7 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
+
 from flashio.analysis.dag.pebble_search import _COMPUTE, MAX_VERTICES, _byte_tables, _search
 
 __all__ = [
@@ -366,10 +367,9 @@ def flash_io(seq_len: int, head_dim: int, red: int) -> FlashIO | None:
     Counts come from ``kernels.schedule("flash2", ...).trace()`` (batch = heads = 1, fp32, so
     bytes / 4 = elements): Q read once, K and V read Tr times, O written once (Dao 2023, Alg. 1).
     """
-    from flashio.simulator.trace import Op, Space
-
     # imported here, so that the pebble game itself does not need the schedules
     from flashio import kernels
+    from flashio.simulator.trace import Op, Space
 
     shape = kernels.AttentionShape(1, 1, seq_len, head_dim, dtype="fp32")
     best = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from flashio.simulator.trace import Op, Space, Trace
 
 LOAD, STORE, REDUCE = Op.LOAD, Op.STORE, Op.REDUCE

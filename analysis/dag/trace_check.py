@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from flashio.analysis.dag.regions import MEMORY, _granules, _mask, _region_end
 from flashio.simulator.trace import Op, Space, Trace
 

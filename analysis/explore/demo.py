@@ -17,14 +17,13 @@ import sys
 import time
 from pathlib import Path
 
+from flashio import kernels, simulator
 from flashio.analysis.closed_form.flops import recompute_ratios
 from flashio.analysis.closed_form.tiling import tiling_rule
 from flashio.analysis.explore import comparison as cmp
 from flashio.analysis.explore import sweep
 from flashio.analysis.present import plots, report
 from flashio.analysis.validation import sm_scaling
-
-from flashio import kernels, simulator
 
 # A GPT-2-medium-like layer: 16 heads of 64, 4k context, batch 2, fp16.
 DEMO_SHAPE = kernels.AttentionShape(batch=2, heads=16, seq_len=4096, head_dim=64, dtype="fp16")

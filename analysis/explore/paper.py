@@ -61,15 +61,26 @@ def figure2(gpu: simulator.GPUSpec | None = None) -> list[Figure2Row]:
     return rows
 
 
+def table(gpu: simulator.GPUSpec | None = None) -> str:
+    """The rows of :func:`figure2` as text columns."""
+    lines = [f"{'method':<22}{'global GB':>10}{'HBM GB':>9}{'time ms':>9}{'paper GB':>10}"
+             f"{'paper ms':>10}"]  # fmt: skip
+    for r in figure2(gpu):
+        lines.append(f"{r.method:<22}{r.global_gb:>10.2f}{r.hbm_gb:>9.2f}{r.time_ms:>9.2f}"
+                     f"{r.paper_gb:>10.1f}{r.paper_ms:>10.1f}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def markdown() -> str:
+    """docs/paper-figure2.md's generated block: :func:`table` on the a100-40gb, fenced."""
+    return f"```\n{table()}\n```"
+
+
 def main() -> None:
     gpu = simulator.load_gpu(sys.argv[1] if len(sys.argv) > 1 else "a100-40gb")
     print(f"FlashAttention paper Fig. 2 (left) workload on {gpu.name}: B=64, H=16, N=1024, d=64,")
     print(f"fp16, forward + backward; flash blocks Br={PAPER_BLOCK_Q}, Bc={PAPER_BLOCK_KV}\n")
-    print(f"{'method':<22}{'global GB':>10}{'HBM GB':>9}{'time ms':>9}{'paper GB':>10}"
-          f"{'paper ms':>10}")  # fmt: skip
-    for r in figure2(gpu):
-        print(f"{r.method:<22}{r.global_gb:>10.2f}{r.hbm_gb:>9.2f}{r.time_ms:>9.2f}"
-              f"{r.paper_gb:>10.1f}{r.paper_ms:>10.1f}")  # fmt: skip
+    print(table(gpu))
 
 
 if __name__ == "__main__":

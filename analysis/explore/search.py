@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from flashio import kernels, simulator
 from flashio.analysis.closed_form.tiling import tiling_rule
 from flashio.simulator import Space, TilingError, issue
-
-from flashio import kernels, simulator
 
 __all__ = [
     "COMPILED",

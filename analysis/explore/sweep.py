@@ -9,9 +9,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from flashio.analysis.explore.comparison import result_figures
-
 from flashio import kernels, simulator
+from flashio.analysis.explore.comparison import result_figures
 
 __all__ = ["SweepRow", "gpu_variants", "run_sweep", "write_csv"]
 

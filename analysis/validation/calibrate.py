@@ -14,10 +14,10 @@ import json
 from pathlib import Path
 
 import numpy as np
-from flashio.analysis.validation.calibration import Calibration, load_calibration
-from flashio.analysis.validation.gpu_data import DATA_DIR, Config, parse_ncu_csv, read_timings
 
 from flashio import kernels, simulator
+from flashio.analysis.validation.calibration import Calibration, load_calibration
+from flashio.analysis.validation.gpu_data import DATA_DIR, Config, parse_ncu_csv, read_timings
 
 PROBE_DIR = DATA_DIR / "probe"
 BASE_GPU = "h200-measured"  # the spec calibration.toml names

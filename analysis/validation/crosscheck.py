@@ -26,6 +26,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+
+from flashio import simulator
 from flashio.analysis.validation.calibration import Calibration, load_calibration
 from flashio.analysis.validation.gpu_data import (
     DATA_DIR,
@@ -38,8 +40,6 @@ from flashio.analysis.validation.gpu_data import (
     read_ncu,
     read_timings,
 )
-
-from flashio import simulator
 
 __all__ = [
     "DATA_DIR",

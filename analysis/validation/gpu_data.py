@@ -14,10 +14,9 @@ import io
 import json
 from pathlib import Path
 
+from flashio import kernels
 from flashio.analysis.paths import DATA
 from flashio.analysis.validation.calibration import NOTHING_FITTED
-
-from flashio import kernels
 
 DATA_DIR = DATA / "gpu"
 TRAINING = NOTHING_FITTED

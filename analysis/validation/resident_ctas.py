@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from flashio import kernels, simulator
 from flashio.analysis.paths import DATA
 from flashio.analysis.validation.families import GPU, OPTIONS
-
-from flashio import kernels, simulator
 
 PROBE = DATA / "gpu" / "probe" / "occupancy.json"
 MAIN_KERNELS = ("flash2_fwd", "flash2_bwd")
@@ -53,3 +52,8 @@ def markdown(table: list[dict]) -> str:
             f"| {r['measured_gain']:.2f} | {r['predicted_gain']:.2f} |"
         )
     return "\n".join(lines)
+
+
+def block(table: list[dict]) -> str:
+    """docs/validation.md's generated block of :func:`markdown`, markers included."""
+    return f"<!-- resident-ctas:begin -->\n\n{markdown(table)}\n\n<!-- resident-ctas:end -->"

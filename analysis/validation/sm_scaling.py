@@ -18,10 +18,9 @@ import dataclasses
 import json
 from pathlib import Path
 
+from flashio import kernels, simulator
 from flashio.analysis.paths import DATA, DOCS
 from flashio.analysis.validation.calibration import Harness, load_calibration
-
-from flashio import kernels, simulator
 
 __all__ = ["PROBE", "ScalingRow", "load_measurements", "scaling_report"]
 

@@ -123,9 +123,8 @@ OPTIONS = ("-std=c++17", "-arch=sm_90")
 def disassemble(cubins: dict[str, bytes]) -> dict:
     """Kernel name -> its instructions (``simulator.sass``), by cuobjdump; empty where
     cuobjdump is not found."""
-    from flashio.simulator import sass
-
     from benchmarks.sass_census import _tool
+    from flashio.simulator import sass
 
     try:
         cuobjdump = _tool("cuobjdump")

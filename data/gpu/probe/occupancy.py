@@ -26,10 +26,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from flashio.kernels import gpu
-
 from benchmarks.gpu_measure import _random_inputs, n_sets_for, time_events
 from flashio import kernels
+from flashio.kernels import gpu
 
 SMEM_PER_SM = 228 * 1024  # the H200's shared memory per SM; 1 KiB of it is reserved per CTA
 # (schedule, head dim, (block_q, block_kv, warps)): four-warp tilings whose registers allow two

@@ -291,8 +291,9 @@ def check_sass(cubins: dict[str, bytes]) -> dict:
     """Per kernel, the timed region's count of HGMMA and of its alu kind's opcode, and (for
     the kernels whose busy warps all run one loop: not the split ones) that loop's warp
     program, which tests/test_issue_model.py replays against the measured times."""
-    from flashio.simulator import sass
     from mio import disassemble
+
+    from flashio.simulator import sass
 
     out = {}
     for name, code in disassemble(cubins).items():
@@ -442,9 +443,8 @@ def main(argv=None) -> int:
     if args.fit:
         import dataclasses
 
-        from flashio.simulator.issue import issue_model
-
         from flashio import simulator
+        from flashio.simulator.issue import issue_model
 
         doc = json.loads((args.fit / "overlap.json").read_text())
         sass_doc = json.loads((args.fit / "overlap_sass.json").read_text())

@@ -605,10 +605,9 @@ def main_harness(args):
     (one batch, one head, N = 128): what its CUDA-event intervals measure when a kernel takes
     no time, per kernel of each timed variant."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-    from flashio.kernels import gpu
-
     from benchmarks.gpu_measure import _random_inputs, time_events
     from flashio import kernels
+    from flashio.kernels import gpu
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -663,10 +662,9 @@ def main_clocks(args):
     import cupy
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-    from flashio.kernels import gpu
-
     from benchmarks.gpu_measure import _random_inputs, time_events
     from flashio import kernels
+    from flashio.kernels import gpu
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from flashio.kernels import gpu
 from probe import events_ms, module
 
 from benchmarks.gpu_measure import (
@@ -46,6 +45,7 @@ from benchmarks.gpu_measure import (
     time_events,
 )
 from flashio import kernels
+from flashio.kernels import gpu
 
 SMS = (8, 16, 32, 64, 96, 132)
 # (schedule, head_dim, seq_len, (block_q, block_kv, warps)); batch 1, 16 heads, bf16
