@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from flashio.simulator._cpu_prefetch import prefetch_ahead
-from flashio.simulator._l2 import access
+from flashio.simulator._l2 import access, held_bytes
 from flashio.simulator.trace import Op
 
 LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in Op)
@@ -217,6 +217,18 @@ def _request(mem, cfg, port, op, tensor, offset, rows, row_bytes, stride, nbytes
     return done
 
 
+@njit(_nrt=False)
+def _sample_memory(mem, span, c):
+    """The memory system as CTA ``c`` ends (timeline columns 3-5): HBM bytes moved so far in
+    the run, bytes the L2 holds, and how many of them are dirty."""
+    hbm = 0.0
+    for tensor in range(mem.tstat.shape[0]):
+        hbm += mem.tstat[tensor, T_HBM_READ] + mem.tstat[tensor, T_HBM_WRITE]
+    span[c, 3] = hbm
+    if mem.l2_on:
+        span[c, 4], span[c, 5] = held_bytes(mem.l2)
+
+
 @njit(cache=True, nogil=True, _nrt=False)
 def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
     """Replay until the kernel ends (returns 0) or a slot needs a CTA beyond the loaded window
@@ -351,6 +363,7 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                     span[c_done, 0] = sf[s, F_START]
                     span[c_done, 1] = fin
                     span[c_done, 2] = sm
+                    _sample_memory(mem, span, c_done)
                 c = reg[R_NEXT]
                 sf[s, F_T] = fin
                 if c < n_ctas:

@@ -227,6 +227,17 @@ def access(st, op_is_read, op_writes, tensor, offset, rows, row_bytes, stride, w
 
 
 @njit(_nrt=False)
+def held_bytes(st):
+    """Bytes in the lines the cache holds, and in those of them that are dirty."""
+    sc, _, slots, _ = st
+    present = dirty = 0
+    for s in range(sc[COUNT]):
+        present += popcount(slots[s, PRESENT])
+        dirty += popcount(slots[s, DIRTY])
+    return present << sc[LINE_SHIFT], dirty << sc[LINE_SHIFT]
+
+
+@njit(_nrt=False)
 def dirty_bytes(st):
     """Bytes in dirty lines still held by the cache."""
     sc, _, slots, _ = st

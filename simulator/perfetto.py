@@ -8,9 +8,10 @@ events; ``write(result, source, path)`` saves them. What the file holds:
   global tile it loads, its global bytes). Slots are recovered from the replay's start and end
   times: a CTA takes the lowest slot of its SM that is free when it starts;
 - process "kernels": a slice per kernel, and counter tracks over time: CTAs resident on the
-  GPU; global (SM-side) traffic, each CTA's bytes spread evenly over its lifetime; HBM traffic,
-  each kernel's mean over its duration (the replay does not keep when the L2 missed). The L2's
-  occupancy over time is not recorded by the replay and is left out.
+  GPU; global (SM-side) traffic, each CTA's bytes spread evenly over its lifetime; HBM traffic
+  and the bytes the L2 holds (all, and dirty), from the memory system sampled as each CTA ends
+  (``SimResult.memory_timeline``): HBM GB/s is the growth of the bytes moved so far between
+  those samples, so it resolves the time between CTA ends, not single requests.
 
 Times are microseconds from the first kernel's start (the trace-event unit).
 """
@@ -81,6 +82,19 @@ def _spread(span: np.ndarray, weights: np.ndarray, edges: np.ndarray) -> np.ndar
     return out
 
 
+def _memory_counters(memory: np.ndarray, hbm_before: float, k_start: float, edges: np.ndarray):
+    """Per bin of ``edges``: HBM GB/s, and L2 held and dirty bytes at the bin's start, from the
+    samples taken as each CTA ended (end s, HBM bytes so far, held, dirty)."""
+    m = memory[np.argsort(memory[:, 0], kind="stable")]
+    t = np.concatenate(([k_start], m[:, 0]))
+    moved = np.maximum.accumulate(np.concatenate(([hbm_before], m[:, 1])))
+    at_edges = np.interp(edges, t, moved)
+    gbps = np.diff(at_edges) / np.maximum(np.diff(edges), 1e-30) / 1e9
+    # the L2 as last sampled at or before each bin start (the first sample before any end)
+    last = np.clip(np.searchsorted(m[:, 0], edges[:-1], side="right") - 1, 0, len(m) - 1)
+    return gbps, m[last, 2], m[last, 3]
+
+
 def check_size(ctas: int) -> None:
     """Raise ``UsageError`` when a timeline of ``ctas`` CTA slices is too large to open."""
     if ctas > MAX_CTAS:
@@ -112,7 +126,9 @@ def trace_events(result, source) -> dict:
     ]
     slots_per_sm = max((k.occupancy.ctas_per_sm for k in result.kernels), default=1)
     named: set[int] = set()
-    for k, (kres, span) in enumerate(zip(result.kernels, result.timeline, strict=True)):
+    hbm_before = 0.0  # HBM bytes moved by the kernels before this one
+    kernels = zip(result.kernels, result.timeline, result.memory_timeline, strict=True)
+    for k, (kres, span, memory) in enumerate(kernels):
         if not len(span):
             continue
         nbytes, first = _cta_bytes(source, k, len(span))
@@ -139,16 +155,18 @@ def trace_events(result, source) -> dict:
         width = max(edges[1] - edges[0], 1e-30)
         gbps = _spread(span, nbytes, edges) / width / 1e9
         resident = _spread(span, span[:, 1] - span[:, 0], edges) / width
-        hbm = (kres.hbm_read_bytes + kres.hbm_write_bytes) / max(k_end - k_start, 1e-30) / 1e9
+        hbm_gbps, held, dirty = _memory_counters(memory, hbm_before, k_start, edges)
+        hbm_before = float(memory[:, 1].max())
         for i in range(BINS):
             ts = us(edges[i])
-            events.append({"ph": "C", "pid": 2, "name": "global traffic GB/s", "ts": ts,
-                           "args": {"GB/s": round(float(gbps[i]), 3)}})  # fmt: skip
-            events.append({"ph": "C", "pid": 2, "name": "CTAs resident", "ts": ts,
-                           "args": {"CTAs": round(float(resident[i]), 2)}})  # fmt: skip
-        events.append({"ph": "C", "pid": 2, "name": "HBM GB/s (kernel mean)", "ts": us(k_start),
-                       "args": {"GB/s": round(hbm, 3)}})  # fmt: skip
-        events.append({"ph": "C", "pid": 2, "name": "HBM GB/s (kernel mean)", "ts": us(k_end),
+            for track, unit, value in (("global traffic GB/s", "GB/s", gbps[i]),
+                                       ("CTAs resident", "CTAs", resident[i]),
+                                       ("HBM GB/s", "GB/s", hbm_gbps[i]),
+                                       ("L2 held MB", "MB", held[i] / 1e6),
+                                       ("L2 dirty MB", "MB", dirty[i] / 1e6)):  # fmt: skip
+                events.append({"ph": "C", "pid": 2, "name": track, "ts": ts,
+                               "args": {unit: round(float(value), 3)}})  # fmt: skip
+        events.append({"ph": "C", "pid": 2, "name": "HBM GB/s", "ts": us(k_end),
                        "args": {"GB/s": 0.0}})  # fmt: skip
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"schedule": result.schedule, "gpu": result.gpu,

@@ -72,6 +72,9 @@ class SimResult:
     utilization: dict[str, float] = field(hash=False)  # busy fraction of the run per resource
     # with simulate(..., timeline=True): per kernel, a (ctas, 3) array of start s, end s, SM
     timeline: tuple | None = field(default=None, compare=False, hash=False, repr=False)
+    # and a (ctas, 4) array sampled as each CTA ends: its end s, HBM bytes moved so far in the
+    # run (read + write), bytes the L2 holds, and how many of them are dirty
+    memory_timeline: tuple | None = field(default=None, compare=False, hash=False, repr=False)
 
     @property
     def occupancy(self) -> Occupancy:
@@ -106,9 +109,10 @@ class SimResult:
         raise KeyError(f"no tensor {name!r}; have {', '.join(t.name for t in self.tensors)}")
 
     def to_dict(self) -> dict:
-        """Everything but the timeline, as plain JSON-ready values."""
+        """Everything but the timelines, as plain JSON-ready values."""
         d = asdict(self)
         d.pop("timeline")
+        d.pop("memory_timeline")
         d["bound"] = self.bound
         d["occupancy"] = self.occupancy.to_dict()
         d["waves"] = self.waves

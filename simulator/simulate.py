@@ -298,7 +298,9 @@ def simulate(
         Called as ``progress(kernel, ctas_done, ctas_total)`` after each window.
     timeline : bool
         Also record when and on which SM every CTA ran (``SimResult.timeline``: one
-        ``(ctas, 3)`` array per kernel of start seconds, end seconds and SM index).
+        ``(ctas, 3)`` array per kernel of start seconds, end seconds and SM index), and the
+        memory system as each CTA ends (``SimResult.memory_timeline``: end seconds, HBM bytes
+        moved so far, bytes held by the L2 and dirty among them), for ``perfetto.write``.
     options : ModelOptions
         Switches of the time model (shared arithmetic issue, prefetching kernels, per-kernel
         issue efficiency); the default is docs/model.md's model without them.
@@ -406,7 +408,8 @@ def simulate(
         spans.append(span)
     res = _result(meta, gpu, tstat, busy, cnt, kernel_results, t_now, l2 if l2_on else None)
     if timeline:
-        object.__setattr__(res, "timeline", tuple(spans))
+        object.__setattr__(res, "timeline", tuple(s[:, :3] for s in spans))
+        object.__setattr__(res, "memory_timeline", tuple(s[:, [1, 3, 4, 5]] for s in spans))
     return res
 
 
@@ -420,7 +423,7 @@ def _replay_kernel(
     units = np.full((gpu.sm_count, E.N_UNITS), start)
     si = np.zeros((slots, E.N_SLOT_INT), np.int64)  # slot s runs on SM s % sm_count
     sf = np.zeros((slots, E.N_SLOT_FLOAT))
-    span = np.zeros((kinfo.ctas if timeline else 0, 3))
+    span = np.zeros((kinfo.ctas if timeline else 0, 6))  # E._sample_memory: columns 3-5
     # the heap of SMs with CTAs: key (time, slot) of each SM's earliest CTA, and the SM
     busy_sms = min(slots, gpu.sm_count)
     lead = cfg[E.C_CTA_LEAD]  # the first wave's CTAs issue their first events after it

@@ -60,10 +60,20 @@ def test_counters_add_up_to_the_results_bytes(run):
         res.global_read_bytes + res.global_write_bytes
     )
     kern = {e["name"]: e for e in ev if e["ph"] == "X" and e["cat"] == "kernel"}
-    hbm = [e for e in ev if e["ph"] == "C" and e["name"] == "HBM GB/s (kernel mean)"]
-    total = sum(e["args"]["GB/s"] * kern[k.name]["dur"] * 1e3 for e, k in
-                zip(hbm[::2], res.kernels, strict=True))  # fmt: skip
-    assert total == pytest.approx(res.hbm_read_bytes + res.hbm_write_bytes, rel=1e-3)
+    # the HBM counter integrates to the bytes moved by the last CTA's end: the run's HBM bytes
+    # but for dirty lines the L2 still held then (written back later, or never)
+    hbm = [e for e in ev if e["ph"] == "C" and e["name"] == "HBM GB/s"]
+    per = np.array([e["args"]["GB/s"] for e in hbm]).reshape(len(res.kernels), perfetto.BINS + 1)
+    moved = sum(row[:-1].sum() * kern[k.name]["dur"] / perfetto.BINS * 1e3
+                for row, k in zip(per, res.kernels, strict=True))  # fmt: skip
+    last = res.memory_timeline[-1]
+    assert moved == pytest.approx(last[:, 1].max(), rel=1e-3)
+    total = res.hbm_read_bytes + res.hbm_write_bytes
+    assert total - res.l2_dirty_bytes_at_end <= last[:, 1].max() <= total
+    for memory in res.memory_timeline:  # what the L2 holds fits in it; dirty lines are held
+        assert (memory[:, 2] <= GPU.l2_bytes).all() and (memory[:, 3] <= memory[:, 2]).all()
+    dirty = [e["args"]["MB"] for e in ev if e["ph"] == "C" and e["name"] == "L2 dirty MB"]
+    assert max(dirty) > 0  # the backward's dQ accumulation and dK, dV stores dirty the L2
     # the global counter, sample by sample, integrates to each kernel's global bytes
     glob = [e for e in ev if e["ph"] == "C" and e["name"] == "global traffic GB/s"]
     per = np.array([e["args"]["GB/s"] for e in glob]).reshape(len(res.kernels), perfetto.BINS)
