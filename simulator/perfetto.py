@@ -13,6 +13,10 @@ events; ``write(result, source, path)`` saves them. What the file holds:
   (``SimResult.memory_timeline``): HBM GB/s is the growth of the bytes moved so far between
   those samples, so it resolves the time between CTA ends, not single requests.
 
+Above :data:`MAX_CTAS` CTAs a slice stands for up to ``ceil(ctas / MAX_CTAS)`` consecutive CTAs
+of one slot and kernel (its args say which, and ``otherData.aggregated`` says so), so that the
+file still opens; beyond :data:`MAX_TIMELINE_CTAS` the timeline itself is refused.
+
 Times are microseconds from the first kernel's start (the trace-event unit).
 """
 
@@ -27,9 +31,10 @@ import numpy as np
 from flashio.simulator.errors import UsageError
 from flashio.simulator.trace import MEMORY_OPS, Space
 
-__all__ = ["MAX_CTAS", "check_size", "trace_events", "write"]
+__all__ = ["MAX_CTAS", "MAX_TIMELINE_CTAS", "check_size", "trace_events", "write"]
 
-MAX_CTAS = 500_000  # CTA slices a file may hold; beyond it the JSON is too large to open
+MAX_CTAS = 500_000  # CTA slices a file holds; beyond it the JSON is too large to open
+MAX_TIMELINE_CTAS = 20_000_000  # CTAs a timeline records (48 bytes each) and aggregates
 BINS = 400  # counter samples per kernel
 CHUNK = 8192  # CTAs traced at a time when summing their bytes
 
@@ -96,19 +101,31 @@ def _memory_counters(memory: np.ndarray, hbm_before: float, k_start: float, edge
 
 
 def check_size(ctas: int) -> None:
-    """Raise ``UsageError`` when a timeline of ``ctas`` CTA slices is too large to open."""
-    if ctas > MAX_CTAS:
+    """Raise ``UsageError`` when a timeline of ``ctas`` CTAs is too large to record."""
+    if ctas > MAX_TIMELINE_CTAS:
         raise UsageError(
-            f"{ctas:,} CTAs are more than a trace-event file opens ({MAX_CTAS:,}); "
+            f"{ctas:,} CTAs are more than a timeline records ({MAX_TIMELINE_CTAS:,}); "
             "simulate a smaller batch or fewer heads for the timeline"
         )
+
+
+def _groups(slot: np.ndarray, span: np.ndarray, size: int) -> list[np.ndarray]:
+    """The CTAs of one kernel in slices of up to ``size`` consecutive CTAs of one slot."""
+    order = np.lexsort((span[:, 0], slot, span[:, 2]))  # by SM, slot, then start
+    key = span[order, 2] * (slot.max() + 1) + slot[order]
+    out = []
+    for run in np.split(order, np.flatnonzero(np.diff(key)) + 1):
+        out += [run[i : i + size] for i in range(0, len(run), size)]
+    return out
 
 
 def trace_events(result, source) -> dict:
     """The trace-event document of ``result`` (``simulate(source, ..., timeline=True)``)."""
     if result.timeline is None:
         raise UsageError("the result has no timeline: simulate(..., timeline=True) first")
-    check_size(sum(len(s) for s in result.timeline))
+    total = sum(len(s) for s in result.timeline)
+    check_size(total)
+    group = -(-total // MAX_CTAS)  # CTAs per slice
     t0 = min((float(s[:, 0].min()) for s in result.timeline if len(s)), default=0.0)
 
     def us(t):
@@ -133,17 +150,21 @@ def trace_events(result, source) -> dict:
             continue
         nbytes, first = _cta_bytes(source, k, len(span))
         slot = _slots(span)
-        for c, ((start, end, sm), b, s) in enumerate(zip(span, nbytes, slot, strict=True)):
-            tid = int(sm) * slots_per_sm + int(s) + 1
+        for ctas in _groups(slot, span, group) if group > 1 else np.arange(len(span))[:, None]:
+            c, sm, s = int(ctas[0]), int(span[ctas[0], 2]), int(slot[ctas[0]])
+            tid = sm * slots_per_sm + s + 1
             if tid not in named:
                 named.add(tid)
-                events.append(name(1, ("thread", f"SM {int(sm)} slot {int(s)}"), tid=tid))
-            args = {"cta": c, "global_bytes": int(b)}
-            if first[c] is not None:
+                events.append(name(1, ("thread", f"SM {sm} slot {s}"), tid=tid))
+            args = {"cta": c, "global_bytes": int(nbytes[ctas].sum())}
+            if len(ctas) > 1:
+                args |= {"ctas": len(ctas), "last_cta": int(ctas[-1])}
+            elif first[c] is not None:
                 tensor, row, col = first[c]
                 args["first_tile"] = f"{tensor} block " + (
                     f"({row}, {col})" if col >= 0 else f"{row}"
                 )
+            start, end = span[ctas, 0].min(), span[ctas, 1].max()
             events.append({"ph": "X", "pid": 1, "tid": tid, "name": kres.name, "cat": "cta",
                            "ts": us(start), "dur": us(end) - us(start), "args": args})  # fmt: skip
         k_start, k_end = float(span[:, 0].min()), float(span[:, 1].max())
@@ -170,7 +191,9 @@ def trace_events(result, source) -> dict:
                        "args": {"GB/s": 0.0}})  # fmt: skip
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"schedule": result.schedule, "gpu": result.gpu,
-                          "time_s": result.time_s}}  # fmt: skip
+                          "time_s": result.time_s,
+                          "aggregated": f"a slice is up to {group} consecutive CTAs of a slot"
+                          if group > 1 else "no: a slice per CTA"}}  # fmt: skip
 
 
 def write(result, source, path) -> Path:

@@ -88,9 +88,37 @@ def test_without_a_timeline_or_too_large_it_says_what_to_do(run, monkeypatch):
     plain = simulator.simulate(sched, GPU)
     with pytest.raises(simulator.UsageError, match="timeline=True"):
         perfetto.trace_events(plain, sched)
-    monkeypatch.setattr(perfetto, "MAX_CTAS", 10)
+    monkeypatch.setattr(perfetto, "MAX_TIMELINE_CTAS", 10)
     with pytest.raises(simulator.UsageError, match="smaller batch"):
         perfetto.trace_events(res, sched)
+
+
+def test_above_max_ctas_slices_aggregate_consecutive_ctas_of_a_slot(monkeypatch):
+    # a GPU of 4 SMs, so that each slot runs many CTAs in turn
+    sched = kernels.schedule("flash2", kernels.AttentionShape(1, 8, 1024, 64), 64, 64, 4)
+    res = simulator.simulate(sched, GPU.replace(sm_count=4), timeline=True)
+    whole = perfetto.trace_events(res, sched)
+    total = sum(k.ctas for k in sched.kernels)
+    monkeypatch.setattr(perfetto, "MAX_CTAS", total // 8)
+    doc = perfetto.trace_events(res, sched)
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "cta"]
+    group = -(-total // (total // 8))
+    assert doc["otherData"]["aggregated"].startswith(f"a slice is up to {group} ")
+    counts = [e["args"].get("ctas", 1) for e in slices]
+    assert sum(counts) == total and max(counts) == group
+    tracks = {(e["tid"]) for e in slices}
+    assert len(slices) <= total // group + len(tracks) * len(sched.kernels)
+    assert sum(e["args"]["global_bytes"] for e in slices) == (
+        res.global_read_bytes + res.global_write_bytes
+    )
+    by_track = {}
+    for e in slices:  # still one slice at a time per slot
+        by_track.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in by_track.values():
+        spans.sort()
+        assert all(a[1] <= b[0] + 1e-6 for a, b in itertools.pairwise(spans))
+    counters = [e for e in doc["traceEvents"] if e["ph"] == "C"]  # not aggregated
+    assert counters == [e for e in whole["traceEvents"] if e["ph"] == "C"]
 
 
 def test_the_cli_writes_it(tmp_path, capsys):
@@ -103,7 +131,7 @@ def test_the_cli_writes_it(tmp_path, capsys):
 
 
 def test_the_cli_refuses_a_timeline_too_large_before_simulating(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(perfetto, "MAX_CTAS", 10)
+    monkeypatch.setattr(perfetto, "MAX_TIMELINE_CTAS", 10)
     out = tmp_path / "t.json"
     assert main(["simulate", "flash2", "--seq-len", "4096", "--perfetto", str(out)]) == 2
     assert "smaller batch" in capsys.readouterr().err and not out.exists()

@@ -106,7 +106,7 @@ def cmd_simulate(a) -> int:
     sched = kernels.schedule(a.schedule, shape, *_blocks(a, shape, gpu), a.warps, impl=a.impl)
     show = _progress(not a.json and sys.stderr.isatty())
     timeline = a.perfetto is not None
-    if timeline:  # refuse a timeline too large to open before simulating it
+    if timeline:  # refuse a timeline too large to record before simulating it
         from flashio.simulator import perfetto
 
         perfetto.check_size(sum(k.ctas for k in sched.kernels))
