@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from dataclasses import asdict
@@ -168,6 +169,31 @@ def _bar(done: int, total: int, label: str) -> None:
         print(f"  {done}/{total} {label}", file=sys.stderr, flush=True)
 
 
+@contextlib.contextmanager
+def _dask_client(a):
+    """A Dask client for --workers N (a local cluster) or --scheduler ADDRESS, else None."""
+    if a.workers is None and a.scheduler is None:
+        yield None
+        return
+    if a.workers is not None and a.scheduler is not None:
+        raise simulator.UsageError("give --workers (a local cluster) or --scheduler, not both")
+    if a.workers is not None and a.workers < 1:
+        raise simulator.UsageError(f"--workers must be at least 1, got {a.workers}")
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        raise simulator.UsageError(
+            "--workers and --scheduler need Dask: pip install 'flashio[sweep]'"
+        ) from None
+    if a.scheduler is not None:
+        with Client(a.scheduler, timeout="10s") as client:
+            yield client
+        return
+    with LocalCluster(n_workers=a.workers, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:  # fmt: skip
+        yield client
+
+
 def cmd_sweep(a) -> int:
     from flashio.analysis.explore import sweep
     from flashio.analysis.present import plots
@@ -189,10 +215,21 @@ def cmd_sweep(a) -> int:
         for d in a.head_dim
     ]
     blocks = [(b, b) for b in a.block] if a.block else [(None, None)]
-    rows = sweep.run_sweep(
-        gpus, a.schedule, shapes, blocks, [a.warps], progress=None if a.json else _bar
-    )
     out = Path(a.out)
+    partial = out.with_name(out.name + ".partial")  # each point as it finishes, for --resume
+    old = {}
+    if a.resume:
+        old = {sweep.row_key(asdict(r)): r for f in (out, partial) for r in sweep.read_rows(f)}
+    elif partial.exists():
+        partial.unlink()  # a fresh sweep: an interrupted one's points are not reused
+    points = sweep.sweep_points(gpus, a.schedule, shapes, blocks, [a.warps])
+    with _dask_client(a) as client:
+        new = sweep.run_sweep(
+            gpus, a.schedule, shapes, blocks, [a.warps], progress=None if a.json else _bar,
+            client=client, skip=frozenset(old), on_row=lambda r: sweep.append_csv(r, partial),
+        )  # fmt: skip
+    by_key = old | {sweep.row_key(asdict(r)): r for r in new}
+    rows = [by_key[p.key()] for p in points]
     pictures = []  # drawn before the CSV is written, so that a failed plot leaves no CSV
     scaled = [
         x
@@ -219,11 +256,21 @@ def cmd_sweep(a) -> int:
                 plots.traffic_vs_n(series, "global traffic vs N", out.with_suffix(".png"))
             )
     sweep.write_csv(rows, out)
+    parquet = out.with_suffix(".parquet")
+    try:
+        sweep.write_parquet(rows, parquet)
+    except simulator.UsageError as exc:  # no pyarrow: the CSV stands alone
+        parquet = None
+        if not a.json:
+            print(f"note: {exc}", file=sys.stderr)
+    partial.unlink(missing_ok=True)
     if a.json:
         print(
             json.dumps(
                 {
                     "csv": str(out),
+                    "parquet": str(parquet) if parquet else None,
+                    "resumed": len(old),
                     "plots": [str(p) for p in pictures],
                     "rows": [asdict(r) for r in rows],
                 },
@@ -232,7 +279,9 @@ def cmd_sweep(a) -> int:
         )
     else:
         failed = sum(1 for r in rows if r.error)
-        print(f"{len(rows)} points ({failed} do not fit) written to {out}")
+        kept = f", {len(old)} kept from the earlier run" if old else ""
+        also = f" and {parquet}" if parquet else ""
+        print(f"{len(rows)} points ({failed} do not fit{kept}) written to {out}{also}")
         for p in pictures:
             print(f"plot: {p}")
     return 0
@@ -369,6 +418,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", default="flashio-out/sweep.csv",
         help="CSV path, the plot beside it (default flashio-out/sweep.csv)",
     )  # fmt: skip
+    r = p.add_argument_group("running it")
+    r.add_argument("--workers", type=int, metavar="N",
+                   help="run the points on a local Dask cluster of N worker processes "
+                   "(pip install 'flashio[sweep]'; default: one after another, here)")  # fmt: skip
+    r.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="run the points on an existing Dask cluster, e.g. tcp://host:8786",
+    )
+    r.add_argument("--resume", action="store_true",
+                   help="keep the points already in --out (or saved by an interrupted run) and "
+                   "simulate only the others")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print JSON instead of a summary")
     p.set_defaults(func=cmd_sweep)
 

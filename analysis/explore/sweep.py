@@ -12,7 +12,19 @@ from pathlib import Path
 from flashio import kernels, simulator
 from flashio.analysis.explore.comparison import result_figures
 
-__all__ = ["SweepRow", "gpu_variants", "run_sweep", "write_csv"]
+__all__ = [
+    "SweepPoint",
+    "SweepRow",
+    "append_csv",
+    "gpu_variants",
+    "read_rows",
+    "row_key",
+    "run_sweep",
+    "simulate_point",
+    "sweep_points",
+    "write_csv",
+    "write_parquet",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +33,7 @@ class SweepRow:
 
     gpu: str
     schedule: str
+    impl: str  # the implementation description the schedule runs with
     batch: int
     heads: int
     seq_len: int
@@ -85,6 +98,64 @@ def gpu_variants(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class SweepPoint:
+    """One point of a sweep, its blocks resolved: what a worker simulates."""
+
+    gpu: simulator.GPUSpec
+    schedule: str
+    shape: kernels.AttentionShape
+    block_q: int
+    block_kv: int
+    warps: int | None
+
+    def key(self) -> tuple:
+        """What identifies the point's row in an output (:func:`row_key`)."""
+        s = self.shape
+        return (self.gpu.name, self.schedule, s.batch, s.heads, s.seq_len, s.head_dim,
+                s.dtype, s.causal, self.block_q, self.block_kv, self.warps)  # fmt: skip
+
+
+def row_key(row: dict) -> tuple:
+    """The key of a written row (CSV values are strings), comparable with ``SweepPoint.key``."""
+    causal = row["causal"] if isinstance(row["causal"], bool) else row["causal"] == "True"
+    return (row["gpu"], row["schedule"], int(row["batch"]), int(row["heads"]),
+            int(row["seq_len"]), int(row["head_dim"]), row["dtype"], causal,
+            int(row["block_q"]), int(row["block_kv"]), int(row["warps"]))  # fmt: skip
+
+
+def sweep_points(gpus, names, shapes, blocks, warps=(None,)) -> list[SweepPoint]:
+    """Every combination; blocks larger than a shape's sequence are clipped to it, and a block
+    of None is the seed's rule B = M/(4d) on that GPU (``kernels.default_block`` of its shared
+    memory per CTA), so a hypothetical GPU with more SRAM gets larger blocks."""
+    out = []
+    for gpu, name, shape, (bq, bkv), w in itertools.product(gpus, names, shapes, blocks, warps):
+        n = shape.seq_len
+        rule = kernels.default_block(shape, gpu.smem_per_cta_bytes)  # B = M/(4d) on this GPU
+        sched = kernels.schedule(name, shape, block_q=min(bq, n) if bq else rule,
+                                 block_kv=min(bkv, n) if bkv else rule, warps=w)  # fmt: skip
+        out.append(SweepPoint(gpu, name, shape, sched.block_q, sched.block_kv, sched.warps))
+    return out
+
+
+def simulate_point(p: SweepPoint) -> SweepRow:
+    """The row of one point (a plain function of its argument, so that a Dask worker runs it)."""
+    sched = kernels.schedule(p.schedule, p.shape, block_q=p.block_q, block_kv=p.block_kv,
+                             warps=p.warps)  # fmt: skip
+    s, gpu = p.shape, p.gpu
+    base = dict(gpu=gpu.name, schedule=p.schedule, impl=sched.implementation.name,
+                batch=s.batch, heads=s.heads, seq_len=s.seq_len, head_dim=s.head_dim,
+                dtype=s.dtype, causal=s.causal, block_q=sched.block_q,
+                block_kv=sched.block_kv, warps=sched.warps, sm_count=gpu.sm_count,
+                smem_per_cta_bytes=gpu.smem_per_cta_bytes,
+                hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s)  # fmt: skip
+    try:
+        res, error = simulator.simulate(sched, gpu), ""
+    except simulator.CapacityError as exc:
+        res, error = None, str(exc)
+    return SweepRow(**base, **result_figures(res), error=error)
+
+
 def run_sweep(
     gpus: list[simulator.GPUSpec],
     names: list[str],
@@ -92,46 +163,44 @@ def run_sweep(
     blocks: list[tuple[int | None, int | None]],
     warps: list[int | None] = (None,),
     progress: Callable[[int, int, str], None] | None = None,
+    client=None,
+    skip: frozenset = frozenset(),
+    on_row: Callable[[SweepRow], None] | None = None,
 ) -> list[SweepRow]:
-    """Simulate every combination; blocks larger than a shape's sequence are clipped to it, and
-    a block of None is the seed's rule B = M/(4d) on that GPU (``kernels.default_block`` of
-    its shared memory per CTA), so a hypothetical GPU with more SRAM gets larger blocks.
+    """Simulate every point of :func:`sweep_points` whose key is not in ``skip`` (the rows a
+    resumed sweep already has), in grid order.
 
-    ``progress(done, total, label)`` is called before each point.
+    ``client``: a ``dask.distributed.Client`` to run the points on its workers (None: here,
+    one after another); the rows are the same either way. ``progress(done, total, label)`` is
+    called as points finish, ``on_row(row)`` with each row as it arrives (to save it).
     """
-    grid = list(itertools.product(gpus, names, shapes, blocks, warps))
-    rows = []
-    for done, (gpu, name, shape, (bq, bkv), w) in enumerate(grid):
-        n = shape.seq_len
-        rule = kernels.default_block(shape, gpu.smem_per_cta_bytes)  # B = M/(4d) on this GPU
-        bq = min(bq, n) if bq else rule
-        bkv = min(bkv, n) if bkv else rule
-        if progress:
-            progress(done, len(grid), f"{name} N={n} d={shape.head_dim} on {gpu.name}")
-        sched = kernels.schedule(name, shape, block_q=bq, block_kv=bkv, warps=w)
-        base = dict(
-            gpu=gpu.name,
-            schedule=name,
-            batch=shape.batch,
-            heads=shape.heads,
-            seq_len=n,
-            head_dim=shape.head_dim,
-            dtype=shape.dtype,
-            causal=shape.causal,
-            block_q=sched.block_q,
-            block_kv=sched.block_kv,
-            warps=sched.warps,
-            sm_count=gpu.sm_count,
-            smem_per_cta_bytes=gpu.smem_per_cta_bytes,
-            hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
-        )
-        try:
-            res, error = simulator.simulate(sched, gpu), ""
-        except simulator.CapacityError as exc:
-            res, error = None, str(exc)
-        rows.append(SweepRow(**base, **result_figures(res), error=error))
+    points = [p for p in sweep_points(gpus, names, shapes, blocks, warps) if p.key() not in skip]
+    rows: list[SweepRow | None] = [None] * len(points)
+
+    def label(p):
+        return f"{p.schedule} N={p.shape.seq_len} d={p.shape.head_dim} on {p.gpu.name}"
+
+    if client is None:
+        for done, p in enumerate(points):
+            if progress:
+                progress(done, len(points), label(p))
+            rows[done] = simulate_point(p)
+            if on_row:
+                on_row(rows[done])
+    else:
+        from dask.distributed import as_completed
+
+        futures = client.map(simulate_point, points, pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
+        for done, f in enumerate(as_completed(futures)):
+            i = index[f.key]
+            rows[i] = f.result()
+            if on_row:
+                on_row(rows[i])
+            if progress:
+                progress(done + 1, len(points), label(points[i]))
     if progress:
-        progress(len(grid), len(grid), "done")
+        progress(len(points), len(points), "done")
     return rows
 
 
@@ -142,3 +211,46 @@ def write_csv(rows: list[SweepRow], path: Path) -> None:
         w.writeheader()
         for r in rows:
             w.writerow(asdict(r))
+
+
+def write_parquet(rows: list[SweepRow], path: Path) -> None:
+    """The rows as a Parquet table (pyarrow), whole or not at all."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise simulator.UsageError(
+            "Parquet output needs pyarrow: pip install 'flashio[sweep]'"
+        ) from None
+    fields = list(SweepRow.__dataclass_fields__)
+    table = pa.table({f: [getattr(r, f) for r in rows] for f in fields})
+    with simulator.atomic_write(path, "wb") as f:
+        pq.write_table(table, f)
+
+
+_CAST = {"int": int, "float": float, "str": str, "bool": lambda v: v == "True"}
+
+
+def read_rows(path: Path) -> list[SweepRow]:
+    """The rows of a sweep's CSV, or [] where there is none yet."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    fields = SweepRow.__dataclass_fields__
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        if list(reader.fieldnames or []) != list(fields):
+            raise simulator.FileError(f"{path}: not a sweep CSV of this flashio (other columns)")
+        return [SweepRow(**{k: _CAST[fields[k].type](v) for k, v in d.items()}) for d in reader]
+
+
+def append_csv(row: SweepRow, path: Path) -> None:
+    """Append one row to ``path`` (the header first when the file is new): a sweep saves each
+    point as it finishes, so that an interrupted one resumes where it stopped."""
+    new = not path.exists()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(SweepRow.__dataclass_fields__))
+        if new:
+            w.writeheader()
+        w.writerow(asdict(row))

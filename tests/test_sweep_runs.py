@@ -1,0 +1,72 @@
+"""How a sweep runs: on a local Dask cluster, resumed after an interruption, into CSV and Parquet;
+the rows are the same whichever way it ran."""
+
+import pyarrow.parquet as pq
+
+import flashio
+from flashio.analysis.cli.main import main
+from flashio.analysis.explore import sweep
+
+GRID = "sweep --seq-len 256 512 --heads 2 --schedule flash2 --schedule standard --sram-scale 0.5 1"
+
+
+def _run(tmp_path, name, *extra):
+    out = tmp_path / f"{name}.csv"
+    assert main([*GRID.split(), "--out", str(out), *extra]) == 0
+    return out
+
+
+def test_workers_give_the_rows_of_the_serial_run(tmp_path, capsys):
+    serial = _run(tmp_path, "serial")
+    dask = _run(tmp_path, "dask", "--workers", "2")
+    assert serial.read_text() == dask.read_text()
+    a, b = (
+        pq.read_table(serial.with_suffix(".parquet")),
+        pq.read_table(dask.with_suffix(".parquet")),
+    )
+    assert a.num_rows == 8 and a.equals(b)
+    assert set(a.column_names) >= {"gpu", "schedule", "impl", "seq_len", "block_q", "time_s"}
+
+
+def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path, capsys, monkeypatch):
+    fresh = _run(tmp_path, "fresh")
+    done = []
+    real = sweep.simulate_point
+
+    def interrupted(point):
+        if len(done) == 3:
+            raise KeyboardInterrupt
+        done.append(point)
+        return real(point)
+
+    monkeypatch.setattr(sweep, "simulate_point", interrupted)
+    out = tmp_path / "resumed.csv"
+    assert main([*GRID.split(), "--out", str(out)]) == 130  # interrupted: no CSV yet
+    assert not out.exists() and len(sweep.read_rows(tmp_path / "resumed.csv.partial")) == 3
+    calls = []
+    monkeypatch.setattr(sweep, "simulate_point", lambda p: calls.append(p) or real(p))
+    capsys.readouterr()
+    assert main([*GRID.split(), "--out", str(out), "--resume"]) == 0
+    assert len(calls) == 5 and "3 kept from the earlier run" in capsys.readouterr().out
+    assert out.read_text() == fresh.read_text()
+    assert not (tmp_path / "resumed.csv.partial").exists()
+
+
+def test_bad_running_options_exit_2(tmp_path, capsys):
+    out = str(tmp_path / "x.csv")
+    assert main([*GRID.split(), "--out", out, "--workers", "0"]) == 2
+    assert "--workers must be at least 1" in capsys.readouterr().err
+    assert main([*GRID.split(), "--out", out, "--workers", "2", "--scheduler", "tcp://x:1"]) == 2
+    assert "not both" in capsys.readouterr().err
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    assert main([*GRID.split(), "--out", out, "--resume"]) == 2
+    assert "not a sweep CSV" in capsys.readouterr().err
+
+
+def test_rows_read_back_equal_the_rows_written(tmp_path):
+    shape = flashio.AttentionShape(1, 2, 256, 64)
+    points = sweep.sweep_points([flashio.load_gpu("h200")], ["flash2", "standard"], [shape],
+                                [(None, None), (64, 64)])  # fmt: skip
+    rows = [sweep.simulate_point(p) for p in points]
+    sweep.write_csv(rows, tmp_path / "r.csv")
+    assert sweep.read_rows(tmp_path / "r.csv") == rows
