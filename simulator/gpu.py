@@ -243,6 +243,8 @@ def _checked(name: str, kind: type, value: Any) -> Any:
         if value < 0 or (value == 0 and name != "l2_bytes"):
             hint = " (only l2_bytes may be 0)" if value == 0 else ""
             raise GPUSpecError(f"{got} must be {lowest}{_unit(name)}{hint}", key=name)
+        if value >= 2**62:  # the engine and the outputs hold sizes in 64-bit integers
+            raise GPUSpecError(f"{got} is too large: at most 2**62 - 1{_unit(name)}", key=name)
         return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise GPUSpecError(f"{got} must be a positive number{_unit(name)}", key=name)

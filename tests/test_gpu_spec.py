@@ -303,3 +303,11 @@ def test_replace_refuses_a_chip_total_and_names_the_stored_key(h200, key):
 def test_replace_tensor_bf16_chip_total_points_to_the_per_sm_key(h200):
     with pytest.raises(GPUSpecError, match=r"set tensor_bf16_flops_per_cycle_per_sm instead"):
         h200.replace(tensor_bf16_flops_per_s=500e12)
+
+
+def test_an_integer_field_beyond_64_bits_is_refused():
+    """(a sweep's --sram-scale 1e30 made one, which Parquet then could not hold)"""
+    gpu = load_gpu("h200")
+    with pytest.raises(GPUSpecError, match="too large"):
+        gpu.replace(smem_per_sm_bytes=2**62)
+    assert gpu.replace(hbm_bytes=2**62 - 1).hbm_bytes == 2**62 - 1

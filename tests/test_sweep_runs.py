@@ -70,3 +70,16 @@ def test_rows_read_back_equal_the_rows_written(tmp_path):
     rows = [sweep.simulate_point(p) for p in points]
     sweep.write_csv(rows, tmp_path / "r.csv")
     assert sweep.read_rows(tmp_path / "r.csv") == rows
+
+
+def test_several_scaled_resources_plot_time_against_each(tmp_path, capsys):
+    out = tmp_path / "r.csv"
+    argv = ["sweep", "--seq-len", "512", "--heads", "2", "--schedule", "flash2",
+            "--sram-scale", "0.5", "1", "--l2-scale", "0.25", "1", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    assert out.with_suffix(".png").is_file()
+    rows = sweep.read_rows(out)
+    h200 = flashio.load_gpu("h200-measured")
+    assert {r.l2_bytes for r in rows} == {h200.l2_bytes // 4, h200.l2_bytes}
+    names = {"", "-sram0.5x", "-l2x0.25", "-sram0.5x-l2x0.25"}
+    assert {r.gpu for r in rows} == {f"h200-measured{n}" for n in names}

@@ -204,7 +204,7 @@ def cmd_sweep(a) -> int:
         g
         for name in a.gpu
         for g in sweep.gpu_variants(
-            simulator.load_gpu(name), a.sram_scale, a.hbm_scale, a.sm_scale
+            simulator.load_gpu(name), a.sram_scale, a.hbm_scale, a.sm_scale, a.l2_scale
         )
     ]
     shapes = [
@@ -237,10 +237,14 @@ def cmd_sweep(a) -> int:
             ("smem_per_cta_bytes", a.sram_scale),
             ("hbm_bandwidth_bytes_per_s", a.hbm_scale),
             ("sm_count", a.sm_scale),
+            ("l2_bytes", a.l2_scale),
         )
         if len(scales) > 1
     ]
-    if len(gpus) > 1 and scaled:
+    if len(scaled) > 1:  # several resources: time against each, one at a time
+        bases = [simulator.load_gpu(name) for name in a.gpu]
+        pictures.append(plots.resource_scaling(rows, bases, out.with_suffix(".png")))
+    elif len(gpus) > 1 and scaled:
         pictures.append(
             plots.gpu_sweep(rows, scaled[0], out.with_suffix(".png"), "hypothetical GPUs")
         )
@@ -414,6 +418,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="scale the SM count (each SM keeps its resources; L2 and HBM stay the chip's), "
         "e.g. 0.0606 0.25 0.5 1 for 8, 33, 66 and 132 SMs of an h200 (default 1)",
     )  # fmt: skip
+    g.add_argument(
+        "--l2-scale", type=opts.listed(float), nargs="+", default=[(1.0,)], metavar="X",
+        help="scale the L2's capacity, e.g. 0.25 1 4 (default 1)",
+    )  # fmt: skip
     p.add_argument(
         "--out", default="flashio-out/sweep.csv",
         help="CSV path, the plot beside it (default flashio-out/sweep.csv)",
@@ -449,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in ("seq_len", "head_dim", "block"):
                 flag = "--" + name.replace("_", "-")
                 setattr(args, name, opts.positive(getattr(args, name), flag))
-            for name in ("sram_scale", "hbm_scale", "sm_scale"):
+            for name in ("sram_scale", "hbm_scale", "sm_scale", "l2_scale"):
                 setattr(args, name, opts.flatten(getattr(args, name)))
         except argparse.ArgumentTypeError as exc:
             print(f"flashio sweep: error: {exc}", file=sys.stderr)

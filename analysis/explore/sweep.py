@@ -46,6 +46,7 @@ class SweepRow:
     sm_count: int
     smem_per_cta_bytes: int
     hbm_bandwidth_bytes_per_s: float
+    l2_bytes: int
     mma_flops: int
     global_bytes: int
     hbm_bytes: int
@@ -61,23 +62,24 @@ def gpu_variants(
     sram_scales: Iterable[float] = (1.0,),
     hbm_scales: Iterable[float] = (1.0,),
     sm_scales: Iterable[float] = (1.0,),
+    l2_scales: Iterable[float] = (1.0,),
 ) -> list[simulator.GPUSpec]:
-    """Hypothetical GPUs: shared memory (per SM and per CTA), HBM bandwidth and the SM count
-    scaled.
+    """Hypothetical GPUs: shared memory (per SM and per CTA), HBM bandwidth, the SM count and
+    the L2's capacity scaled.
 
     The SM count is rounded to the nearest whole SM (at least one); each SM keeps its own
     resources and the L2 and HBM stay the chip's, as on a GPU partitioned by CUDA green
     contexts (docs/gpus.md, "What scales with what"). A variant is named e.g.
-    ``h200-sram2x-hbm0.5x-sms66``; the unscaled spec keeps its name.
+    ``h200-sram2x-hbm0.5x-sms66-l2x0.5``; the unscaled spec keeps its name.
     """
     out = []
-    for s, h, m in itertools.product(sram_scales, hbm_scales, sm_scales):
-        if not all(0 < x < math.inf for x in (s, h, m)):
+    for s, h, m, c in itertools.product(sram_scales, hbm_scales, sm_scales, l2_scales):
+        if not all(0 < x < math.inf for x in (s, h, m, c)):
             raise simulator.UsageError(
-                f"scales must be positive, finite numbers, got sram {s}, hbm {h}, sms {m}"
+                f"scales must be positive, finite numbers, got sram {s}, hbm {h}, sms {m}, l2 {c}"
             )
         sms = max(1, round(gpu.sm_count * m))
-        if s == 1 and h == 1 and sms == gpu.sm_count:
+        if s == 1 and h == 1 and c == 1 and sms == gpu.sm_count:
             out.append(gpu)
             continue
         name = (
@@ -85,6 +87,7 @@ def gpu_variants(
             + (f"-sram{s:g}x" if s != 1 else "")
             + (f"-hbm{h:g}x" if h != 1 else "")
             + (f"-sms{sms}" if sms != gpu.sm_count else "")
+            + (f"-l2x{c:g}" if c != 1 else "")
         )
         out.append(
             gpu.replace(
@@ -93,6 +96,7 @@ def gpu_variants(
                 smem_per_sm_bytes=int(gpu.smem_per_sm_bytes * s),
                 smem_per_cta_bytes=int(gpu.smem_per_cta_bytes * s),
                 hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s * h,
+                l2_bytes=int(gpu.l2_bytes * c),
             )
         )
     return out
@@ -148,7 +152,8 @@ def simulate_point(p: SweepPoint) -> SweepRow:
                 dtype=s.dtype, causal=s.causal, block_q=sched.block_q,
                 block_kv=sched.block_kv, warps=sched.warps, sm_count=gpu.sm_count,
                 smem_per_cta_bytes=gpu.smem_per_cta_bytes,
-                hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s)  # fmt: skip
+                hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
+                l2_bytes=gpu.l2_bytes)  # fmt: skip
     try:
         res, error = simulator.simulate(sched, gpu), ""
     except simulator.CapacityError as exc:

@@ -166,6 +166,61 @@ def timeline(result, path: Path, kernel: int = 0, max_sms: int = 32) -> Path:
     return save_figure(fig, path)
 
 
+# SweepRow fields of the resources a sweep scales, and what to call them
+RESOURCES = {"smem_per_cta_bytes": "shared memory", "hbm_bandwidth_bytes_per_s": "HBM bandwidth",
+             "l2_bytes": "L2 capacity", "sm_count": "SMs"}  # fmt: skip
+
+
+def _workload(r) -> tuple:
+    return (r.schedule, r.batch, r.heads, r.seq_len, r.head_dim)
+
+
+def _only(scale: dict, f: str | None) -> bool:
+    """Whether a GPU of these resource scales differs from its base in resource ``f`` at most."""
+    return all(abs(s - 1) < 1e-9 for g, s in scale.items() if g != f)
+
+
+def resource_scaling(rows, bases, path: Path) -> Path:
+    """For each workload (schedule and shape on a base GPU): its time relative to the base GPU
+    against the scale of each resource, one resource scaled at a time, the others as the base
+    has them. ``bases`` are the unscaled GPU specs; a row belongs to the one whose name its GPU's
+    name starts with (``sweep.gpu_variants`` names)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.0, 4.6))
+    # a colour and marker per resource, a line style per workload
+    marks = dict(zip(RESOURCES, ("o", "s", "^", "D"), strict=True))
+    lines = ("-", "--", ":", "-.")
+    drawn = 0
+    for base in bases:
+        mine = [r for r in rows if not r.error
+                and (r.gpu == base.name or r.gpu.startswith(base.name + "-"))]  # fmt: skip
+        scales = {id(r): {f: getattr(r, f) / getattr(base, f) for f in RESOURCES} for r in mine}
+        for w in sorted({_workload(r) for r in mine}):
+            line, drawn = lines[drawn % len(lines)], drawn + 1
+            rows_w = [r for r in mine if _workload(r) == w]
+            ref = [r for r in rows_w if _only(scales[id(r)], None)]
+            if not ref:
+                continue
+            for f, label in RESOURCES.items():
+                pts = sorted((scales[id(r)][f], r.time_s / ref[0].time_s)
+                             for r in rows_w if _only(scales[id(r)], f))  # fmt: skip
+                if len(pts) > 1:
+                    xs, ys = zip(*pts, strict=True)
+                    ax.plot(xs, ys, marker=marks[f], ls=line, ms=4,
+                            color=f"C{list(RESOURCES).index(f)}",
+                            label=f"{label}: {w[0]} N={w[3]} d={w[4]} on {base.name}")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.axhline(1.0, color="k", lw=0.6)
+    ax.set_xlabel("resource scale (x the base GPU's)")
+    ax.set_ylabel("simulated time / time on the base GPU")
+    ax.set_title("which resource the time depends on (one scaled at a time)", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
 def gpu_sweep(rows, x: str, path: Path, title: str) -> Path:
     """Simulated time of each schedule against one scaled GPU property (``x`` is a SweepRow
     field such as ``smem_per_cta_bytes`` or ``hbm_bandwidth_bytes_per_s``)."""
