@@ -189,20 +189,21 @@ def _demo(jobs: int) -> Rendered:
     from flashio.analysis.explore.demo import run_demo
 
     # run where `flashio demo` would write: demo.json names its plots by that relative folder
-    scratch = Path(tempfile.mkdtemp(prefix="flashio-docs-demo-")) / "flashio-out"
-    with contextlib.chdir(scratch.parent), contextlib.redirect_stdout(io.StringIO()):
-        run_demo(simulator.load_gpu(DEFAULT_GPU), Path(scratch.name), as_json=True)
+    with tempfile.TemporaryDirectory(prefix="flashio-docs-demo-") as scratch:
+        with contextlib.chdir(scratch), contextlib.redirect_stdout(io.StringIO()):
+            run_demo(simulator.load_gpu(DEFAULT_GPU), Path("flashio-out"), as_json=True)
+        out = Path(scratch) / "flashio-out"
+        pngs = {png.name: png.read_bytes() for png in sorted(out.glob("*.png"))}
+        text = (out / "demo.json").read_text()
     figures = docs_dir() / "figures"
 
     def draw() -> list[Path]:
-        out = []
-        for png in sorted(scratch.glob("*.png")):
-            with atomic_write(figures / png.name, "wb") as f:
-                f.write(png.read_bytes())
-            out.append(figures / png.name)
-        return out
+        for name, data in pngs.items():
+            with atomic_write(figures / name, "wb") as f:
+                f.write(data)
+        return [figures / name for name in pngs]
 
-    return Rendered((scratch / "demo.json").read_text(), draw)
+    return Rendered(text, draw)
 
 
 def _demo_block() -> Block:
