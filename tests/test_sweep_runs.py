@@ -83,3 +83,11 @@ def test_several_scaled_resources_plot_time_against_each(tmp_path, capsys):
     assert {r.l2_bytes for r in rows} == {h200.l2_bytes // 4, h200.l2_bytes}
     names = {"", "-sram0.5x", "-l2x0.25", "-sram0.5x-l2x0.25"}
     assert {r.gpu for r in rows} == {f"h200-measured{n}" for n in names}
+
+
+def test_resuming_a_narrower_sweep_keeps_the_earlier_rows(tmp_path, capsys):
+    out = _run(tmp_path, "wide")
+    assert main(["sweep", "--seq-len", "256", "--heads", "2", "--schedule", "flash2",
+                 "--out", str(out), "--resume"]) == 0  # fmt: skip
+    assert "8 kept from the earlier run" in capsys.readouterr().out
+    assert len(sweep.read_rows(out)) == 8

@@ -229,7 +229,9 @@ def cmd_sweep(a) -> int:
             client=client, skip=frozenset(old), on_row=lambda r: sweep.append_csv(r, partial),
         )  # fmt: skip
     by_key = old | {sweep.row_key(asdict(r)): r for r in new}
-    rows = [by_key[p.key()] for p in points]
+    grid = [p.key() for p in points]
+    # the grid's rows in its order, then any kept row of an earlier, wider sweep
+    rows = [by_key[k] for k in grid] + [r for k, r in old.items() if k not in set(grid)]
     pictures = []  # drawn before the CSV is written, so that a failed plot leaves no CSV
     scaled = [
         x
