@@ -17,6 +17,7 @@ failing example shrinks towards one block per dimension and small sequences::
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from hypothesis import strategies as st
@@ -24,7 +25,7 @@ from hypothesis.errors import InvalidArgument
 
 from flashio import kernels, simulator
 
-__all__ = ["attention_shapes", "gpu_specs", "tilings"]
+__all__ = ["attention_shapes", "gpu_specs", "tilings", "variant_shapes"]
 
 # a granule of the L2 model: 64 lines (docs/model.md); an L2 is 0 or whole granules
 _LINES_PER_GRANULE = 64
@@ -161,6 +162,49 @@ def attention_shapes(
     return draw_shape()
 
 
+VARIANTS = ("window", "segments", "kv_seq_len")
+
+
+def variant_shapes(
+    *,
+    variants: tuple[str, ...] = VARIANTS,
+    max_kv_seq_len: int = 96,
+    **shape_options,
+) -> st.SearchStrategy[kernels.AttentionShape]:
+    """``AttentionShape`` values with a mask beyond full and causal: a sliding window (causal
+    int or non-causal (left, right) pair, larger than N too), packed segments (one-token ones
+    included) or a K/V length of its own (decoding with N = 1, chunked prefill, and
+    ``kv_seq_len < seq_len``, whose first queries see no key when causal); one or more of
+    ``variants``, combined where the shape allows (segments need kv_seq_len = seq_len).
+    ``shape_options`` go to :func:`attention_shapes`.
+
+    Shrinks towards a window of one key, one segment and kv_seq_len = 1.
+    """
+    variants = _check_choices("variants", variants, VARIANTS)
+    _check_range("kv_seq_len", 1, max_kv_seq_len)
+
+    @st.composite
+    def draw_variant(draw):
+        shape = draw(attention_shapes(**shape_options))
+        n = shape.seq_len
+        kinds = draw(st.sets(st.sampled_from(variants), min_size=1))
+        fields = {}
+        if "kv_seq_len" in kinds and "segments" not in kinds:
+            fields["kv_seq_len"] = draw(st.integers(1, max_kv_seq_len))
+        if "window" in kinds:
+            if shape.causal:
+                fields["window"] = draw(st.integers(1, 2 * n + 2))
+            else:
+                fields["window"] = (draw(st.integers(0, 2 * n)), draw(st.integers(0, 2 * n)))
+        if "segments" in kinds:
+            cuts = draw(st.sets(st.integers(1, n - 1), max_size=6)) if n > 1 else set()
+            edges = [0, *sorted(cuts), n]
+            fields["segments"] = tuple(b - a for a, b in itertools.pairwise(edges))
+        return kernels.AttentionShape(**{**shape.to_dict(), **fields})
+
+    return draw_variant()
+
+
 def _block(draw, n: int, max_blocks: int, max_block: int) -> int:
     """A block size drawn as its count of blocks t, then any size that gives t blocks: ceil(N /
     block) = t for block in [ceil(N/t), ceil(N/(t-1)) - 1], which shrinks to ceil(N/t). One
@@ -232,7 +276,9 @@ def tilings(
         if name.startswith("standard"):
             opts["softmax_passes"] = draw(st.sampled_from(softmax_passes))
             opts["softmax_rows"] = draw(st.integers(1, min(8, max(n, big))))
-        bq, bkv = _block(draw, n, max_blocks, big), _block(draw, n, max_blocks, big)
+        nk = shape.n_kv
+        bq = _block(draw, n, max_blocks, big)
+        bkv = _block(draw, nk, max_blocks, nk if max_block is None else max_block)
         sched = kernels.schedule(name, shape, bq, bkv, draw(st.sampled_from(warps)), **opts)
         return sched
 

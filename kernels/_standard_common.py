@@ -2,7 +2,7 @@
 (``kernels.standard_bwd``) share: the softmax options, kernel resources, the executors' tile
 moves, and the two GEMM kernels that both run with other tensors.
 
-- ``_emit_tile`` / ``tile_product``: one CTA per (b, h, i, j) tile of an N x N product
+- ``_emit_tile`` / ``tile_product``: one CTA per (b, h, i, j) tile of an N x N_kv product
   X_i Y_j^T, stored in the input dtype: S = Q K^T / sqrt(d) (forward ``qk``) and dP = dO V^T
   (backward ``dp``). Buffers: X_i, Y_j in shared memory, the product tile in registers.
 - ``_emit_rows`` / ``row_product``: one CTA per (b, h, i) that streams every N x N tile T_ij
@@ -10,8 +10,10 @@ moves, and the two GEMM kernels that both run with other tensors.
   (forward ``pv``) and dQ = dS K / sqrt(d) (backward ``dq``). Buffers: T_ij, Y_j in shared
   memory, the output block in registers.
 
-Y is a key/value-side tensor (B, kv_heads, N, d): query head h reads kv head h // group. The
+Y is a key/value-side tensor (B, kv_heads, N_kv, d): query head h reads kv head h // group. The
 softmax scale is applied, with its EW event, when the kernel's FP32 count per element is > 0.
+Like a framework's batched GEMM, these kernels compute every tile whatever the mask
+(``kernels.mask``): the softmax applies it, and masked entries of P and dS are zeros.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from flashio.kernels._emit import (
     P_EXTRA,
     P_HEADS,
     P_KV_HEADS,
+    P_KV_SEQ,
     P_SEQ,
     STORE,
     buf,
@@ -73,7 +76,7 @@ def resolve_softmax_options(s, row_buffers: int) -> None:
     rows = int(opts.get("softmax_rows", min(s.warps, n)))
     if rows < 1:
         raise TilingError(f"softmax_rows must be >= 1 (rows of S per softmax CTA), got {rows}")
-    resident = row_buffers * rows * n * eb
+    resident = row_buffers * rows * s.shape.n_kv * eb
     passes = int(opts.get("softmax_passes", 1 if resident <= STATIC_SMEM_LIMIT_BYTES else 2))
     if passes not in (1, 2):
         raise TilingError(
@@ -95,9 +98,9 @@ def softmax_chunk(block_kv: int, passes: int) -> int:
 
 
 def row_block(s) -> tuple[int, int]:
-    """(rows, columns) of a softmax CTA's shared-memory row block: the whole N-wide row block
-    with one pass, one chunk of Bc columns with two."""
-    n = s.shape.seq_len if s.option("softmax_passes") == 1 else s.block_kv
+    """(rows, columns) of a softmax CTA's shared-memory row block: the whole N_kv-wide row
+    block with one pass, one chunk of Bc columns with two."""
+    n = s.shape.n_kv if s.option("softmax_passes") == 1 else s.block_kv
     return s.option("softmax_rows"), n
 
 
@@ -117,9 +120,9 @@ def kernel_infos(s, names, ctas, buffers, tensor_infos) -> tuple[KernelInfo, ...
 @njit(**JIT)
 def _emit_tile(ev, write, kernel, cta_start, cta_stop, p, x, y, out, bufs, ew_per_score):
     """out_ij = X_i Y_j^T, one CTA per tile; ``bufs``: the X_i, Y_j and product buffers."""
-    nh, nkh, n, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_DIM]
+    nh, nkh, n, nk, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_KV_SEQ], p[P_DIM]
     eb, acc, br, bc = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV]
-    t_q, t_kv, grp = (n + br - 1) // br, (n + bc - 1) // bc, nh // nkh
+    t_q, t_kv, grp = (n + br - 1) // br, (nk + bc - 1) // bc, nh // nkh
     row = d * eb
     sizes = (br * row, bc * row, br * bc * acc)
     k = 0
@@ -127,19 +130,19 @@ def _emit_tile(ev, write, kernel, cta_start, cta_stop, p, x, y, out, bufs, ew_pe
         bhi, j = cta // t_kv, cta % t_kv
         bh, i = bhi // t_q, bhi % t_q
         q0, k0 = i * br, j * bc
-        r, c = min(br, n - q0), min(bc, n - k0)
+        r, c = min(br, n - q0), min(bc, nk - k0)
         for t in range(3):
             k = buf(ev, k, write, kernel, cta, ALLOC, bufs[t], sizes[t])
         # X_i and Y_j: HBM -> SRAM, once per tile (X_i Tc times, Y_j Tr times in all)
         k = mem(ev, k, write, kernel, cta, -1, LOAD, x, i, -1, (bh * n + q0) * row, r, row, row)
-        off = (((bh // nh) * nkh + (bh % nh) // grp) * n + k0) * row
+        off = (((bh // nh) * nkh + (bh % nh) // grp) * nk + k0) * row
         k = mem(ev, k, write, kernel, cta, -1, LOAD, y, j, -1, off, c, row, row)
         k = calc(ev, k, write, kernel, cta, -1, MMA, i, j, 2 * r * c * d)
         if ew_per_score > 0:  # the 1/sqrt(d) scale, in registers
             k = calc(ev, k, write, kernel, cta, -1, EW, i, j, ew_per_score * r * c)
-        # out_ij: registers -> HBM in the input dtype: r rows of the N-wide tensor
-        off = ((bh * n + q0) * n + k0) * eb
-        k = mem(ev, k, write, kernel, cta, -1, STORE, out, i, j, off, r, c * eb, n * eb)
+        # out_ij: registers -> HBM in the input dtype: r rows of the N_kv-wide tensor
+        off = ((bh * n + q0) * nk + k0) * eb
+        k = mem(ev, k, write, kernel, cta, -1, STORE, out, i, j, off, r, c * eb, nk * eb)
         for t in range(2, -1, -1):
             k = buf(ev, k, write, kernel, cta, FREE, bufs[t], sizes[t])
     return k
@@ -148,9 +151,9 @@ def _emit_tile(ev, write, kernel, cta_start, cta_stop, p, x, y, out, bufs, ew_pe
 @njit(**JIT)
 def _emit_rows(ev, write, kernel, cta_start, cta_stop, p, tile, y, out, bufs, ew_per_elem):
     """out_i = sum_j T_ij Y_j, one CTA per Q block; ``bufs``: the T_ij, Y_j and out_i buffers."""
-    nh, nkh, n, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_DIM]
+    nh, nkh, n, nk, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_KV_SEQ], p[P_DIM]
     eb, acc, br, bc = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV]
-    t_q, t_kv, grp = (n + br - 1) // br, (n + bc - 1) // bc, nh // nkh
+    t_q, t_kv, grp = (n + br - 1) // br, (nk + bc - 1) // bc, nh // nkh
     row = d * eb
     sizes = (br * bc * eb, bc * row, br * d * acc)
     k = 0
@@ -162,11 +165,11 @@ def _emit_rows(ev, write, kernel, cta_start, cta_stop, p, tile, y, out, bufs, ew
             k = buf(ev, k, write, kernel, cta, ALLOC, bufs[t], sizes[t])
         for j in range(t_kv):
             k0 = j * bc
-            c = min(bc, n - k0)
-            # T_ij and Y_j: HBM -> SRAM, once per (i, j); causal reads the zero tiles too
-            off = ((bh * n + q0) * n + k0) * eb
-            k = mem(ev, k, write, kernel, cta, j, LOAD, tile, i, j, off, r, c * eb, n * eb)
-            off = (((bh // nh) * nkh + (bh % nh) // grp) * n + k0) * row
+            c = min(bc, nk - k0)
+            # T_ij and Y_j: HBM -> SRAM, once per (i, j); a mask's zero tiles are read too
+            off = ((bh * n + q0) * nk + k0) * eb
+            k = mem(ev, k, write, kernel, cta, j, LOAD, tile, i, j, off, r, c * eb, nk * eb)
+            off = (((bh // nh) * nkh + (bh % nh) // grp) * nk + k0) * row
             k = mem(ev, k, write, kernel, cta, j, LOAD, y, j, -1, off, c, row, row)
             k = calc(ev, k, write, kernel, cta, j, MMA, i, j, 2 * r * c * d)
         if ew_per_elem > 0:  # the 1/sqrt(d) scale, in registers
@@ -214,7 +217,7 @@ def tile_product(s, run, kernel, x_t, x, y_t, y, out_t, out, ew_per_score):
         bh, i = divmod(bhi, s.t_q)
         b, h = divmod(bh, sh.heads)
         q0, k0 = i * br, j * bc
-        r, c = min(br, n - q0), min(bc, n - k0)
+        r, c = min(br, n - q0), min(bc, sh.n_kv - k0)
         run.bufs(kernel, cta, ALLOC)
         x_i = run.load(kernel, cta, -1, x_t, x, b, h, q0, r, 0, d, i, -1)
         y_j = run.load(kernel, cta, -1, y_t, y, b, h // sh.group, k0, c, 0, d, j, -1)
@@ -239,7 +242,7 @@ def row_product(s, run, kernel, tile_t, tile, y_t, y, out_t, out, ew_per_elem):
         out_i = np.zeros((r, d), run.at)
         for j in range(s.t_kv):
             k0 = j * bc
-            c = min(bc, n - k0)
+            c = min(bc, sh.n_kv - k0)
             t_ij = run.load(kernel, cta, j, tile_t, tile, b, h, q0, r, k0, c, i, j)
             y_j = run.load(kernel, cta, j, y_t, y, b, h // sh.group, k0, c, 0, d, j, -1)
             out_i += t_ij @ y_j

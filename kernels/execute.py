@@ -17,7 +17,7 @@ def _check(name: str, x, expected_shape: tuple[int, ...], dtype: str) -> np.ndar
     if x.shape != expected_shape:
         raise ValueError(
             f"{name} has shape {x.shape}, expected {expected_shape} "
-            "(batch, heads or kv_heads, seq_len, head_dim)"
+            "(batch, heads or kv_heads, seq_len or kv_seq_len, head_dim)"
         )
     want = numpy_dtype(dtype)
     if x.dtype.name == "bfloat16" and dtype == "bf16":
@@ -40,7 +40,7 @@ def execute(sched, q, k, v, grad_out=None):
     ----------
     sched : kernels.Schedule
     q : ndarray, (batch, heads, seq_len, head_dim)
-    k, v : ndarray, (batch, kv_heads, seq_len, head_dim)
+    k, v : ndarray, (batch, kv_heads, kv_seq_len, head_dim)
     grad_out : ndarray, (batch, heads, seq_len, head_dim), backward schedules only
         dO, the gradient of the loss with respect to O.
 
@@ -60,7 +60,7 @@ def execute(sched, q, k, v, grad_out=None):
 
     sh = sched.shape
     qshape = (sh.batch, sh.heads, sh.seq_len, sh.head_dim)
-    kvshape = (sh.batch, sh.n_kv_heads, sh.seq_len, sh.head_dim)
+    kvshape = (sh.batch, sh.n_kv_heads, sh.n_kv, sh.head_dim)
     q = _check("q", q, qshape, sh.dtype)
     k = _check("k", k, kvshape, sh.dtype)
     v = _check("v", v, kvshape, sh.dtype)

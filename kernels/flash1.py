@@ -2,7 +2,8 @@
 
 One CTA per (batch, head): FA1 parallelises over batch and heads only. The CTA follows the
 paper's loop order: the outer loop streams the K/V blocks j (each read from HBM once), the inner
-loop visits every Q block i (causal: those with a row at or below the block's first key). The
+loop visits every Q block i that sees a key of block j (``kernels.mask``; causal: those with a
+row at or below the block's first key); K/V blocks no query sees are skipped. The
 running output and statistics live in HBM between outer steps, as in FA1's CUDA code (an fp32
 ``o_tmp`` buffer and fp32 softmax statistics): per (i, j) the CTA reads Q_i, O_acc_i, l_i, m_i
 and writes O_acc_i, l_i, m_i back. Line 2 initialises O_acc = 0, l = 0, m = -inf in HBM; at the
@@ -45,11 +46,11 @@ from flashio.kernels._emit import (
     P_ACC,
     P_BKV,
     P_BQ,
-    P_CAUSAL,
     P_DIM,
     P_EB,
     P_HEADS,
     P_KV_HEADS,
+    P_KV_SEQ,
     P_SEQ,
     P_WARPS,
     SHARED,
@@ -62,6 +63,7 @@ from flashio.kernels._emit import (
 )
 from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._resources import regs_per_thread
+from flashio.kernels.mask import allowed, block_full, kv_block_range, q_block_range
 from flashio.simulator.trace import KernelInfo, Space, TensorInfo
 
 OPTIONS = ()
@@ -81,12 +83,12 @@ def tensors(s) -> tuple[TensorInfo, ...]:
     """Global tensors (Q, K, V, O, the fp32 O_acc, l, m), then the CTA's on-chip buffers."""
     sh, br, bc = s.shape, s.block_q, s.block_kv
     b, h, kh, n, d = sh.batch, sh.heads, sh.n_kv_heads, sh.seq_len, sh.head_dim
-    eb, acc = sh.elem_bytes, sh.acc_bytes
+    eb, acc, nk = sh.elem_bytes, sh.acc_bytes, sh.n_kv
     g, sm, rg = Space.GLOBAL, Space.SHARED, Space.REGISTERS
     out = (
         TensorInfo("Q", g, (b, h, n, d), eb),
-        TensorInfo("K", g, (b, kh, n, d), eb),
-        TensorInfo("V", g, (b, kh, n, d), eb),
+        TensorInfo("K", g, (b, kh, nk, d), eb),
+        TensorInfo("V", g, (b, kh, nk, d), eb),
         TensorInfo("O", g, (b, h, n, d), eb),
         TensorInfo("O_acc", g, (b, h, n, d), acc),
         TensorInfo("l", g, (b, h, n), acc),
@@ -134,17 +136,17 @@ def kernels(s) -> tuple[KernelInfo, ...]:
 
 
 @njit(**JIT)
-def _emit(ev, write, kernel, cta_start, cta_stop, p):
-    nh, nkh, n, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_DIM]
-    eb, acc, br, bc, warps, causal = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV], p[P_WARPS], p[P_CAUSAL]
-    t_q, t_kv, grp = (n + br - 1) // br, (n + bc - 1) // bc, nh // nkh
+def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
+    nh, nkh, n, nk, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_KV_SEQ], p[P_DIM]
+    eb, acc, br, bc, warps = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV], p[P_WARPS]
+    t_q, t_kv, grp = (n + br - 1) // br, (nk + bc - 1) // bc, nh // nkh
     row, arow = d * eb, d * acc
     sizes = _jit_sizes(br, bc, d, eb, acc, warps)
     k = 0
     for cta in range(cta_start, cta_stop):
         b, h = cta // nh, cta % nh
         base = (b * nh + h) * n  # first row of (b, h) in Q, O, O_acc, l, m
-        kvbase = (b * nkh + h // grp) * n
+        kvbase = (b * nkh + h // grp) * nk
         for t in range(7):  # on-chip buffers, live for the whole CTA
             if sizes[t] > 0:
                 k = buf(ev, k, write, kernel, cta, ALLOC, BUFFERS[t], sizes[t])
@@ -154,12 +156,15 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
         k = mem(ev, k, write, kernel, cta, -1, STORE, M, -1, -1, base * acc, 1, n * acc, n * acc)
         for j in range(t_kv):
             k0 = j * bc
-            c = min(bc, n - k0)
+            c = min(bc, nk - k0)
+            lo, hi = q_block_range(kmin, kmax, k0, k0 + c, br)
+            if lo == hi:
+                continue  # no query sees these keys
             # K_j, V_j: HBM -> SRAM, once per CTA
             off = (kvbase + k0) * row
             k = mem(ev, k, write, kernel, cta, j, LOAD, K, j, -1, off, c, row, row)
             k = mem(ev, k, write, kernel, cta, j, LOAD, V, j, -1, off, c, row, row)
-            for i in range(k0 // br if causal != 0 else 0, t_q):
+            for i in range(lo, hi):
                 q0 = i * br
                 r = min(br, n - q0)
                 qo, ao, so, vec = (base + q0) * row, (base + q0) * arow, (base + q0) * acc, r * acc
@@ -170,8 +175,8 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
                 k = mem(ev, k, write, kernel, cta, j, LOAD, M, i, -1, so, 1, vec, vec)
                 mm = 2 * r * c * d
                 ew = EW_PER_SCORE * r * c + EW_PER_ROW * r
-                if causal != 0 and k0 + c - 1 > q0:
-                    ew += r * c  # diagonal block: apply the mask
+                if not block_full(kmin, kmax, q0, q0 + r, k0, k0 + c):
+                    ew += r * c  # partial block: apply the mask
                 k = calc(ev, k, write, kernel, cta, j, MMA, i, j, mm)  # S = Q_i K_j^T
                 k = calc(ev, k, write, kernel, cta, j, EW, i, j, ew)  # m~, l~, m_new, l_new
                 k = calc(ev, k, write, kernel, cta, j, EXP, i, j, r * c + 2 * r)
@@ -183,7 +188,7 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
                     k = put(ev, k, write, kernel, cta, j, SYNC, -1, i, j, 0, 0, 0, 0, 0, 0)
                 ew = EW_PER_OUT * r * d + (warps - 1) * r * (d + 2)
                 k = calc(ev, k, write, kernel, cta, j, EW, i, j, ew)  # line 12: O_new
-                last = t_kv - 1 if causal == 0 else min(t_kv - 1, (q0 + r - 1) // bc)
+                last = kv_block_range(kmin, kmax, q0, q0 + r, bc)[1] - 1
                 # O_i (input dtype, final) or O_acc_i, then l_i, m_i: registers -> HBM
                 if j == last:
                     k = mem(ev, k, write, kernel, cta, j, STORE, O, i, -1, qo, r, row, row)
@@ -191,6 +196,13 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
                     k = mem(ev, k, write, kernel, cta, j, STORE, O_ACC, i, -1, ao, r, arow, arow)
                 k = mem(ev, k, write, kernel, cta, j, STORE, L, i, -1, so, 1, vec, vec)
                 k = mem(ev, k, write, kernel, cta, j, STORE, M, i, -1, so, 1, vec, vec)
+        for i in range(t_q):  # O_i = 0 for a Q block that sees no key
+            q0 = i * br
+            r = min(br, n - q0)
+            lo, hi = kv_block_range(kmin, kmax, q0, q0 + r, bc)
+            if lo == hi:
+                qo = (base + q0) * row
+                k = mem(ev, k, write, kernel, cta, -1, STORE, O, i, -1, qo, r, row, row)
         for t in range(6, -1, -1):
             if sizes[t] > 0:
                 k = buf(ev, k, write, kernel, cta, FREE, BUFFERS[t], sizes[t])
@@ -219,6 +231,7 @@ def execute(s, q, k, v, grad_out, rec):
     sh = s.shape
     nb, nh, n, d, dt = sh.batch, sh.heads, sh.seq_len, sh.head_dim, sh.dtype
     br, bc, eb, acc, warps = s.block_q, s.block_kv, sh.elem_bytes, sh.acc_bytes, s.warps
+    nk, (kmin, kmax) = sh.n_kv, s.mask
     at = acc_dtype(dt)
     row, arow = d * eb, d * acc
     # HBM: NaN until written, so a read before line 2's initialisation would show
@@ -230,7 +243,7 @@ def execute(s, q, k, v, grad_out, rec):
     scale = at.type(sh.scale)
     for cta in range(nb * nh):
         b, h = divmod(cta, nh)
-        base, kvbase = (b * nh + h) * n, (b * sh.n_kv_heads + h // sh.group) * n
+        base, kvbase = (b * nh + h) * n, (b * sh.n_kv_heads + h // sh.group) * nk
         for t, size in buffers:
             rec.buf(0, cta, ALLOC, t, size)
         o_acc[b, h], l_hbm[b, h], m_hbm[b, h] = 0, 0, -np.inf  # line 2
@@ -239,13 +252,16 @@ def execute(s, q, k, v, grad_out, rec):
         rec.mem(0, cta, -1, STORE, M, -1, -1, base * acc, 1, n * acc, n * acc)
         for j in range(s.t_kv):
             k0 = j * bc
-            c = min(bc, n - k0)
+            c = min(bc, nk - k0)
+            lo, hi = q_block_range(kmin, kmax, k0, k0 + c, br)
+            if lo == hi:
+                continue  # no query sees these keys
             k_j = k[b, h // sh.group, k0 : k0 + c].astype(at)
             v_j = v[b, h // sh.group, k0 : k0 + c].astype(at)
             off = (kvbase + k0) * row
             rec.mem(0, cta, j, LOAD, K, j, -1, off, c, row, row)
             rec.mem(0, cta, j, LOAD, V, j, -1, off, c, row, row)
-            for i in range(k0 // br if sh.causal else 0, s.t_q):
+            for i in range(lo, hi):
                 q0 = i * br
                 r = min(br, n - q0)
                 blk = slice(q0, q0 + r)
@@ -261,16 +277,16 @@ def execute(s, q, k, v, grad_out, rec):
                 s_ij = (q_i @ k_j.T) * scale
                 rec.calc(0, cta, j, MMA, i, j, 2 * r * c * d)
                 ew = EW_PER_SCORE * r * c + EW_PER_ROW * r
-                if sh.causal and k0 + c - 1 > q0:
-                    keys, rows = np.arange(k0, k0 + c)[None, :], np.arange(q0, q0 + r)[:, None]
-                    s_ij = np.where(keys > rows, -np.inf, s_ij)
+                if not block_full(kmin, kmax, q0, q0 + r, k0, k0 + c):
+                    s_ij = np.where(allowed(sh, q0, q0 + r, k0, k0 + c), s_ij, -np.inf)
                     ew += r * c
                 rec.calc(0, cta, j, EW, i, j, ew)
                 m_t = s_ij.max(axis=1)  # m~: this block's row max
                 p_t = np.exp(s_ij - np.where(np.isneginf(m_t), 0, m_t)[:, None])
                 l_t = p_t.sum(axis=1)
                 m_new = np.maximum(m_i, m_t)
-                alpha, beta = np.exp(m_i - m_new), np.exp(m_t - m_new)
+                m_use = np.where(np.isneginf(m_new), 0, m_new)  # no key seen yet
+                alpha, beta = np.exp(m_i - m_use), np.exp(m_t - m_use)
                 l_new = alpha * l_i + beta * l_t
                 rec.calc(0, cta, j, EXP, i, j, r * c + 2 * r)
                 # P~ enters the tensor cores in the input precision, accumulates in fp32/fp64
@@ -281,9 +297,11 @@ def execute(s, q, k, v, grad_out, rec):
                     rec.put(0, cta, j, SHARED, X_S, i, j, 0, 0, 0, 0, nbytes, 0)
                     rec.put(0, cta, j, SYNC, -1, i, j, 0, 0, 0, 0, 0, 0)
                 # line 12, with both coefficients divided by l_new directly (see Notes)
-                o_new = (l_i * alpha / l_new)[:, None] * o_i + (beta / l_new)[:, None] * pv
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    o_new = (l_i * alpha / l_new)[:, None] * o_i + (beta / l_new)[:, None] * pv
+                o_new = np.where((l_new > 0)[:, None], o_new, 0)  # rows that saw no key
                 rec.calc(0, cta, j, EW, i, j, EW_PER_OUT * r * d + (warps - 1) * r * (d + 2))
-                last = s.t_kv - 1 if not sh.causal else min(s.t_kv - 1, (q0 + r - 1) // bc)
+                last = kv_block_range(kmin, kmax, q0, q0 + r, bc)[1] - 1
                 if j == last:
                     out[b, h, blk] = to_dtype(o_new, dt)
                     rec.mem(0, cta, j, STORE, O, i, -1, qo, r, row, row)
@@ -294,6 +312,12 @@ def execute(s, q, k, v, grad_out, rec):
                 rec.mem(0, cta, j, STORE, L, i, -1, so, 1, vec, vec)
                 m_hbm[b, h, blk] = m_new
                 rec.mem(0, cta, j, STORE, M, i, -1, so, 1, vec, vec)
+        for i in range(s.t_q):  # O_i = 0 for a Q block that sees no key
+            q0 = i * br
+            r = min(br, n - q0)
+            lo, hi = kv_block_range(kmin, kmax, q0, q0 + r, bc)
+            if lo == hi:
+                rec.mem(0, cta, -1, STORE, O, i, -1, (base + q0) * row, r, row, row)
         for t, size in reversed(buffers):
             rec.buf(0, cta, FREE, t, size)
     return out, l_hbm, m_hbm

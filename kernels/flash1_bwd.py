@@ -2,12 +2,14 @@
 
 One CTA per (batch, key/value head). The outer loop streams the K/V blocks j: K_j and V_j are
 read once and dK_j, dV_j accumulate in registers. Inside it the CTA loops over the query heads
-that share the kv head (grouped-query attention), and for each over the Q blocks i (causal:
-those with a row at or below the block's first key). Per (i, j) it reads Q_i, O_i, dO_i, the
-fp32 dQ_i accumulator, l_i and m_i (line 10), recomputes P from the forward's m/l ledger
-(lines 11-13), and writes dQ_i back to HBM (line 20). After the group's i loops it writes dK_j
-and dV_j (line 23). So Q, O, dO, l and m travel Tc times; dQ_acc is read Tc times and written
-Tc + 1 times (line 5 initialises it to zero).
+that share the kv head (grouped-query attention), and for each over the Q blocks i that see a
+key of block j (``kernels.mask``; causal: those with a row at or below the block's first key).
+Per (i, j) it reads Q_i, O_i, dO_i, the fp32 dQ_i accumulator, l_i and m_i (line 10),
+recomputes P from the forward's m/l ledger (lines 11-13), and writes dQ_i back to HBM (line
+20). After the group's i loops it writes dK_j and dV_j (line 23); a K/V block no query sees is
+not loaded, and its dK_j and dV_j are written as zeros. So without a mask Q, O, dO, l and m
+travel Tc times; dQ_acc is read Tc times and written Tc + 1 times (line 5 initialises it to
+zero).
 
 Algorithm 4 writes dQ directly. A kernel in reduced precision cannot accumulate dQ in an fp16
 tensor without losing the small contributions, so, like FA1's CUDA code (an fp32 ``dq``
@@ -49,11 +51,11 @@ from flashio.kernels._emit import (
     P_ACC,
     P_BKV,
     P_BQ,
-    P_CAUSAL,
     P_DIM,
     P_EB,
     P_HEADS,
     P_KV_HEADS,
+    P_KV_SEQ,
     P_SEQ,
     STORE,
     buf,
@@ -63,6 +65,7 @@ from flashio.kernels._emit import (
 from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._record import Recorder
 from flashio.kernels._resources import regs_per_thread
+from flashio.kernels.mask import allowed, block_full, q_block_range
 from flashio.simulator.trace import KernelInfo, Space, TensorInfo
 
 OPTIONS = ()
@@ -95,8 +98,8 @@ def tensors(s) -> tuple[TensorInfo, ...]:
         TensorInfo("m", g, (b, h, n), acc),
         TensorInfo("dQ_acc", g, (b, h, n, d), acc),
         TensorInfo("dQ", g, (b, h, n, d), eb),
-        TensorInfo("dK", g, (b, kh, n, d), eb),
-        TensorInfo("dV", g, (b, kh, n, d), eb),
+        TensorInfo("dK", g, (b, kh, sh.n_kv, d), eb),
+        TensorInfo("dV", g, (b, kh, sh.n_kv, d), eb),
         TensorInfo("Q_i", sm, (br, d), eb),
         TensorInfo("O_i", sm, (br, d), eb),
         TensorInfo("dO_i", sm, (br, d), eb),
@@ -130,16 +133,16 @@ _jit_sizes = njit(inline="always")(_buffer_sizes)
 
 
 @njit(**JIT)
-def _emit(ev, write, kernel, cta_start, cta_stop, p):
-    nh, nkh, n, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_DIM]
-    eb, acc, br, bc, causal = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV], p[P_CAUSAL]
-    t_q, t_kv, grp = (n + br - 1) // br, (n + bc - 1) // bc, nh // nkh
+def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
+    nh, nkh, n, nk, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_KV_SEQ], p[P_DIM]
+    eb, acc, br, bc = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV]
+    t_q, t_kv, grp = (n + br - 1) // br, (nk + bc - 1) // bc, nh // nkh
     row, arow = d * eb, d * acc
     sizes = _jit_sizes(br, bc, d, eb, acc)
     k = 0
     for cta in range(cta_start, cta_stop):
         b, kvh = cta // nkh, cta % nkh
-        kvbase = (b * nkh + kvh) * n
+        kvbase = (b * nkh + kvh) * nk
         for t in range(11):  # on-chip buffers, live for the whole CTA
             k = buf(ev, k, write, kernel, cta, ALLOC, Q_S + t, sizes[t])
         # line 5: dQ_acc = 0 -> HBM, for every query head of the group
@@ -148,14 +151,16 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
             k = mem(ev, k, write, kernel, cta, -1, STORE, DQ_ACC, -1, -1, aoff, n, arow, arow)
         for j in range(t_kv):
             k0 = j * bc
-            c = min(bc, n - k0)
-            # K_j, V_j: HBM -> SRAM, once per CTA
+            c = min(bc, nk - k0)
+            lo, hi = q_block_range(kmin, kmax, k0, k0 + c, br)
+            # K_j, V_j: HBM -> SRAM, once per CTA, if some query sees them
             off = (kvbase + k0) * row
-            k = mem(ev, k, write, kernel, cta, j, LOAD, K, j, -1, off, c, row, row)
-            k = mem(ev, k, write, kernel, cta, j, LOAD, V, j, -1, off, c, row, row)
+            if lo < hi:
+                k = mem(ev, k, write, kernel, cta, j, LOAD, K, j, -1, off, c, row, row)
+                k = mem(ev, k, write, kernel, cta, j, LOAD, V, j, -1, off, c, row, row)
             for g in range(grp):
                 base = (b * nh + kvh * grp + g) * n
-                for i in range(k0 // br if causal != 0 else 0, t_q):
+                for i in range(lo, hi):
                     q0 = i * br
                     r = min(br, n - q0)
                     row0 = base + q0  # Q_i's first row in (B, H, N) order
@@ -169,8 +174,8 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
                     k = mem(ev, k, write, kernel, cta, j, LOAD, M, i, -1, so, 1, vec, vec)
                     mm = 2 * r * c * d
                     ew = EW_P_PER_SCORE * r * c + EW_P_PER_ROW * r
-                    if causal != 0 and k0 + c - 1 > q0:
-                        ew += r * c  # diagonal block: apply the mask
+                    if not block_full(kmin, kmax, q0, q0 + r, k0, k0 + c):
+                        ew += r * c  # partial block: apply the mask
                     k = calc(ev, k, write, kernel, cta, j, MMA, i, j, mm)  # S = Q_i K_j^T
                     k = calc(ev, k, write, kernel, cta, j, EW, i, j, ew)  # P, lines 11-13
                     k = calc(ev, k, write, kernel, cta, j, EXP, i, j, r * c)
@@ -212,6 +217,7 @@ def execute(s, q, k, v, grad_out, rec):
     sh = s.shape
     nb, nh, nkh, n, d, dt = sh.batch, sh.heads, sh.n_kv_heads, sh.seq_len, sh.head_dim, sh.dtype
     br, bc, eb, acc, grp = s.block_q, s.block_kv, sh.elem_bytes, sh.acc_bytes, sh.group
+    nk, (kmin, kmax) = sh.n_kv, s.mask
     at = acc_dtype(dt)
     row, arow = d * eb, d * acc
     # the forward pass, same blocking: O and the m/l ledger it leaves in HBM
@@ -224,7 +230,7 @@ def execute(s, q, k, v, grad_out, rec):
     scale = at.type(sh.scale)
     for cta in range(nb * nkh):
         b, kvh = divmod(cta, nkh)
-        kvbase = (b * nkh + kvh) * n
+        kvbase = (b * nkh + kvh) * nk
         heads = range(kvh * grp, (kvh + 1) * grp)
         for t in range(11):
             rec.buf(0, cta, ALLOC, Q_S + t, sizes[t])
@@ -233,16 +239,18 @@ def execute(s, q, k, v, grad_out, rec):
             rec.mem(0, cta, -1, STORE, DQ_ACC, -1, -1, (b * nh + h) * n * arow, n, arow, arow)
         for j in range(s.t_kv):
             k0 = j * bc
-            c = min(bc, n - k0)
+            c = min(bc, nk - k0)
             kb = slice(k0, k0 + c)
             k_j, v_j = k[b, kvh, kb].astype(at), v[b, kvh, kb].astype(at)
             off = (kvbase + k0) * row
-            rec.mem(0, cta, j, LOAD, K, j, -1, off, c, row, row)
-            rec.mem(0, cta, j, LOAD, V, j, -1, off, c, row, row)
+            lo, hi = q_block_range(kmin, kmax, k0, k0 + c, br)
+            if lo < hi:
+                rec.mem(0, cta, j, LOAD, K, j, -1, off, c, row, row)
+                rec.mem(0, cta, j, LOAD, V, j, -1, off, c, row, row)
             dk_j, dv_j = np.zeros((c, d), at), np.zeros((c, d), at)
             for h in heads:
                 base = (b * nh + h) * n
-                for i in range(k0 // br if sh.causal else 0, s.t_q):
+                for i in range(lo, hi):
                     q0 = i * br
                     r = min(br, n - q0)
                     blk = slice(q0, q0 + r)
@@ -261,12 +269,15 @@ def execute(s, q, k, v, grad_out, rec):
                     s_ij = (q_i @ k_j.T) * scale
                     rec.calc(0, cta, j, MMA, i, j, mm)
                     ew = EW_P_PER_SCORE * r * c + EW_P_PER_ROW * r
-                    if sh.causal and k0 + c - 1 > q0:
-                        keys, rows = np.arange(k0, k0 + c)[None, :], np.arange(q0, q0 + r)[:, None]
-                        s_ij = np.where(keys > rows, -np.inf, s_ij)
+                    if not block_full(kmin, kmax, q0, q0 + r, k0, k0 + c):
+                        s_ij = np.where(allowed(sh, q0, q0 + r, k0, k0 + c), s_ij, -np.inf)
                         ew += r * c
-                    # lines 11-13: P = diag(l)^-1 exp(S - m), from the forward's ledger
-                    p_ij = np.exp(s_ij - m_i[:, None]) * (1 / l_i)[:, None]
+                    # lines 11-13: P = diag(l)^-1 exp(S - m), from the forward's ledger (a row
+                    # that sees no key has l = 0, m = -inf, and P = 0)
+                    m_use = np.where(np.isneginf(m_i), 0, m_i)
+                    with np.errstate(divide="ignore"):
+                        inv_l = np.where(l_i > 0, 1 / l_i, 0)
+                    p_ij = np.exp(s_ij - m_use[:, None]) * inv_l[:, None]
                     rec.calc(0, cta, j, EW, i, j, ew)
                     rec.calc(0, cta, j, EXP, i, j, r * c)
                     # P and dS enter the tensor cores in the input precision

@@ -1,9 +1,12 @@
 """FlashAttention-2 forward (Dao 2023, Algorithm 1).
 
 One CTA per (batch, head, Q block i): Q_i is read once; the CTA streams every K_j, V_j block
-(all Tc of them, or those at or below the diagonal when causal), keeps O_i, m_i, l_i on chip, and
-writes O_i and the logsumexp L_i = m_i + log(l_i) once. Its warps split the Q rows (split-Q), so
-they never exchange partial results. K and V are re-read once per Q block: Tr times in all.
+the mask lets its rows see (``kernels.mask``: all Tc of them, those at or below the diagonal
+when causal, a band for a window), keeps O_i, m_i, l_i on chip, and writes O_i and the
+logsumexp L_i = m_i + log(l_i) once. Its warps split the Q rows (split-Q), so they never
+exchange partial results. K and V are re-read once per Q block: Tr times in all without a
+mask. A Q block none of whose rows sees a key loads nothing and writes O = 0 and L = +inf, as
+flash-attn does; so does every such row of a visiting block.
 """
 
 from __future__ import annotations
@@ -22,11 +25,11 @@ from flashio.kernels._emit import (
     P_ACC,
     P_BKV,
     P_BQ,
-    P_CAUSAL,
     P_DIM,
     P_EB,
     P_HEADS,
     P_KV_HEADS,
+    P_KV_SEQ,
     P_SEQ,
     STORE,
     buf,
@@ -36,6 +39,7 @@ from flashio.kernels._emit import (
 from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._record import offset4
 from flashio.kernels._resources import regs_per_thread
+from flashio.kernels.mask import allowed, block_full, kv_block_range
 from flashio.simulator.trace import KernelInfo, Op, Space, TensorInfo
 
 OPTIONS = ()
@@ -54,11 +58,12 @@ def validate(s) -> None:
 
 def tensors(s) -> tuple[TensorInfo, ...]:
     sh, br, bc = s.shape, s.block_q, s.block_kv
-    b, h, kh, n, d, eb, acc = (
+    b, h, kh, n, nk, d, eb, acc = (
         sh.batch,
         sh.heads,
         sh.n_kv_heads,
         sh.seq_len,
+        sh.n_kv,
         sh.head_dim,
         sh.elem_bytes,
         sh.acc_bytes,
@@ -66,8 +71,8 @@ def tensors(s) -> tuple[TensorInfo, ...]:
     g, sm, rg = Space.GLOBAL, Space.SHARED, Space.REGISTERS
     return (
         TensorInfo("Q", g, (b, h, n, d), eb),
-        TensorInfo("K", g, (b, kh, n, d), eb),
-        TensorInfo("V", g, (b, kh, n, d), eb),
+        TensorInfo("K", g, (b, kh, nk, d), eb),
+        TensorInfo("V", g, (b, kh, nk, d), eb),
         TensorInfo("O", g, (b, h, n, d), eb),
         TensorInfo("L", g, (b, h, n), acc),
         TensorInfo("Q_i", sm, (br, d), eb),
@@ -88,10 +93,10 @@ def kernels(s) -> tuple[KernelInfo, ...]:
 
 
 @njit(**JIT)
-def _emit(ev, write, kernel, cta_start, cta_stop, p):
-    nh, nkh, n, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_DIM]
-    eb, acc, br, bc, causal = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV], p[P_CAUSAL]
-    t_q, t_kv, grp = (n + br - 1) // br, (n + bc - 1) // bc, nh // nkh
+def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
+    nh, nkh, n, nk, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_KV_SEQ], p[P_DIM]
+    eb, acc, br, bc = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV]
+    t_q, grp = (n + br - 1) // br, nh // nkh
     row = d * eb
     bufs = (Q_S, K_S, V_S, O_ACC, S_ACC, M_L)
     sizes = (br * row, bc * row, bc * row, br * d * acc, br * bc * acc, 2 * br * acc)
@@ -105,27 +110,28 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
         # on-chip buffers, live for the whole CTA
         for t in range(6):
             k = buf(ev, k, write, kernel, cta, ALLOC, bufs[t], sizes[t])
-        # Q_i: HBM -> SRAM, once per CTA
+        # Q_i: HBM -> SRAM, once per CTA that visits a K/V block
         qoff = ((b * nh + h) * n + q0) * row
-        k = mem(ev, k, write, kernel, cta, -1, LOAD, Q, i, -1, qoff, r, row, row)
-        last = t_kv if causal == 0 else min(t_kv, (q0 + r - 1) // bc + 1)
-        for j in range(last):
+        lo, hi = kv_block_range(kmin, kmax, q0, q0 + r, bc)
+        if lo < hi:
+            k = mem(ev, k, write, kernel, cta, -1, LOAD, Q, i, -1, qoff, r, row, row)
+        for j in range(lo, hi):
             k0 = j * bc
-            c = min(bc, n - k0)
-            kvoff = ((b * nkh + kvh) * n + k0) * row
+            c = min(bc, nk - k0)
+            kvoff = ((b * nkh + kvh) * nk + k0) * row
             # K_j, V_j: HBM -> SRAM, once per (i, j)
             k = mem(ev, k, write, kernel, cta, j, LOAD, K, j, -1, kvoff, c, row, row)
             k = mem(ev, k, write, kernel, cta, j, LOAD, V, j, -1, kvoff, c, row, row)
             k = calc(ev, k, write, kernel, cta, j, MMA, i, j, 2 * r * c * d)  # S = Q K^T
             ew = EW_PER_SCORE * r * c + r * d + EW_PER_ROW * r
-            if causal != 0 and k0 + c - 1 > q0:
-                ew += r * c  # diagonal block: apply the mask
+            if not block_full(kmin, kmax, q0, q0 + r, k0, k0 + c):
+                ew += r * c  # partial block: apply the mask
             k = calc(ev, k, write, kernel, cta, j, EW, i, j, ew)
             k = calc(ev, k, write, kernel, cta, j, EXP, i, j, r * c + r)
             k = calc(ev, k, write, kernel, cta, j, MMA, i, j, 2 * r * c * d)  # O += P V
-        # O_i /= l_i, L_i = m_i + log(l_i)
-        k = calc(ev, k, write, kernel, cta, -1, EW, i, -1, r * d + r)
-        k = calc(ev, k, write, kernel, cta, -1, EXP, i, -1, r)
+        if lo < hi:  # O_i /= l_i, L_i = m_i + log(l_i)
+            k = calc(ev, k, write, kernel, cta, -1, EW, i, -1, r * d + r)
+            k = calc(ev, k, write, kernel, cta, -1, EXP, i, -1, r)
         # O_i, L_i: SRAM -> HBM, once per CTA
         k = mem(ev, k, write, kernel, cta, -1, STORE, O, i, -1, qoff, r, row, row)
         loff = ((b * nh + h) * n + q0) * acc
@@ -138,10 +144,11 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
 def execute(s, q, k, v, grad_out, rec):
     """Run the schedule tile by tile; returns (O, L) and logs every event into ``rec``."""
     sh = s.shape
-    nb, nh, n, d, dt = sh.batch, sh.heads, sh.seq_len, sh.head_dim, sh.dtype
+    nb, nh, n, nk, d, dt = sh.batch, sh.heads, sh.seq_len, sh.n_kv, sh.head_dim, sh.dtype
     br, bc, eb, acc = s.block_q, s.block_kv, sh.elem_bytes, sh.acc_bytes
     at = acc_dtype(dt)
-    qd, kd = (nb, nh, n, d), (nb, sh.n_kv_heads, n, d)
+    qd, kd = (nb, nh, n, d), (nb, sh.n_kv_heads, nk, d)
+    kmin, kmax = s.mask
     out = np.zeros(qd, q.dtype)
     lse = np.zeros((nb, nh, n), at)
     buffers = [
@@ -160,17 +167,17 @@ def execute(s, q, k, v, grad_out, rec):
         r = min(br, n - q0)
         for t, size in buffers:
             rec.buf(0, cta, Op.ALLOC, t, size)
+        lo, hi = kv_block_range(kmin, kmax, q0, q0 + r, bc)
         q_i = q[b, h, q0 : q0 + r].astype(at)
-        rec.mem(0, cta, -1, Op.LOAD, Q, i, -1, offset4(qd, b, h, q0, 0, eb), r, d * eb, d * eb)
+        if lo < hi:
+            qoff = offset4(qd, b, h, q0, 0, eb)
+            rec.mem(0, cta, -1, Op.LOAD, Q, i, -1, qoff, r, d * eb, d * eb)
         o_i = np.zeros((r, d), at)
         m_i = np.full(r, -np.inf, at)
         l_i = np.zeros(r, at)
-        rows = np.arange(q0, q0 + r)[:, None]
-        for j in range(s.t_kv):
+        for j in range(lo, hi):
             k0 = j * bc
-            if sh.causal and k0 > q0 + r - 1:
-                break  # every later block is above the diagonal
-            c = min(bc, n - k0)
+            c = min(bc, nk - k0)
             k_j = k[b, kvh, k0 : k0 + c].astype(at)
             v_j = v[b, kvh, k0 : k0 + c].astype(at)
             off = offset4(kd, b, kvh, k0, 0, eb)
@@ -179,12 +186,13 @@ def execute(s, q, k, v, grad_out, rec):
             s_ij = (q_i @ k_j.T) * at.type(sh.scale)
             rec.calc(0, cta, j, Op.MMA, i, j, 2 * r * c * d)
             ew = EW_PER_SCORE * r * c + r * d + EW_PER_ROW * r
-            if sh.causal and k0 + c - 1 > q0:
-                s_ij = np.where(np.arange(k0, k0 + c)[None, :] > rows, -np.inf, s_ij)
+            if not block_full(kmin, kmax, q0, q0 + r, k0, k0 + c):
+                s_ij = np.where(allowed(sh, q0, q0 + r, k0, k0 + c), s_ij, -np.inf)
                 ew += r * c
             m_new = np.maximum(m_i, s_ij.max(axis=1))
-            alpha = np.exp(m_i - m_new)
-            p_ij = np.exp(s_ij - m_new[:, None])
+            m_use = np.where(np.isneginf(m_new), 0, m_new)  # a row that has seen no key yet
+            alpha = np.exp(m_i - m_use)
+            p_ij = np.exp(s_ij - m_use[:, None])
             l_i = alpha * l_i + p_ij.sum(axis=1)
             rec.calc(0, cta, j, Op.ELEMENTWISE, i, j, ew)
             rec.calc(0, cta, j, Op.EXP, i, j, p_ij.size + r)
@@ -192,10 +200,13 @@ def execute(s, q, k, v, grad_out, rec):
             o_i = alpha[:, None] * o_i + to_dtype(p_ij, dt).astype(at) @ v_j
             rec.calc(0, cta, j, Op.MMA, i, j, 2 * r * c * d)
             m_i = m_new
-        o_i = o_i / l_i[:, None]
-        rec.calc(0, cta, -1, Op.ELEMENTWISE, i, -1, r * d + r)
-        lse[b, h, q0 : q0 + r] = m_i + np.log(l_i)
-        rec.calc(0, cta, -1, Op.EXP, i, -1, r)
+        seen = l_i > 0  # rows that saw no key: O = 0, L = +inf
+        with np.errstate(divide="ignore", invalid="ignore"):
+            o_i = np.where(seen[:, None], o_i / l_i[:, None], 0)
+            lse[b, h, q0 : q0 + r] = np.where(seen, m_i + np.log(l_i), np.inf)
+        if lo < hi:
+            rec.calc(0, cta, -1, Op.ELEMENTWISE, i, -1, r * d + r)
+            rec.calc(0, cta, -1, Op.EXP, i, -1, r)
         out[b, h, q0 : q0 + r] = to_dtype(o_i, dt)
         rec.mem(0, cta, -1, Op.STORE, O, i, -1, offset4(qd, b, h, q0, 0, eb), r, d * eb, d * eb)
         loff = ((b * nh + h) * n + q0) * acc

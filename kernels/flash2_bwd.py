@@ -30,11 +30,11 @@ from flashio.kernels._emit import (
     P_ACC,
     P_BKV,
     P_BQ,
-    P_CAUSAL,
     P_DIM,
     P_EB,
     P_HEADS,
     P_KV_HEADS,
+    P_KV_SEQ,
     P_SEQ,
     REDUCE,
     STORE,
@@ -45,6 +45,7 @@ from flashio.kernels._emit import (
 from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._record import Recorder, offset4
 from flashio.kernels._resources import regs_per_thread
+from flashio.kernels.mask import allowed, block_full, q_block_range
 from flashio.simulator.trace import KernelInfo, Op, Space, TensorInfo
 
 OPTIONS = ()
@@ -95,19 +96,20 @@ def tensors(s) -> tuple[TensorInfo, ...]:
         sh.elem_bytes,
         sh.acc_bytes,
     )
+    nk = sh.n_kv
     g, sm, rg = Space.GLOBAL, Space.SHARED, Space.REGISTERS
     return (
         TensorInfo("Q", g, (b, h, n, d), eb),
-        TensorInfo("K", g, (b, kh, n, d), eb),
-        TensorInfo("V", g, (b, kh, n, d), eb),
+        TensorInfo("K", g, (b, kh, nk, d), eb),
+        TensorInfo("V", g, (b, kh, nk, d), eb),
         TensorInfo("O", g, (b, h, n, d), eb),
         TensorInfo("dO", g, (b, h, n, d), eb),
         TensorInfo("L", g, (b, h, n), acc),
         TensorInfo("D", g, (b, h, n), acc),
         TensorInfo("dQ_acc", g, (b, h, n, d), acc),
         TensorInfo("dQ", g, (b, h, n, d), eb),
-        TensorInfo("dK", g, (b, kh, n, d), eb),
-        TensorInfo("dV", g, (b, kh, n, d), eb),
+        TensorInfo("dK", g, (b, kh, nk, d), eb),
+        TensorInfo("dV", g, (b, kh, nk, d), eb),
         TensorInfo("Q_i", sm, (br, d), eb),
         TensorInfo("dO_i", sm, (br, d), eb),
         TensorInfo("K_j", sm, (bc, d), eb),
@@ -163,10 +165,10 @@ def kernels(s) -> tuple[KernelInfo, ...]:
 
 
 @njit(**JIT)
-def _emit(ev, write, kernel, cta_start, cta_stop, p):
-    nh, nkh, n, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_DIM]
-    eb, acc, br, bc, causal = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV], p[P_CAUSAL]
-    t_q, t_kv, grp = (n + br - 1) // br, (n + bc - 1) // bc, nh // nkh
+def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
+    nh, nkh, n, nk, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_KV_SEQ], p[P_DIM]
+    eb, acc, br, bc = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV]
+    t_q, t_kv, grp = (n + br - 1) // br, (nk + bc - 1) // bc, nh // nkh
     row, arow = d * eb, d * acc
     bufs = (K_S, V_S, Q_S, DO_S, LD_S, DK_R, DV_R, S_R, DP_R, DQ_R)  # = MAIN_BUFFERS
     sizes = (bc * row, bc * row, br * row, br * row, 2 * br * acc, bc * arow, bc * arow,
@@ -196,17 +198,18 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
         bkh, j = cta // t_kv, cta % t_kv
         b, kvh = bkh // nkh, bkh % nkh
         k0 = j * bc
-        c = min(bc, n - k0)
+        c = min(bc, nk - k0)
         for t in range(10):
             k = buf(ev, k, write, kernel, cta, ALLOC, bufs[t], sizes[t])
-        kvoff = (bkh * n + k0) * row
-        # K_j, V_j: HBM -> SRAM once per CTA
-        k = mem(ev, k, write, kernel, cta, -1, LOAD, K, j, -1, kvoff, c, row, row)
-        k = mem(ev, k, write, kernel, cta, -1, LOAD, V, j, -1, kvoff, c, row, row)
-        i_start = k0 // br if causal != 0 else 0
+        kvoff = (bkh * nk + k0) * row
+        lo, hi = q_block_range(kmin, kmax, k0, k0 + c, br)
+        # K_j, V_j: HBM -> SRAM once per CTA that some Q block visits
+        if lo < hi:
+            k = mem(ev, k, write, kernel, cta, -1, LOAD, K, j, -1, kvoff, c, row, row)
+            k = mem(ev, k, write, kernel, cta, -1, LOAD, V, j, -1, kvoff, c, row, row)
         for g in range(grp):
             bh = b * nh + kvh * grp + g
-            for i in range(i_start, t_q):
+            for i in range(lo, hi):
                 st = g * t_q + i
                 q0 = i * br
                 r = min(br, n - q0)
@@ -218,8 +221,8 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
                 k = mem(ev, k, write, kernel, cta, st, LOAD, D, i, -1, voff, 1, r * acc, r * acc)
                 mm = 2 * r * c * d
                 ew_p = EW_P_PER_SCORE * r * c
-                if causal != 0 and k0 + c - 1 > q0:
-                    ew_p += r * c  # diagonal block: apply the mask
+                if not block_full(kmin, kmax, q0, q0 + r, k0, k0 + c):
+                    ew_p += r * c  # partial block: apply the mask
                 ew_ds = EW_DS_PER_SCORE * r * c + EW_DQ_PER_ELEM * r * d
                 k = calc(ev, k, write, kernel, cta, st, MMA, i, j, mm)  # S = Q K^T
                 k = calc(ev, k, write, kernel, cta, st, EW, i, j, ew_p)
@@ -231,8 +234,9 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p):
                 # dQ_i += dS_ij K_j: atomic add into the fp32 accumulator, at L2
                 k = mem(ev, k, write, kernel, cta, st, REDUCE, DQ_ACC, i, j, aoff, r, arow, arow)
                 k = calc(ev, k, write, kernel, cta, st, MMA, i, j, mm)  # dK += dS^T Q
-        k = calc(ev, k, write, kernel, cta, -1, EW, -1, j, c * d)  # dK *= scale
-        # dK_j, dV_j: registers -> HBM once per CTA
+        if lo < hi:
+            k = calc(ev, k, write, kernel, cta, -1, EW, -1, j, c * d)  # dK *= scale
+        # dK_j, dV_j (zero for keys no query sees): registers -> HBM once per CTA
         k = mem(ev, k, write, kernel, cta, -1, STORE, DK, j, -1, kvoff, c, row, row)
         k = mem(ev, k, write, kernel, cta, -1, STORE, DV, j, -1, kvoff, c, row, row)
         for t in range(9, -1, -1):
@@ -244,10 +248,11 @@ def execute(s, q, k, v, grad_out, rec):
     """Run the three kernels tile by tile; returns (dQ, dK, dV) and logs every event."""
     sh = s.shape
     nb, nh, n, d, dt, grp = sh.batch, sh.heads, sh.seq_len, sh.head_dim, sh.dtype, sh.group
+    nk, (kmin, kmax) = sh.n_kv, s.mask
     br, bc, eb, acc = s.block_q, s.block_kv, sh.elem_bytes, sh.acc_bytes
     at = acc_dtype(dt)
     scale = at.type(sh.scale)
-    qd, kd = (nb, nh, n, d), (nb, sh.n_kv_heads, n, d)
+    qd, kd = (nb, nh, n, d), (nb, sh.n_kv_heads, nk, d)
     fwd = flash2.execute(s.__class__("flash2", sh, br, bc, s.warps), q, k, v, None, Recorder())
     o, lse = fwd  # what the forward left in HBM: O in the input dtype, L in fp32/fp64
     z = _sizes(sh, br, bc)
@@ -283,22 +288,21 @@ def execute(s, q, k, v, grad_out, rec):
         bkh, j = divmod(cta, s.t_kv)
         b, kvh = divmod(bkh, sh.n_kv_heads)
         k0 = j * bc
-        c = min(bc, n - k0)
+        c = min(bc, nk - k0)
         for t in MAIN_BUFFERS:
             rec.buf(1, cta, Op.ALLOC, t, z[t])
+        lo, hi = q_block_range(kmin, kmax, k0, k0 + c, br)
         k_j = k[b, kvh, k0 : k0 + c].astype(at)
-        mem(1, cta, -1, Op.LOAD, K, j, -1, kd, b, kvh, k0, c, eb)
         v_j = v[b, kvh, k0 : k0 + c].astype(at)
-        mem(1, cta, -1, Op.LOAD, V, j, -1, kd, b, kvh, k0, c, eb)
+        if lo < hi:
+            mem(1, cta, -1, Op.LOAD, K, j, -1, kd, b, kvh, k0, c, eb)
+            mem(1, cta, -1, Op.LOAD, V, j, -1, kd, b, kvh, k0, c, eb)
         dk_j, dv_j = np.zeros((c, d), at), np.zeros((c, d), at)
-        keys = np.arange(k0, k0 + c)[None, :]
         for g in range(grp):
             h = kvh * grp + g
-            for i in range(s.t_q):
+            for i in range(lo, hi):
                 q0 = i * br
                 r = min(br, n - q0)
-                if sh.causal and q0 + r - 1 < k0:
-                    continue  # the whole Q block lies above the diagonal for these keys
                 step = g * s.t_q + i
                 q_i = q[b, h, q0 : q0 + r].astype(at)
                 mem(1, cta, step, Op.LOAD, Q, i, -1, qd, b, h, q0, r, eb)
@@ -313,8 +317,8 @@ def execute(s, q, k, v, grad_out, rec):
                 s_ij = (q_i @ k_j.T) * scale
                 rec.calc(1, cta, step, Op.MMA, i, j, mm)
                 ew = EW_P_PER_SCORE * r * c
-                if sh.causal and k0 + c - 1 > q0:
-                    s_ij = np.where(keys > np.arange(q0, q0 + r)[:, None], -np.inf, s_ij)
+                if not block_full(kmin, kmax, q0, q0 + r, k0, k0 + c):
+                    s_ij = np.where(allowed(sh, q0, q0 + r, k0, k0 + c), s_ij, -np.inf)
                     ew += r * c
                 rec.calc(1, cta, step, Op.ELEMENTWISE, i, j, ew)
                 p_ij = np.exp(s_ij - l_i[:, None])  # P rebuilt from the forward's logsumexp
@@ -334,7 +338,8 @@ def execute(s, q, k, v, grad_out, rec):
                 dk_j += ds_ij.T @ q_i
                 rec.calc(1, cta, step, Op.MMA, i, j, mm)
         dk_j *= scale
-        rec.calc(1, cta, -1, Op.ELEMENTWISE, -1, j, c * d)
+        if lo < hi:
+            rec.calc(1, cta, -1, Op.ELEMENTWISE, -1, j, c * d)
         dk[b, kvh, k0 : k0 + c] = to_dtype(dk_j, dt)
         mem(1, cta, -1, Op.STORE, DK, j, -1, kd, b, kvh, k0, c, eb)
         dv[b, kvh, k0 : k0 + c] = to_dtype(dv_j, dt)

@@ -79,6 +79,12 @@ def tiling_errors(sched: Schedule) -> list[str]:
     errs = []
     if sched.name not in GPU_SCHEDULES:
         return [f"schedule {sched.name!r} has no GPU version; choose one of {GPU_SCHEDULES}"]
+    if sh.variant:
+        errs.append(
+            "the CUDA kernels run full and causal attention with kv_seq_len = seq_len; a "
+            "window, segments or another kv_seq_len is simulated and executed in numpy only"
+        )
+        return errs
     if sh.dtype not in _NAN_BITS:
         errs.append(f"dtype {sh.dtype!r} has no GPU version; use fp16 or bf16")
     if d % 16 or d > 256:

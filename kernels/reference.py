@@ -18,16 +18,28 @@ def _expand_kv(x: np.ndarray, heads: int) -> np.ndarray:
     return np.repeat(x, heads // x.shape[1], axis=1)
 
 
-def _mask(n: int) -> np.ndarray:
-    return np.triu(np.ones((n, n), bool), k=1)  # True above the diagonal: masked out
+def _allowed(n_q: int, n_k: int, causal: bool, mask) -> np.ndarray | None:
+    """(n_q, n_k) booleans of the pairs that count, or None for all of them."""
+    if mask is not None:
+        if hasattr(mask, "seq_len"):  # an AttentionShape: its kernels.mask
+            from flashio.kernels.mask import allowed
+
+            return allowed(mask, 0, mask.seq_len, 0, mask.n_kv)
+        return np.asarray(mask, bool)
+    if causal:  # queries aligned to the end of the keys, as kernels.mask
+        return np.tril(np.ones((n_q, n_k), bool), k=n_k - n_q)
+    return None
 
 
-def attention_forward(q, k, v, causal=False, dtype=None):
+def attention_forward(q, k, v, causal=False, dtype=None, mask=None):
     """O, plus the softmax statistics (m, l) and P.
 
     ``dtype=None`` computes everything in float64. ``dtype="fp16"`` etc. mimics standard
     attention in that precision: S and P are rounded to the dtype when written (as a framework's
     standard attention stores them), products accumulate in fp32, O is rounded at the end.
+    ``mask``: an ``AttentionShape`` (its window, segments, kv_seq_len and causal flag, as
+    ``kernels.mask``) or a boolean (n_q, n_k) array of the pairs that count; it replaces
+    ``causal``. A query that sees no key gets O = 0, P = 0, m = -inf and l = 0.
     """
     acc = np.float64 if dtype in (None, "fp64") else np.float32
     q, k, v = (np.asarray(x, acc) for x in (q, k, v))
@@ -35,12 +47,14 @@ def attention_forward(q, k, v, causal=False, dtype=None):
     s = (q @ np.swapaxes(k, -1, -2)) * acc(1.0 / np.sqrt(q.shape[-1]))
     if dtype is not None:
         s = to_dtype(s, dtype).astype(acc)
-    if causal:
-        s = np.where(_mask(q.shape[2]), -np.inf, s)
+    keep = _allowed(q.shape[2], k.shape[2], causal, mask)
+    if keep is not None:
+        s = np.where(keep, s, -np.inf)
     m = s.max(axis=-1)
-    e = np.exp(s - m[..., None])
+    e = np.exp(s - np.where(np.isneginf(m), 0, m)[..., None])
     l = e.sum(axis=-1)
-    p = e / l[..., None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = np.where(l[..., None] > 0, e / l[..., None], 0)
     if dtype is not None:
         p = to_dtype(p, dtype).astype(acc)
     o = p @ v
@@ -49,7 +63,7 @@ def attention_forward(q, k, v, causal=False, dtype=None):
     return o, m, l, p
 
 
-def attention_backward(q, k, v, grad_out, causal=False, dtype=None):
+def attention_backward(q, k, v, grad_out, causal=False, dtype=None, mask=None):
     """(dQ, dK, dV) of attention, densely. K/V gradients are summed over the query heads that
     share a key/value head (grouped-query attention).
 
@@ -57,10 +71,10 @@ def attention_backward(q, k, v, grad_out, causal=False, dtype=None):
     standard attention's backward in that precision, as autograd runs it over the forward
     above (the reference flash-attention's own tests hold their kernels to): dP = dO V^T and
     dS stored in the dtype, D = rowsum(P * dP) from the stored P and dP, products accumulated
-    in fp32, dQ, dK, dV rounded at the end.
+    in fp32, dQ, dK, dV rounded at the end. ``mask`` as in :func:`attention_forward`.
     """
     acc = np.float64 if dtype in (None, "fp64") else np.float32
-    o, _, _, p = attention_forward(q, k, v, causal, dtype)
+    o, _, _, p = attention_forward(q, k, v, causal, dtype, mask)
     q, k, v, do = (np.asarray(x, acc) for x in (q, k, v, grad_out))
     o = np.asarray(o, acc)
     heads, kv_heads = q.shape[1], k.shape[1]
@@ -79,9 +93,9 @@ def attention_backward(q, k, v, grad_out, causal=False, dtype=None):
     dq = ds @ ke * scale
     dk = np.swapaxes(ds, -1, -2) @ q * scale
     g = heads // kv_heads
-    b, _, n, d = q.shape
-    dk = dk.reshape(b, kv_heads, g, n, d).sum(axis=2)
-    dv = dv.reshape(b, kv_heads, g, n, d).sum(axis=2)
+    b, _, n_k, d = k.shape
+    dk = dk.reshape(b, kv_heads, g, n_k, d).sum(axis=2)
+    dv = dv.reshape(b, kv_heads, g, n_k, d).sum(axis=2)
     if dtype is not None:
         dq, dk, dv = (to_dtype(x, dtype) for x in (dq, dk, dv))
     return dq, dk, dv

@@ -17,6 +17,7 @@ from flashio.kernels.implementation import (
     ImplementationError,
     implementation,
 )
+from flashio.kernels.mask import key_ranges
 from flashio.kernels.shape import MAX_SIZE, AttentionShape
 from flashio.simulator.errors import TilingError
 from flashio.simulator.trace import EVENT_DTYPE, KernelInfo, TensorInfo, Trace, TraceMeta
@@ -115,7 +116,12 @@ class Schedule:
     @property
     def t_kv(self) -> int:
         """Tc: number of K/V blocks."""
-        return math.ceil(self.shape.seq_len / self.block_kv)
+        return math.ceil(self.shape.n_kv / self.block_kv)
+
+    @property
+    def mask(self) -> np.ndarray:
+        """The keys each query sees, (2, seq_len): ``kernels.mask.key_ranges(shape)``."""
+        return key_ranges(self.shape)
 
     def option(self, key: str) -> int:
         return dict(self.options)[key]
@@ -136,6 +142,7 @@ class Schedule:
             self.block_kv,
             self.warps,
             int(s.causal),
+            s.n_kv,
         )
         for i, (_, value) in enumerate(self.options):
             p[P_EXTRA + i] = value
@@ -183,23 +190,27 @@ class Schedule:
             raise ValueError(f"out must be a 1-D EVENT_DTYPE array, got {out.dtype} {out.shape}")
         if start == stop:
             return np.empty(0, EVENT_DTYPE)
-        return run_emitter(_module(self.name)._emit, kernel, start, stop, self.params(), out)
+        emit = _module(self.name)._emit
+        return run_emitter(emit, kernel, start, stop, self.params(), self.mask, out)
 
     def n_events(self) -> int:
         """Number of events in the whole trace, counted without storing them."""
-        emit, p = _module(self.name)._emit, self.params()
+        emit, p, (lo, hi) = _module(self.name)._emit, self.params(), self.mask
         empty = np.empty(0, EVENT_DTYPE)
-        return sum(emit(empty, False, k, 0, ki.ctas, p) for k, ki in enumerate(self.kernels))
+        return sum(
+            emit(empty, False, k, 0, ki.ctas, p, lo, hi) for k, ki in enumerate(self.kernels)
+        )
 
     def trace(self) -> Trace:
         """The whole trace, built by the fast tracer (no arithmetic), in one allocation."""
         emit, p, kernels = _module(self.name)._emit, self.params(), self.kernels
+        lo, hi = self.mask
         empty = np.empty(0, EVENT_DTYPE)
-        counts = [emit(empty, False, k, 0, ki.ctas, p) for k, ki in enumerate(kernels)]
+        counts = [emit(empty, False, k, 0, ki.ctas, p, lo, hi) for k, ki in enumerate(kernels)]
         events = np.empty(sum(counts), EVENT_DTYPE)
         start = 0
         for k, (ki, n) in enumerate(zip(kernels, counts, strict=True)):
-            emit(events[start : start + n], True, k, 0, ki.ctas, p)
+            emit(events[start : start + n], True, k, 0, ki.ctas, p, lo, hi)
             start += n
         return Trace(events, self.meta)
 

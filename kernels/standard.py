@@ -6,7 +6,8 @@ Three kernels, in launch order:
 1. ``qk``: S = Q K^T / sqrt(d). One CTA per (b, h, i, j) tile of S (Br x Bc): it loads Q_i and
    K_j, multiplies, scales and stores the tile of S in the input dtype. When causal it still
    computes every tile, as a framework's batched GEMM does; the mask is applied by the softmax.
-2. ``softmax``: P = softmax(S) row by row (causal: entries with key > query set to -inf first).
+2. ``softmax``: P = softmax(S) row by row (masked entries, ``kernels.mask``, set to -inf first;
+   a row that sees no key gets P = 0).
    One CTA per (b, h, block of ``softmax_rows`` rows); the rows are read in chunks of Bc columns.
 3. ``pv``: O = P V. One CTA per (b, h, i): it streams every P_ij and V_j (causal too: P is zero
    above the diagonal, but the GEMM reads every tile) and stores O_i.
@@ -39,7 +40,8 @@ FP32 operation counts (EW events), per score of S unless said otherwise:
   EW_ONLINE_PER_ROW = 3 (m - m_new, alpha * l, + chunk sum); EXP: one per score and one per row
   (alpha). Between the passes EW_SOFTMAX_PER_ROW per row (1/l). Pass 2: EW_NORMALIZE_PER_SCORE
   = 2 (subtract m, multiply by 1/l); EXP: one per score.
-- Causal: EW_MASK_PER_SCORE = 1 per score of every chunk a pass reads that has a masked entry.
+- Masks (causal, window, segments, kv_seq_len): EW_MASK_PER_SCORE = 1 per score of every
+  chunk a pass reads that has a masked entry.
 - ``pv``: none (the matmul accumulates; the final rounding to the storage dtype is not counted).
 """
 
@@ -57,8 +59,8 @@ from flashio.kernels._emit import (
     LOAD,
     P_ACC,
     P_BKV,
-    P_CAUSAL,
     P_EB,
+    P_KV_SEQ,
     P_SEQ,
     STORE,
     buf,
@@ -80,6 +82,7 @@ from flashio.kernels._standard_common import (
     softmax_chunk,
     tile_product,
 )
+from flashio.kernels.mask import allowed, block_full
 from flashio.simulator.trace import KernelInfo, Space, TensorInfo
 
 OPTIONS = SOFTMAX_OPTIONS
@@ -113,15 +116,15 @@ def _buffers(s, kernel: int) -> list[tuple[int, int]]:
 def tensors(s) -> tuple[TensorInfo, ...]:
     sh, br, bc = s.shape, s.block_q, s.block_kv
     b, h, kh, n, d = sh.batch, sh.heads, sh.n_kv_heads, sh.seq_len, sh.head_dim
-    eb, acc = sh.elem_bytes, sh.acc_bytes
+    eb, acc, nk = sh.elem_bytes, sh.acc_bytes, sh.n_kv
     rows, cols = row_block(s)
     g, sm, rg = Space.GLOBAL, Space.SHARED, Space.REGISTERS
     return (
         TensorInfo("Q", g, (b, h, n, d), eb),
-        TensorInfo("K", g, (b, kh, n, d), eb),
-        TensorInfo("V", g, (b, kh, n, d), eb),
-        TensorInfo("S", g, (b, h, n, n), eb),
-        TensorInfo("P", g, (b, h, n, n), eb),
+        TensorInfo("K", g, (b, kh, nk, d), eb),
+        TensorInfo("V", g, (b, kh, nk, d), eb),
+        TensorInfo("S", g, (b, h, n, nk), eb),
+        TensorInfo("P", g, (b, h, n, nk), eb),
         TensorInfo("O", g, (b, h, n, d), eb),
         TensorInfo("Q_i", sm, (br, d), eb),
         TensorInfo("K_j", sm, (bc, d), eb),
@@ -143,27 +146,27 @@ def kernels(s) -> tuple[KernelInfo, ...]:
 
 # -- fast tracer -------------------------------------------------------------------------------
 @njit(**JIT)
-def _emit_softmax(ev, write, cta_start, cta_stop, p):
-    n, eb, acc, bc, causal = p[P_SEQ], p[P_EB], p[P_ACC], p[P_BKV], p[P_CAUSAL]
+def _emit_softmax(ev, write, cta_start, cta_stop, p, kmin, kmax):
+    n, nk, eb, acc, bc = p[P_SEQ], p[P_KV_SEQ], p[P_EB], p[P_ACC], p[P_BKV]
     passes, rows = p[P_SOFTMAX_PASSES], p[P_SOFTMAX_ROWS]
-    t_kv, t_r = (n + bc - 1) // bc, (n + rows - 1) // rows
-    bufs, sizes = (S_ROWS, M_L), (rows * (n if passes == 1 else bc) * eb, 2 * rows * acc)
+    t_kv, t_r = (nk + bc - 1) // bc, (n + rows - 1) // rows
+    bufs, sizes = (S_ROWS, M_L), (rows * (nk if passes == 1 else bc) * eb, 2 * rows * acc)
     k = 0
     for cta in range(cta_start, cta_stop):
         bh, rb = cta // t_r, cta % t_r
         r0 = rb * rows
         r = min(rows, n - r0)
-        base = (bh * n + r0) * n  # element (b, h, r0, 0) of S and P
+        base = (bh * n + r0) * nk  # element (b, h, r0, 0) of S and P
         for t in range(2):
             k = buf(ev, k, write, 1, cta, ALLOC, bufs[t], sizes[t])
         for it in range(passes * t_kv):  # two passes: step t_kv + jc is pass 2's chunk jc
             jc, last = it % t_kv, it >= (passes - 1) * t_kv
             k0 = jc * bc
-            c = min(bc, n - k0)
-            masked = causal != 0 and k0 + c - 1 > r0
+            c = min(bc, nk - k0)
+            masked = not block_full(kmin, kmax, r0, r0 + r, k0, k0 + c)
             off = (base + k0) * eb
             # S chunk: HBM -> SRAM (once per pass)
-            k = mem(ev, k, write, 1, cta, it, LOAD, S, rb, jc, off, r, c * eb, n * eb)
+            k = mem(ev, k, write, 1, cta, it, LOAD, S, rb, jc, off, r, c * eb, nk * eb)
             if passes == 1:  # the whole row block first, then the chunks' arithmetic
                 continue
             per = EW_NORMALIZE_PER_SCORE if last else EW_ONLINE_PER_SCORE
@@ -173,44 +176,45 @@ def _emit_softmax(ev, write, cta_start, cta_stop, p):
             k = calc(ev, k, write, 1, cta, it, EW, rb, jc, ew)
             k = calc(ev, k, write, 1, cta, it, EXP, rb, jc, exps)
             if last:  # P chunk: SRAM -> HBM
-                k = mem(ev, k, write, 1, cta, it, STORE, P, rb, jc, off, r, c * eb, n * eb)
+                k = mem(ev, k, write, 1, cta, it, STORE, P, rb, jc, off, r, c * eb, nk * eb)
             elif jc == t_kv - 1:  # between the passes: 1 / l
                 k = calc(ev, k, write, 1, cta, -1, EW, rb, -1, EW_SOFTMAX_PER_ROW * r)
         if passes == 1:
             w = max(bc, RESIDENT_CHUNK)  # the kernel's chunk of the resident rows: a step each
-            for jc in range((n + w - 1) // w):
+            for jc in range((nk + w - 1) // w):
                 k0 = jc * w
-                c = min(w, n - k0)
-                masked = causal != 0 and k0 + c - 1 > r0
+                c = min(w, nk - k0)
+                masked = not block_full(kmin, kmax, r0, r0 + r, k0, k0 + c)
                 ew = (EW_SOFTMAX_PER_SCORE + EW_MASK_PER_SCORE * masked) * r * c
                 k = calc(ev, k, write, 1, cta, jc, EW, rb, jc, ew)
                 k = calc(ev, k, write, 1, cta, jc, EXP, rb, jc, r * c)
             k = calc(ev, k, write, 1, cta, -1, EW, rb, -1, EW_SOFTMAX_PER_ROW * r)
             for jc in range(t_kv):  # P chunks: SRAM -> HBM, once
                 k0 = jc * bc
-                c = min(bc, n - k0)
+                c = min(bc, nk - k0)
                 off = (base + k0) * eb
-                k = mem(ev, k, write, 1, cta, jc, STORE, P, rb, jc, off, r, c * eb, n * eb)
+                k = mem(ev, k, write, 1, cta, jc, STORE, P, rb, jc, off, r, c * eb, nk * eb)
         for t in range(1, -1, -1):
             k = buf(ev, k, write, 1, cta, FREE, bufs[t], sizes[t])
     return k
 
 
 @njit(**JIT)
-def _emit(ev, write, kernel, cta_start, cta_stop, p):
+def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
     if kernel == 0:  # qk: S = Q K^T / sqrt(d)
         bufs = (Q_S, K_S, S_ACC)
         return _emit_tile(ev, write, 0, cta_start, cta_stop, p, Q, K, S, bufs, EW_QK_PER_SCORE)
     if kernel == 1:
-        return _emit_softmax(ev, write, cta_start, cta_stop, p)
+        return _emit_softmax(ev, write, cta_start, cta_stop, p, kmin, kmax)
     # pv: O = P V
     return _emit_rows(ev, write, 2, cta_start, cta_stop, p, P, V, O, (P_S, V_S, O_ACC), 0)
 
 
 # -- numeric executor --------------------------------------------------------------------------
 def _softmax(s, run, s_mat, p_mat):
-    sh, bc, n, t_kv = s.shape, s.block_kv, s.shape.seq_len, s.t_kv
+    sh, bc, n, nk, t_kv = s.shape, s.block_kv, s.shape.seq_len, s.shape.n_kv, s.t_kv
     rows, at = s.option("softmax_rows"), run.at
+    kmin, kmax = s.mask
     for cta in range(s.kernels[1].ctas):
         bh, rb = divmod(cta, -(-n // rows))
         b, h = divmod(bh, sh.heads)
@@ -220,24 +224,26 @@ def _softmax(s, run, s_mat, p_mat):
         chunks, m_i, l_i = [], np.full(r, -np.inf, at), np.zeros(r, at)
         for it in range(t_kv * s.option("softmax_passes")):
             jc = it % t_kv
-            c = min(bc, n - jc * bc)
+            c = min(bc, nk - jc * bc)
             s_c = run.load(1, cta, it, S, s_mat, b, h, r0, r, jc * bc, c, rb, jc)
-            masked = np.arange(jc * bc, jc * bc + c)[None, :] > np.arange(r0, r0 + r)[:, None]
-            masked = masked if sh.causal and masked.any() else None
-            if masked is not None:
-                s_c = np.where(masked, -np.inf, s_c)
-            ew_mask = 0 if masked is None else EW_MASK_PER_SCORE * r * c
+            masked = not block_full(kmin, kmax, r0, r0 + r, jc * bc, jc * bc + c)
+            if masked:
+                s_c = np.where(allowed(sh, r0, r0 + r, jc * bc, jc * bc + c), s_c, -np.inf)
+            ew_mask = EW_MASK_PER_SCORE * r * c * masked
             if s.option("softmax_passes") == 1:
                 chunks.append(s_c)
             elif it < t_kv:  # pass 1: running max m and sum l
                 m_new = np.maximum(m_i, s_c.max(axis=1))
-                l_i = np.exp(m_i - m_new) * l_i + np.exp(s_c - m_new[:, None]).sum(axis=1)
+                m_use = np.where(np.isneginf(m_new), 0, m_new)  # no key seen yet
+                l_i = np.exp(m_i - m_use) * l_i + np.exp(s_c - m_use[:, None]).sum(axis=1)
                 m_i = m_new
                 ew = EW_ONLINE_PER_SCORE * r * c + EW_ONLINE_PER_ROW * r + ew_mask
                 run.calc(1, cta, it, EW, rb, jc, ew)
                 run.calc(1, cta, it, EXP, rb, jc, r * c + r)
-                if it == t_kv - 1:
-                    inv_l = at.type(1) / l_i
+                if it == t_kv - 1:  # a row that sees no key: P = 0
+                    with np.errstate(divide="ignore"):
+                        inv_l = np.where(l_i > 0, at.type(1) / l_i, 0).astype(at)
+                    m_i = np.where(np.isneginf(m_i), 0, m_i)
                     run.calc(1, cta, -1, EW, rb, -1, EW_SOFTMAX_PER_ROW * r)
             else:  # pass 2: S read again, P computed and stored
                 p_c = np.exp(s_c - m_i[:, None]) * inv_l[:, None]
@@ -247,12 +253,15 @@ def _softmax(s, run, s_mat, p_mat):
                 run.store(1, cta, it, P, p_mat, b, h, r0, jc * bc, p_c, rb, jc)
         if chunks:  # one pass: the whole row block is resident
             s_rows = np.concatenate(chunks, axis=1)
-            e = np.exp(s_rows - s_rows.max(axis=1)[:, None])
-            p_rows = e * (at.type(1) / e.sum(axis=1))[:, None]
+            m_r = s_rows.max(axis=1)
+            e = np.exp(s_rows - np.where(np.isneginf(m_r), 0, m_r)[:, None])
+            l_r = e.sum(axis=1)
+            with np.errstate(divide="ignore"):  # a row that sees no key: P = 0
+                p_rows = e * np.where(l_r > 0, at.type(1) / l_r, 0).astype(at)[:, None]
             w = softmax_chunk(bc, 1)
-            for jc in range(-(-n // w)):  # the kernel's chunks of the resident rows
-                c = min(w, n - jc * w)
-                masked = sh.causal and jc * w + c - 1 > r0
+            for jc in range(-(-nk // w)):  # the kernel's chunks of the resident rows
+                c = min(w, nk - jc * w)
+                masked = not block_full(kmin, kmax, r0, r0 + r, jc * w, jc * w + c)
                 ew = (EW_SOFTMAX_PER_SCORE + EW_MASK_PER_SCORE * masked) * r * c
                 run.calc(1, cta, jc, EW, rb, jc, ew)
                 run.calc(1, cta, jc, EXP, rb, jc, r * c)
@@ -269,10 +278,11 @@ def execute(s, q, k, v, grad_out, rec):
     Returns
     -------
     (O, P, S)
-        O (B, H, N, d), then the HBM intermediates P and S (B, H, N, N), in the storage dtype.
+        O (B, H, N, d), then the HBM intermediates P and S (B, H, N, N_kv), in the storage
+        dtype.
     """
     sh = s.shape
-    s_mat = np.zeros((sh.batch, sh.heads, sh.seq_len, sh.seq_len), q.dtype)  # HBM, input dtype
+    s_mat = np.zeros((sh.batch, sh.heads, sh.seq_len, sh.n_kv), q.dtype)  # HBM, input dtype
     p_mat, out = np.zeros_like(s_mat), np.zeros_like(q)
     run = Tiles(s, rec, _buffers)
     tile_product(s, run, 0, Q, q, K, k, S, s_mat, EW_QK_PER_SCORE)  # qk: S = Q K^T / sqrt(d)

@@ -16,9 +16,10 @@ no recomputation. Five kernels, in launch order:
    the Q blocks i, loading dS_ij and Q_i, and stores dK_j.
 
 
-Four N x N x d matmuls: 8 N^2 d FLOPs per head, twice the forward (no recomputation; flash
-recomputes S and does 2.5x). Causal changes only the values: P is zero above the diagonal, so dS
-is too, and every GEMM still reads every tile; the ``ds`` kernel needs no mask.
+Four N x N_kv x d matmuls: 8 N N_kv d FLOPs per head, twice the forward (no recomputation;
+flash recomputes S and does 2.5x). A mask (``kernels.mask``: causal, window, segments)
+changes only the values: P is zero where it masks, so dS is too, and every GEMM still reads
+every tile; the ``ds`` kernel needs no mask.
 
 FP32 operation counts (EW events): ``ds`` EW_ROWSUM_PER_SCORE = 2 (multiply P * dP, add) and
 EW_DS_PER_SCORE = 2 (subtract the row sum, multiply by P), per score of the row block;
@@ -45,6 +46,7 @@ from flashio.kernels._emit import (
     P_EB,
     P_HEADS,
     P_KV_HEADS,
+    P_KV_SEQ,
     P_SEQ,
     STORE,
     buf,
@@ -84,20 +86,20 @@ def validate(s) -> None:
 def tensors(s) -> tuple[TensorInfo, ...]:
     sh, br, bc = s.shape, s.block_q, s.block_kv
     b, h, kh, n, d = sh.batch, sh.heads, sh.n_kv_heads, sh.seq_len, sh.head_dim
-    eb, acc = sh.elem_bytes, sh.acc_bytes
+    eb, acc, nk = sh.elem_bytes, sh.acc_bytes, sh.n_kv
     rows, cols = row_block(s)
     g, sm, rg = Space.GLOBAL, Space.SHARED, Space.REGISTERS
     return (
         TensorInfo("Q", g, (b, h, n, d), eb),
-        TensorInfo("K", g, (b, kh, n, d), eb),
-        TensorInfo("V", g, (b, kh, n, d), eb),
+        TensorInfo("K", g, (b, kh, nk, d), eb),
+        TensorInfo("V", g, (b, kh, nk, d), eb),
         TensorInfo("dO", g, (b, h, n, d), eb),
-        TensorInfo("P", g, (b, h, n, n), eb),
-        TensorInfo("dP", g, (b, h, n, n), eb),
-        TensorInfo("dS", g, (b, h, n, n), eb),
+        TensorInfo("P", g, (b, h, n, nk), eb),
+        TensorInfo("dP", g, (b, h, n, nk), eb),
+        TensorInfo("dS", g, (b, h, n, nk), eb),
         TensorInfo("dQ", g, (b, h, n, d), eb),
-        TensorInfo("dK", g, (b, kh, n, d), eb),
-        TensorInfo("dV", g, (b, kh, n, d), eb),
+        TensorInfo("dK", g, (b, kh, nk, d), eb),
+        TensorInfo("dV", g, (b, kh, nk, d), eb),
         TensorInfo("P_ij", sm, (br, bc), eb),
         TensorInfo("dO_i", sm, (br, d), eb),
         TensorInfo("dV_j", rg, (bc, d), acc),
@@ -140,9 +142,9 @@ def kernels(s) -> tuple[KernelInfo, ...]:
 @njit(**JIT)
 def _emit_kv(ev, write, kernel, cta_start, cta_stop, p, tile, rows_t, out, bufs, ew_per_elem):
     """dv (tile P, rows dO) and dk (tile dS, rows Q, scaled): one CTA per (b, kv head, j)."""
-    nh, nkh, n, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_DIM]
+    nh, nkh, n, nk, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_KV_SEQ], p[P_DIM]
     eb, acc, br, bc = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV]
-    t_q, t_kv, grp = (n + br - 1) // br, (n + bc - 1) // bc, nh // nkh
+    t_q, t_kv, grp = (n + br - 1) // br, (nk + bc - 1) // bc, nh // nkh
     row = d * eb
     sizes = (br * bc * eb, br * row, bc * d * acc)
     k = 0
@@ -150,7 +152,7 @@ def _emit_kv(ev, write, kernel, cta_start, cta_stop, p, tile, rows_t, out, bufs,
         bkh, j = cta // t_kv, cta % t_kv
         b, kvh = bkh // nkh, bkh % nkh
         k0 = j * bc
-        c = min(bc, n - k0)
+        c = min(bc, nk - k0)
         for t in range(3):
             k = buf(ev, k, write, kernel, cta, ALLOC, bufs[t], sizes[t])
         for g in range(grp):
@@ -159,15 +161,15 @@ def _emit_kv(ev, write, kernel, cta_start, cta_stop, p, tile, rows_t, out, bufs,
                 q0, st = i * br, g * t_q + i
                 r = min(br, n - q0)
                 # P_ij (dS_ij) and dO_i (Q_i): HBM -> SRAM, once per (g, i)
-                off = ((bh * n + q0) * n + k0) * eb
-                k = mem(ev, k, write, kernel, cta, st, LOAD, tile, i, j, off, r, c * eb, n * eb)
+                off = ((bh * n + q0) * nk + k0) * eb
+                k = mem(ev, k, write, kernel, cta, st, LOAD, tile, i, j, off, r, c * eb, nk * eb)
                 off = (bh * n + q0) * row
                 k = mem(ev, k, write, kernel, cta, st, LOAD, rows_t, i, -1, off, r, row, row)
                 k = calc(ev, k, write, kernel, cta, st, MMA, i, j, 2 * r * c * d)
         if ew_per_elem > 0:  # the 1/sqrt(d) scale, in registers
             k = calc(ev, k, write, kernel, cta, -1, EW, j, -1, ew_per_elem * c * d)
         # dV_j (dK_j): registers -> HBM, once, summed over the group's query heads
-        off = (bkh * n + k0) * row
+        off = (bkh * nk + k0) * row
         k = mem(ev, k, write, kernel, cta, -1, STORE, out, j, -1, off, c, row, row)
         for t in range(2, -1, -1):
             k = buf(ev, k, write, kernel, cta, FREE, bufs[t], sizes[t])
@@ -176,47 +178,47 @@ def _emit_kv(ev, write, kernel, cta_start, cta_stop, p, tile, rows_t, out, bufs,
 
 @njit(**JIT)
 def _emit_ds(ev, write, cta_start, cta_stop, p):
-    n, eb, acc, bc = p[P_SEQ], p[P_EB], p[P_ACC], p[P_BKV]
+    n, nk, eb, acc, bc = p[P_SEQ], p[P_KV_SEQ], p[P_EB], p[P_ACC], p[P_BKV]
     passes, rows = p[P_SOFTMAX_PASSES], p[P_SOFTMAX_ROWS]
-    t_kv, t_r = (n + bc - 1) // bc, (n + rows - 1) // rows
-    nrow = rows * (n if passes == 1 else bc) * eb
+    t_kv, t_r = (nk + bc - 1) // bc, (n + rows - 1) // rows
+    nrow = rows * (nk if passes == 1 else bc) * eb
     bufs, sizes = (P_ROWS, DP_ROWS, D_ROW), (nrow, nrow, rows * acc)
     k = 0
     for cta in range(cta_start, cta_stop):
         bh, rb = cta // t_r, cta % t_r
         r0 = rb * rows
         r = min(rows, n - r0)
-        base = (bh * n + r0) * n  # element (b, h, r0, 0) of P, dP and dS
+        base = (bh * n + r0) * nk  # element (b, h, r0, 0) of P, dP and dS
         for t in range(3):
             k = buf(ev, k, write, 2, cta, ALLOC, bufs[t], sizes[t])
         for it in range(passes * t_kv):  # two passes: step t_kv + jc is pass 2's chunk jc
             jc, last = it % t_kv, it >= (passes - 1) * t_kv
             k0 = jc * bc
-            c = min(bc, n - k0)
+            c = min(bc, nk - k0)
             off = (base + k0) * eb
             # P and dP chunks: HBM -> SRAM, once per pass
-            k = mem(ev, k, write, 2, cta, it, LOAD, P, rb, jc, off, r, c * eb, n * eb)
-            k = mem(ev, k, write, 2, cta, it, LOAD, DP, rb, jc, off, r, c * eb, n * eb)
+            k = mem(ev, k, write, 2, cta, it, LOAD, P, rb, jc, off, r, c * eb, nk * eb)
+            k = mem(ev, k, write, 2, cta, it, LOAD, DP, rb, jc, off, r, c * eb, nk * eb)
             if passes == 2:
                 ew = (EW_DS_PER_SCORE if last else EW_ROWSUM_PER_SCORE) * r * c
                 k = calc(ev, k, write, 2, cta, it, EW, rb, jc, ew)
                 if last:  # dS chunk: SRAM -> HBM
-                    k = mem(ev, k, write, 2, cta, it, STORE, DS, rb, jc, off, r, c * eb, n * eb)
+                    k = mem(ev, k, write, 2, cta, it, STORE, DS, rb, jc, off, r, c * eb, nk * eb)
         if passes == 1:
-            ew = (EW_ROWSUM_PER_SCORE + EW_DS_PER_SCORE) * r * n
+            ew = (EW_ROWSUM_PER_SCORE + EW_DS_PER_SCORE) * r * nk
             k = calc(ev, k, write, 2, cta, -1, EW, rb, -1, ew)
             for jc in range(t_kv):  # dS chunks: SRAM -> HBM, once
                 k0 = jc * bc
-                c = min(bc, n - k0)
+                c = min(bc, nk - k0)
                 off = (base + k0) * eb
-                k = mem(ev, k, write, 2, cta, jc, STORE, DS, rb, jc, off, r, c * eb, n * eb)
+                k = mem(ev, k, write, 2, cta, jc, STORE, DS, rb, jc, off, r, c * eb, nk * eb)
         for t in range(2, -1, -1):
             k = buf(ev, k, write, 2, cta, FREE, bufs[t], sizes[t])
     return k
 
 
 @njit(**JIT)
-def _emit(ev, write, kernel, cta_start, cta_stop, p):
+def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
     start, stop = cta_start, cta_stop
     if kernel == 0:  # dv: dV = P^T dO
         return _emit_kv(ev, write, 0, start, stop, p, P, DO, DV, (P_S, DO_S, DV_ACC), 0)
@@ -241,7 +243,7 @@ def _kv_side(s, run, kernel, tile_t, tile, rows_t, rows, out_t, out, ew_per_elem
         bkh, j = divmod(cta, s.t_kv)
         b, kvh = divmod(bkh, sh.n_kv_heads)
         k0 = j * bc
-        c = min(bc, n - k0)
+        c = min(bc, sh.n_kv - k0)
         run.bufs(kernel, cta, ALLOC)
         acc = np.zeros((c, d), run.at)
         for g in range(sh.group):
@@ -261,7 +263,7 @@ def _kv_side(s, run, kernel, tile_t, tile, rows_t, rows, out_t, out, ew_per_elem
 
 
 def _ds(s, run, p, dp, ds):
-    n, bc, t_kv = s.shape.seq_len, s.block_kv, s.t_kv
+    n, nk, bc, t_kv = s.shape.seq_len, s.shape.n_kv, s.block_kv, s.t_kv
     rows, passes = s.option("softmax_rows"), s.option("softmax_passes")
     for cta in range(s.kernels[2].ctas):
         bh, rb = divmod(cta, -(-n // rows))
@@ -272,7 +274,7 @@ def _ds(s, run, p, dp, ds):
         chunks, d_r = [], np.zeros(r, run.at)  # D_i = rowsum(P * dP), accumulated
         for it in range(passes * t_kv):
             jc = it % t_kv
-            c = min(bc, n - jc * bc)
+            c = min(bc, nk - jc * bc)
             p_c = run.load(2, cta, it, P, p, b, h, r0, r, jc * bc, c, rb, jc)
             dp_c = run.load(2, cta, it, DP, dp, b, h, r0, r, jc * bc, c, rb, jc)
             if passes == 1:
@@ -287,7 +289,7 @@ def _ds(s, run, p, dp, ds):
         if chunks:  # one pass: both row blocks resident
             p_r, dp_r = (np.concatenate(x, axis=1) for x in zip(*chunks, strict=True))
             ds_r = p_r * (dp_r - (p_r * dp_r).sum(axis=1)[:, None])
-            run.calc(2, cta, -1, EW, rb, -1, (EW_ROWSUM_PER_SCORE + EW_DS_PER_SCORE) * r * n)
+            run.calc(2, cta, -1, EW, rb, -1, (EW_ROWSUM_PER_SCORE + EW_DS_PER_SCORE) * r * nk)
             for jc in range(t_kv):
                 ds_c = ds_r[:, jc * bc : (jc + 1) * bc]
                 run.store(2, cta, jc, DS, ds, b, h, r0, jc * bc, ds_c, rb, jc)
@@ -304,7 +306,7 @@ def execute(s, q, k, v, grad_out, rec):
     fwd = Schedule("standard", s.shape, s.block_q, s.block_kv, s.warps, s.options)
     _, p, _ = standard.execute(fwd, q, k, v, None, Recorder())
     sh = s.shape
-    dp = np.zeros((sh.batch, sh.heads, sh.seq_len, sh.seq_len), q.dtype)  # HBM, input dtype
+    dp = np.zeros((sh.batch, sh.heads, sh.seq_len, sh.n_kv), q.dtype)  # HBM, input dtype
     ds, dq, dk, dv = np.zeros_like(dp), np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
     run = Tiles(s, rec, _buffers)
     _kv_side(s, run, 0, P, p, DO, grad_out, DV, dv, 0)  # dv: dV = P^T dO

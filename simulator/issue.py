@@ -247,7 +247,8 @@ def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
         )  # fmt: skip
     except KeyError:  # a trace without its tiling: nothing to look up
         return None
-    if options and params.get("seq_len", 0) % 8:  # the census holds the aligned-rows build
+    row = params.get("kv_seq_len", params.get("seq_len", 0))  # S's row length
+    if options and row % 8:  # the census holds the aligned-rows build
         return None
     table = census(impl)
     # a separately compiled causal variant where there is one

@@ -195,6 +195,12 @@ def test_demo_writes_json_and_plots(tmp_path, capsys):
     assert "flash1" not in summary["compiled"] and "compiled ms" in out
     pipe = next(r for r in summary["rows"] if r["schedule"] == "flash2")
     assert summary["compiled"]["flash2"]["time_s"] != pipe["time_s"]
+    # long context: a window moves less than causal, causal less than full; a decoding step
+    # reads its whole KV cache (K and V, 16 heads, 128k tokens of d = 64 in fp16) from HBM
+    full, causal, window, decode = summary["masks"]
+    assert window["global_bytes"] < causal["global_bytes"] < full["global_bytes"]
+    assert decode["hbm_bytes"] >= 2 * 16 * 131072 * 64 * 2
+    assert "long context" in out and "decoding" in out
 
 
 def test_simulate_compiled_prices_the_census_kernel(capsys):
@@ -364,3 +370,40 @@ def test_the_cli_does_not_import_what_simulate_does_not_use():
 
     assert analysis.strategies.__name__ == "flashio.analysis.strategies"
     assert analysis.schedule_dag.__module__ == "flashio.analysis.dag.graph"
+
+
+def test_mask_flags_reach_the_schedule(capsys):
+    """--window, --segments and --kv-seq-len build the shape the library builds; the report
+    says what the mask leaves, and the tile search takes them too."""
+    base = ["simulate", "flash2", "--heads", "2", "--seq-len", "512", "--head-dim", "32"]
+    out = _json(capsys, [*base, "--causal", "--window", "128", "--json"])
+    want = kernels.AttentionShape(1, 2, 512, 32, causal=True, window=128)
+    assert out["shape"] == want.to_dict()
+    sched = kernels.schedule("flash2", want, out["block_q"], out["block_kv"], out["warps"])
+    res = simulator.simulate(sched, DEFAULT_GPU)
+    assert out["result"]["global_read_bytes"] == res.global_read_bytes
+    assert main([*base, "--segments", "100,412", "--causal"]) == 0
+    text = capsys.readouterr().out
+    assert "segments=(100, 412)" in text and "query-key pairs per head" in text
+    argv = ["tiling", "--search", "--seq-len", "1", "--kv-seq-len", "2048", "--head-dim", "64"]
+    assert main([*argv, "--block-sizes", "64", "128", "--warps", "4", "--top", "2"]) == 0
+    assert "N_kv=2048" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--segments", "100,100"], "segments sum to 200, not seq_len=512"),
+        (["--window", "1,2,3"], "expected W"),
+        (["--window", "64"], "without causal=True"),
+        (["--kv-seq-len", "0"], "kv_seq_len must be a positive integer"),
+    ],
+)
+def test_bad_mask_flags_exit_2_with_the_reason(capsys, flags, message):
+    argv = ["simulate", "flash2", "--seq-len", "512", *flags]
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own type errors
+        code = exc.code
+    assert code == 2
+    assert message in capsys.readouterr().err

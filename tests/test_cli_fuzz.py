@@ -35,7 +35,10 @@ UNKNOWN_FLAGS = ("--no-such-flag", "--seq_len", "-x", "--gpu=", "--json=1", "--o
 SHAPE = {"--batch": "1", "--heads": "1", "--seq-len": "16", "--head-dim": "16"}
 TILES = {"--block-q": "16", "--block-kv": "16", "--warps": "4"}
 VERBS = {
-    "simulate": (["simulate", "flash2"], {**SHAPE, **TILES, "--kv-heads": "1"}),
+    "simulate": (
+        ["simulate", "flash2"],
+        {**SHAPE, **TILES, "--kv-heads": "1", "--kv-seq-len": "24", "--window": "3,2"},
+    ),
     "compare": (["compare"], {**SHAPE, **TILES, "--kv-heads": "1"}),
     "tiling": (["tiling"], {"--head-dim": "16", "--sram-bytes": "65536", "--top": "3"}),
     "tiling-search": (

@@ -80,3 +80,19 @@ def test_cli_check_exit_status_and_bad_only(capsys):
     assert "no generated block matches" in capsys.readouterr().err
     assert main(["docs", "--list"]) == 0
     assert "crosscheck" in capsys.readouterr().out
+
+
+def test_a_block_never_reaches_into_the_next(tmp_path):
+    """An empty block is refused with the fix, not read up to the next block's end marker
+    (which would overwrite everything between them on --update)."""
+    two = (
+        "<!-- generated: m.a:f -->\n{}<!-- generated:end -->\n\ntext between\n\n"
+        "<!-- generated: m.b:g -->\nold\n<!-- generated:end -->\n"
+    )
+    page = tmp_path / "page.md"
+    page.write_text(two.format(""))
+    with pytest.raises(docs.FileError, match=r"m\.a:f is empty; put a line"):
+        docs._blocks_in(page)
+    page.write_text(two.format("placeholder\n"))
+    found = docs._blocks_in(page)
+    assert [b.current() for b in found] == ["placeholder", "old"]

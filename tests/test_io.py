@@ -132,7 +132,7 @@ def test_flash2_spill_steps_are_visited_pairs():
     res = simulator.simulate(sched, NO_L2)
     occ = res.kernels[0].occupancy
     assert occ.spilled_regs_per_thread > 0
-    pairs = block_sums(512, 256, 256, True).pairs
+    pairs = block_sums(shape, 256, 256).pairs
     assert pairs == 3  # (0, 0), (1, 0), (1, 1)
     per_step = occ.spilled_regs_per_thread * 4 * 4 * 32
     assert res.tensor(LOCAL_NAME).global_write_bytes == 2 * pairs * per_step
@@ -175,7 +175,7 @@ def test_block_sums_by_enumerating_pairs(n, tq, tkv, causal):
         if causal and not any(c <= r for r in rows for c in cols):
             continue  # every score of the tile is masked: the schedules skip it
         rv, cv, area = rv + len(rows), cv + len(cols), area + len(rows) * len(cols)
-    got = block_sums(n, br, bc, causal)
+    got = block_sums(kernels.AttentionShape(1, 1, n, 8, causal=causal), br, bc)
     assert (got.row_visits, got.col_visits, got.area) == (rv, cv, area)
     assert got.pairs == sum(
         1

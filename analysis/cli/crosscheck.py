@@ -139,9 +139,7 @@ def _configs(a) -> list:
             if not value.strip().lstrip("-").isdigit():
                 raise UsageError(f"--option {item!r}: expected KEY=INT, e.g. softmax_passes=2")
             opts.append((key.strip(), int(value)))
-        shape = kernels.AttentionShape(
-            a.batch, a.heads, a.seq_len, a.head_dim, a.dtype, causal=a.causal, kv_heads=a.kv_heads
-        )
+        shape = cli_options.shape_of(a)
         sched = kernels.schedule(a.schedule, shape, a.block_q, a.block_kv, a.warps, **dict(opts))
         cfg = cc.Config(
             a.schedule, shape, sched.block_q, sched.block_kv, sched.warps, tuple(sorted(opts))

@@ -35,9 +35,13 @@ from pathlib import Path
 from flashio.analysis.paths import ROOT, docs_dir
 from flashio.simulator import FileError, UsageError, atomic_write
 
+# a block's body never spans another marker: an empty body ("begin\nend") would otherwise
+# reach the next block's end marker
 FUNCTION = re.compile(
-    r"(<!-- generated: ([\w.]+):(\w+) -->\n)(.*?)(\n<!-- generated:end -->)", re.S
+    r"(<!-- generated: ([\w.]+):(\w+) -->\n)((?:(?!<!-- generated).)*?)(\n<!-- generated:end -->)",
+    re.S,
 )
+EMPTY = re.compile(r"<!-- generated: ([\w.]+:\w+) -->\n<!-- generated:end -->")
 COMMAND = re.compile(r"(```text\n\$ (flashio [^\n]*)\n)(.*?)(\n```)", re.S)
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 REL_TOL = 1e-6
@@ -134,6 +138,12 @@ def _command_renderer(command: str) -> Callable[[int], Rendered]:
 
 def _blocks_in(page: Path) -> list[Block]:
     text, found = page.read_text(), []
+    empty = EMPTY.search(text)
+    if empty:
+        raise FileError(
+            f"{page}: the generated block {empty.group(1)} is empty; put a line (any text) "
+            "between its markers, and flashio docs --update fills it in"
+        )
     for m in FUNCTION.finditer(text):
         module, function = m.group(2), m.group(3)
         found.append(Block(f"{page.stem}: {function}", page, m.start(4), m.end(4),

@@ -66,9 +66,7 @@ def _blocks(a, shape, gpu) -> tuple[int | None, int | None]:
 
 
 def _shape(a) -> kernels.AttentionShape:
-    return kernels.AttentionShape(
-        a.batch, a.heads, a.seq_len, a.head_dim, a.dtype, causal=a.causal, kv_heads=a.kv_heads
-    )
+    return opts.shape_of(a)
 
 
 def _gpu(a) -> simulator.GPUSpec:

@@ -55,6 +55,18 @@ def positive(groups, flag: str) -> list | None:
     return values
 
 
+def window(text: str) -> int | tuple[int, int]:
+    """An argparse type for --window: ``W`` (causal) or ``LEFT,RIGHT``."""
+    values = listed(int)(text)
+    if len(values) == 1:
+        return values[0]
+    if len(values) == 2:
+        return values
+    raise argparse.ArgumentTypeError(
+        f"expected W (with --causal: the W keys ending at the query) or LEFT,RIGHT, got {text!r}"
+    )
+
+
 def add_gpu(p: argparse.ArgumentParser, repeatable: bool = False) -> None:
     more = "; repeatable" if repeatable else ""
     p.add_argument(
@@ -84,7 +96,20 @@ SHAPE_FLAGS = {
                           "help": f"element type (default {_D['dtype']})"}),
     "causal": ("--causal", {"action": "store_true",
                             "help": "causal mask (default: full attention)"}),
+    "kv_seq_len": ("--kv-seq-len", {"type": int, "default": None, "metavar": "N_KV",
+                                    "help": "keys and values per sequence, e.g. a KV cache "
+                                    "(decoding: --seq-len 1); queries align to the end of the "
+                                    "keys (default = --seq-len)"}),
+    "window": ("--window", {"type": window, "default": None, "metavar": "W|LEFT,RIGHT",
+                            "help": "sliding window: with --causal the W keys ending at each "
+                            "query; without, LEFT keys before and RIGHT after it (default: "
+                            "none)"}),
+    "segments": ("--segments", {"type": listed(int), "default": None, "metavar": "L1,L2,...",
+                                "help": "packed documents: their lengths, summing to "
+                                "--seq-len; a query sees only its own document (default: "
+                                "one sequence)"}),
 }  # fmt: skip
+VARIANT_FLAGS = ("kv_seq_len", "window", "segments")
 # a sweep's lists: several lengths and head dims
 SWEEP_LISTS = {
     "seq_len": {"type": listed(int), "nargs": "+", "default": [(1024, 2048, 4096)],
@@ -103,9 +128,29 @@ def add_shape_flags(g, *names: str, lists: bool = False) -> None:
 
 
 def add_shape(p: argparse.ArgumentParser, lists: bool = False) -> None:
-    """--batch, --heads, --kv-heads, --seq-len, --head-dim, --dtype, --causal; with ``lists``
-    --seq-len and --head-dim take several values (a sweep)."""
+    """--batch, --heads, --kv-heads, --seq-len, --head-dim, --dtype, --causal, --kv-seq-len,
+    --window, --segments; with ``lists`` --seq-len and --head-dim take several values (a
+    sweep)."""
     add_shape_flags(p.add_argument_group("attention shape"), *SHAPE_FLAGS, lists=lists)
+
+
+def shape_of(a: argparse.Namespace, **fields) -> kernels.AttentionShape:
+    """The AttentionShape the parsed shape flags describe; ``fields`` replace some (a sweep's
+    seq_len and head_dim). Flags a verb does not have take their defaults."""
+    given = {name: getattr(a, name, None) for name in ("kv_heads", *VARIANT_FLAGS)}
+    given = {k: v for k, v in given.items() if v is not None}
+    return kernels.AttentionShape(
+        **{
+            "batch": a.batch,
+            "heads": a.heads,
+            "seq_len": a.seq_len,
+            "head_dim": a.head_dim,
+            "dtype": a.dtype,
+            "causal": getattr(a, "causal", False),
+            **given,
+            **fields,
+        }
+    )
 
 
 def add_tiling(p: argparse.ArgumentParser) -> None:

@@ -80,13 +80,7 @@ def cmd_sweep(a) -> int:
             simulator.load_gpu(name), a.sram_scale, a.hbm_scale, a.sm_scale, a.l2_scale
         )
     ]
-    shapes = [
-        kernels.AttentionShape(
-            a.batch, a.heads, n, d, a.dtype, causal=a.causal, kv_heads=a.kv_heads
-        )
-        for n in a.seq_len
-        for d in a.head_dim
-    ]
+    shapes = [opts.shape_of(a, seq_len=n, head_dim=d) for n in a.seq_len for d in a.head_dim]
     blocks = [(b, b) for b in a.block] if a.block else [(None, None)]
     out = Path(a.out)
     partial = out.with_name(out.name + ".partial")  # each point as it finishes, for --resume

@@ -74,7 +74,7 @@ def add_tiling_command(subparsers) -> argparse.ArgumentParser:
     )
     s = p.add_argument_group("tile search (with --search)")
     s.add_argument("--search", action="store_true", help="simulate and rank every tiling")
-    opts.add_shape_flags(s, "batch", "heads", "seq_len")
+    opts.add_shape_flags(s, "batch", "heads", "seq_len", "causal", *opts.VARIANT_FLAGS)
     s.add_argument(
         "--block-sizes", type=opts.listed(int), nargs="+", default=[(16, 32, 64, 128, 256)],
         metavar="B",
@@ -234,10 +234,8 @@ def search_text(results, shape, name, gpu, top: int, compiled: bool = False) -> 
         ]
         for r in shown
     ]
-    kv = f", kv_heads={shape.kv_heads}" if shape.kv_heads else ""
     lines = [
-        f"Tile search: {name} on {gpu.name}, batch={shape.batch}, heads={shape.heads}{kv}, "
-        f"N={shape.seq_len}, d={shape.head_dim}, {shape.dtype}; {len(ok)} tilings ran, "
+        f"Tile search: {name} on {gpu.name}, {shape.describe()}; {len(ok)} tilings ran, "
         f"{len(results) - len(ok)} do not fit",
         f"(ranked by simulated time; {'all' if top <= 0 else f'top {top} and the rule rows'}"
         + ("; the compiled kernels' tilings, priced by their main loops)" if compiled else ")"),
@@ -282,7 +280,7 @@ def cmd_tiling(a) -> int:
     out: dict = {"rule": rule.to_dict()}
     text = [rule_text(rule)]
     if a.search:
-        shape = kernels.AttentionShape(a.batch, a.heads, a.seq_len, a.head_dim, a.dtype)
+        shape = opts.shape_of(a)
         kw = {"include_rule": True, "sram_bytes": a.sram_bytes}
         plan = plan_search(a.schedule, shape, gpu, a.block_sizes, a.warps, **kw)
         print(

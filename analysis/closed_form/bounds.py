@@ -14,8 +14,12 @@ What is known, and how exactly (``docs/io.md`` has the derivations):
 - Compulsory traffic, constant 1: every element of Q, K, V must be read and every element of O
   written at least once (``compulsory_bytes``).
 - Per schedule, from its closed form: exact elements >= c * B*H * W d^2 / M, with M the
-  schedule's own on-chip footprint and W = N^2 (N(N+1)/2 causal), for the constants in
-  ``SCHEDULE_CONSTANTS`` (proved in docs/io.md).
+  schedule's own on-chip footprint and W the query-key pairs the mask allows (N^2; N(N+1)/2
+  causal; any window, segments or kv_seq_len: ``kernels.mask.pair_count``), for the constants
+  in ``SCHEDULE_CONSTANTS`` (proved in docs/io.md; the proofs use only W <= the visited area).
+- With a mask the orders take W for N^2: the FlashAttention paper's Proposition 4 for
+  block-sparse attention, Theta(N d + N^2 d^2 s / M) with s the fraction of blocks kept, is
+  this with W = s N^2.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from fractions import Fraction
 
 from flashio import kernels, simulator
 from flashio.analysis.closed_form.io import io_counts
+from flashio.kernels.mask import seen_counts
 
 __all__ = [
     "SCHEDULE_CONSTANTS",
@@ -56,9 +61,9 @@ SCHEDULE_CONSTANTS = {
 
 
 def work(shape: kernels.AttentionShape) -> int:
-    """Query-key pairs that count per (batch, head): N^2, or N(N+1)/2 when causal."""
-    n = shape.seq_len
-    return n * (n + 1) // 2 if shape.causal else n * n
+    """Query-key pairs that count per (batch, head): N^2, N(N+1)/2 when causal, and what
+    ``kernels.mask.pair_count`` counts for a window, segments or kv_seq_len."""
+    return shape.forward_flops() // (4 * shape.head_dim * shape.batch * shape.heads)
 
 
 def sram_elements(gpu: simulator.GPUSpec, dtype: str, *, per: str = "cta") -> int:
@@ -76,27 +81,28 @@ def sram_elements(gpu: simulator.GPUSpec, dtype: str, *, per: str = "cta") -> in
 
 def standard_order(shape: kernels.AttentionShape) -> int:
     """B*H*(N d + N^2): the order of standard attention's IO (FA paper Theorem 2), in elements.
-    An order: the exact count is ``io_counts("standard", ...)``, about 4 N^2 + 4 N d per head."""
+    An order: the exact count is ``io_counts("standard", ...)``, about 4 N^2 + 4 N d per head.
+    With kv_seq_len, N^2 is N N_kv: standard attention stores every score, whatever the mask."""
     n, d = shape.seq_len, shape.head_dim
-    return shape.batch * shape.heads * (n * d + n * n)
+    return shape.batch * shape.heads * (n * d + n * shape.n_kv)
 
 
 def flash_order(shape: kernels.AttentionShape, m_elements: float) -> float:
-    """B*H*N^2 d^2 / M: the order of FlashAttention's IO (FA paper Theorem 2, d <= M <= N d)."""
-    n, d = shape.seq_len, shape.head_dim
-    return shape.batch * shape.heads * n * n * d * d / m_elements
+    """B*H*W d^2 / M: the order of FlashAttention's IO (FA paper Theorem 2, d <= M <= N d;
+    W = N^2 without a mask, the allowed pairs with one: Proposition 4)."""
+    d = shape.head_dim
+    return shape.batch * shape.heads * work(shape) * d * d / m_elements
 
 
 def lower_bound_order(shape: kernels.AttentionShape, m_elements: float) -> float:
     """The order of the IO lower bound (Saha & Ye 2024), in elements; no constant is known.
 
     N^2 d^2 / M for M >= d^2 (large cache), N^2 d / sqrt(M) for M < d^2 (small cache), per
-    (batch, head), times B*H. The two agree at M = d^2 (both N^2).
+    (batch, head), times B*H. The two agree at M = d^2 (both N^2). With a mask N^2 is the
+    allowed pairs W (``work``).
     """
-    n, d = shape.seq_len, shape.head_dim
-    per_head = (
-        n * n * d * d / m_elements if m_elements >= d * d else n * n * d / math.sqrt(m_elements)
-    )
+    w, d = work(shape), shape.head_dim
+    per_head = w * d * d / m_elements if m_elements >= d * d else w * d / math.sqrt(m_elements)
     return shape.batch * shape.heads * per_head
 
 
@@ -104,11 +110,18 @@ def compulsory_bytes(shape: kernels.AttentionShape, *, backward: bool = False) -
     """Bytes any exact algorithm must move, constant 1: read every input, write every output.
 
     Forward: read Q, K, V, write O. Backward: read Q, K, V, dO, write dQ, dK, dV (forward
-    statistics such as L or D are not counted: an algorithm may recompute them).
+    statistics such as L or D are not counted: an algorithm may recompute them). With a mask
+    only the queries that see a key and the keys some query sees must be read (a window
+    over a long KV cache reads the window); every output is written.
     """
-    q = shape.batch * shape.heads * shape.seq_len * shape.head_dim
-    kv = shape.batch * shape.n_kv_heads * shape.seq_len * shape.head_dim
-    elems = (2 * q + 2 * kv) + (q + 2 * kv if backward else 0)
+    b, h, kh, d = shape.batch, shape.heads, shape.n_kv_heads, shape.head_dim
+    q_seen, kv_seen = seen_counts(shape)
+    q_in, q_out = b * h * q_seen * d, b * h * shape.seq_len * d
+    kv_in, kv_out = b * kh * kv_seen * d, b * kh * shape.n_kv * d
+    if backward:
+        elems = 2 * q_in + 2 * kv_in + q_out + 2 * kv_out  # Q, dO, K, V in; dQ, dK, dV out
+    else:
+        elems = q_in + 2 * kv_in + q_out
     return elems * shape.elem_bytes
 
 
@@ -120,7 +133,7 @@ def on_chip_bytes(sched: kernels.Schedule) -> int:
     name, opts = sched.name, dict(sched.options)
     if name in ("standard", "standard_bwd"):
         rows = opts["softmax_rows"]
-        row_block = rows * (sh.seq_len if opts["softmax_passes"] == 1 else bc) * eb
+        row_block = rows * (sh.n_kv if opts["softmax_passes"] == 1 else bc) * eb
         if name == "standard":
             return max(
                 (br + bc) * d * eb + br * bc * acc,  # qk
@@ -172,10 +185,11 @@ def standard_crossover(name: str, shape: kernels.AttentionShape, **options: int)
     """
     if name not in ("flash1", "flash2", "flash1_bwd", "flash2_bwd"):
         raise ValueError(f"name must be flash1, flash2, flash1_bwd or flash2_bwd, got {name!r}")
-    if shape.causal:
+    if shape.causal or shape.variant:
         raise ValueError(
-            "standard_crossover needs a non-causal shape: with a mask the traffic is not linear "
-            "in the number of passes (use io_counts on both schedules instead)"
+            "standard_crossover needs a shape without a mask (no causal, window, segments or "
+            "kv_seq_len): with one the traffic is not linear in the number of passes (use "
+            "io_counts on both schedules instead)"
         )
     n = shape.seq_len
     s = io_counts("standard_bwd" if name.endswith("_bwd") else "standard", shape, n, n, **options)
@@ -295,7 +309,42 @@ def ratio_table(gpu_name: str = "h200", seq_lens=(1024, 4096, 16384), head_dims=
     return "\n".join(lines)
 
 
+def mask_table(gpu_name: str = "h200", seq_lens=(4096, 16384, 65536), d: int = 128) -> str:
+    """Markdown table: flash2 forward bytes per (batch, head) under each mask, next to full
+    attention and to what any exact algorithm must move (``compulsory_bytes``), fp16, Br = Bc
+    = the seed's block for N on the GPU (``kernels.default_block``): causal, a 4,096-key
+    causal window, 4 equal packed documents (causal), and one decoding step (N = 1) over an
+    N-token KV cache (its Q tile holds one real row)."""
+    gpu = simulator.load_gpu(gpu_name)
+    lines = [
+        "| N | mask | pairs W | flash2 bytes | compulsory bytes | flash2 / compulsory "
+        "| flash2 / full |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for n in seq_lens:
+        masks = {
+            "full": {},
+            "causal": {"causal": True},
+            "causal, window 4096": {"causal": True, "window": 4096},
+            "causal, 4 documents": {"causal": True, "segments": (n // 4,) * 4},
+            f"decode, KV cache {n:,}": {"seq_len": 1, "kv_seq_len": n},
+        }
+        b = kernels.default_block(kernels.AttentionShape(1, 1, n, d), gpu.smem_per_cta_bytes)
+        full = None
+        for label, fields in masks.items():
+            shape = kernels.AttentionShape(**{"batch": 1, "heads": 1, "seq_len": n,
+                                              "head_dim": d, **fields})  # fmt: skip
+            moved = io_counts("flash2", shape, b, b).total_bytes
+            full = moved if full is None else full
+            comp = compulsory_bytes(shape)
+            lines.append(
+                f"| {n:,} | {label} | {work(shape):,} | {moved:,} | {comp:,} | "
+                f"{moved / comp:.2f} | {moved / full:.3f} |"
+            )
+    return "\n".join(lines)
+
+
 if (
     __name__ == "__main__"
 ):  # python -m flashio.analysis.closed_form.bounds: the tables of docs/io.md
-    print(regime_table(), ratio_table(), sep="\n\n")
+    print(regime_table(), ratio_table(), mask_table(), sep="\n\n")

@@ -40,17 +40,18 @@ def matmul_flops(sched: kernels.Schedule) -> int:
 
     Notes
     -----
-    Standard attention computes every tile, causal or not: 2 (forward) or 4 (backward)
-    products of 2 N^2 d FLOPs per head. The flash schedules skip the tiles above the causal
-    diagonal and compute the others whole: 2 or 5 products of 2 d * area, with area the sum of
-    r_i c_j over visited tiles (``analysis.closed_form.io.block_sums``; N^2 without a mask).
+    Standard attention computes every tile, whatever the mask: 2 (forward) or 4 (backward)
+    products of 2 N N_kv d FLOPs per head. The flash schedules skip the tiles the mask hides
+    (``kernels.mask``) and compute the others whole: 2 or 5 products of 2 d * area, with area
+    the sum of r_i c_j over visited tiles (``analysis.closed_form.io.block_sums``; N N_kv
+    without a mask).
     """
     sh = sched.shape
-    n, d = sh.seq_len, sh.head_dim
+    d = sh.head_dim
     if sched.name.startswith("standard"):
-        area = n * n
+        area = sh.seq_len * sh.n_kv
     else:
-        area = block_sums(n, sched.block_q, sched.block_kv, sh.causal).area
+        area = block_sums(sh, sched.block_q, sched.block_kv).area
     return _PRODUCTS[sched.name] * 2 * d * area * sh.batch * sh.heads
 
 
@@ -61,11 +62,11 @@ def algorithmic_flops(
 
     Forward 4 d per pair (S = QK^T, O = PV); backward 8 d per pair (dV, dP, dQ, dK), plus 2 d
     to recompute S when ``recompute`` (FlashAttention: 10 d, 2.5x the forward). Pairs are N^2,
-    or N(N+1)/2 when causal. So per head: forward 4 N^2 d, backward 8 N^2 d (standard) or
-    10 N^2 d (flash).
+    N(N+1)/2 when causal, and for any mask what ``kernels.mask.pair_count`` counts. So per
+    head: forward 4 N^2 d, backward 8 N^2 d (standard) or 10 N^2 d (flash).
     """
-    n, d = shape.seq_len, shape.head_dim
-    pairs = n * (n + 1) // 2 if shape.causal else n * n
+    d = shape.head_dim
+    pairs = shape.forward_flops() // (4 * d * shape.batch * shape.heads)
     per_pair = (10 if recompute else 8) if backward else 4
     return per_pair * d * pairs * shape.batch * shape.heads
 

@@ -18,14 +18,14 @@ from flashio import kernels, simulator
 REG_BYTES = 4  # one 32-bit register
 
 
-def outer_steps(sched: kernels.Schedule, pairs: int) -> tuple[int, ...]:
+def outer_steps(sched: kernels.Schedule, bs) -> tuple[int, ...]:
     """Outer-loop steps per kernel of ``sched``, summed over its CTAs.
 
     Parameters
     ----------
     sched : kernels.Schedule
-    pairs : int
-        Visited (Q block, K/V block) pairs per (batch, query head), ``BlockSums.pairs``.
+    bs : BlockSums
+        The visited blocks per (batch, query head) (``analysis.closed_form.io.block_sums``).
 
     Notes
     -----
@@ -33,9 +33,11 @@ def outer_steps(sched: kernels.Schedule, pairs: int) -> tuple[int, ...]:
     Q block, a step per K/V block) and dv, dk (one per K/V block, a step per (group head, Q
     block)) have Tc and g Tr, i.e. BH Tr Tc in all; a softmax (ds) CTA walks its p Tc chunks as
     steps 0 .. p Tc - 1, and with one pass its P (dS) stores walk 0 .. Tc - 1 again, a new step
-    each unless Tc = 1. ``flash1`` (per (b, h)) and ``flash1_bwd`` (per (b, kv head)) have a
-    step per K/V block, Tc, mask or not; ``flash2`` (per Q block) and ``flash2_bwd``'s main
-    kernel (per K/V block, a step per (group head, Q block)) have one per visited pair; the
+    each unless Tc = 1. ``flash1`` (per (b, h)) has a step per K/V block some query sees
+    (Tc without a window or kv_seq_len), ``flash1_bwd`` (per (b, kv head)) one per K/V
+    block, Tc, mask or not (an unseen block still stores its zero dK_j, dV_j); ``flash2``
+    (per Q block) and ``flash2_bwd``'s main kernel (per K/V block, a step per (group head, Q
+    block)) have one per visited pair; the
     pre- and postprocessing kernels have none.
     """
     sh, t_q, t_kv = sched.shape, sched.t_q, sched.t_kv
@@ -48,22 +50,22 @@ def outer_steps(sched: kernels.Schedule, pairs: int) -> tuple[int, ...]:
         tiles = bh * t_q * t_kv
         return (0, soft, tiles) if name == "standard" else (tiles, 0, soft, tiles, tiles)
     if name == "flash1":
-        return (bh * t_kv,)
+        return (bh * bs.kv_blocks,)
     if name == "flash1_bwd":
         return (bk * t_kv,)
     if name == "flash2":
-        return (bh * pairs,)
+        return (bh * bs.pairs,)
     if name == "flash2_bwd":
-        return (0, bh * pairs, 0)
+        return (0, bh * bs.pairs, 0)
     raise ValueError(f"unknown schedule {name!r}; choose one of {', '.join(kernels.SCHEDULES)}")
 
 
-def spilled_registers(sched: kernels.Schedule, gpu: simulator.GPUSpec, pairs: int) -> int:
+def spilled_registers(sched: kernels.Schedule, gpu: simulator.GPUSpec, bs) -> int:
     """Registers stored to local memory by all kernels of ``sched`` on ``gpu`` (as many are
     loaded back): steps x spilled registers per thread x threads per CTA, summed over kernels.
     """
     total = 0
-    for k, steps in zip(sched.kernels, outer_steps(sched, pairs), strict=True):
+    for k, steps in zip(sched.kernels, outer_steps(sched, bs), strict=True):
         spilled = max(0, k.regs_per_thread - gpu.regs_per_thread_max)
         total += steps * spilled * k.warps * gpu.warp_size
     return total

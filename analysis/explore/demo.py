@@ -7,7 +7,8 @@ checks the seeds' headline claims against the model, and writes demo.json plus s
 traffic and time per schedule, traffic against N (log-log, six schedules), a roofline, a per-SM
 timeline of FlashAttention-2, traffic and time against block size, and hypothetical GPUs: shared
 memory scaled, and the SM count scaled (each SM keeping its resources, the L2 and HBM the
-chip's; docs/hypothetical-gpus.md).
+chip's; docs/hypothetical-gpus.md). Last, attention as it runs at long context: FA2's forward
+with full, causal and sliding-window masks, and one decoding step over a long KV cache.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 
 from flashio import kernels, simulator
+from flashio.analysis.closed_form.bounds import work
 from flashio.analysis.closed_form.flops import recompute_ratios
 from flashio.analysis.closed_form.tiling import tiling_rule
 from flashio.analysis.explore import comparison as cmp
@@ -36,6 +38,15 @@ SM_SCALES = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)  # hypothetical GPUs: fewer SMs
 # each kernel the instruction census holds is priced by its compiled main loop. The demo's
 # pictures use the pipe rates throughout, so every curve is one model; the table adds this.
 COMPILED = simulator.ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
+# Long context: FA2's forward under each mask (docs/io.md, "Masks"), 128 x 128 tiles, 4 warps,
+# priced by this project's compiled loop (COMPILED)
+LONG = kernels.AttentionShape(batch=1, heads=16, seq_len=16384, head_dim=64, dtype="fp16")
+MASKS = {
+    "full": {},
+    "causal": {"causal": True},
+    "causal, window 4096": {"causal": True, "window": 4096},
+    "decoding, 128k cache": {"seq_len": 1, "kv_seq_len": 131072},
+}
 
 
 class _Progress:
@@ -108,6 +119,54 @@ def _block_sizes(gpu, shape, say) -> list[tuple[int, int, float]]:
             continue
         points.append((b, res.global_bytes, res.time_s))
     return points
+
+
+def _masks(gpu, say) -> list[dict]:
+    """FA2's forward at long context under each of MASKS, priced by the compiled loop: bytes,
+    time, TFLOP/s over the pairs the mask allows, and the HBM bandwidth it draws."""
+    rows = []
+    for label, fields in MASKS.items():
+        say("masks at long context", label)
+        shape = kernels.AttentionShape(**{**LONG.to_dict(), **fields})
+        sched = kernels.schedule("flash2", shape, 128, 128, 4)
+        res = simulator.simulate(sched, gpu, options=COMPILED)
+        rows.append(
+            {
+                "mask": label,
+                "ctas": sched.kernels[0].ctas,
+                "shape": shape.to_dict(),
+                "pairs_per_head": work(shape),
+                "global_bytes": res.global_bytes,
+                "hbm_bytes": res.hbm_bytes,
+                "time_s": res.time_s,
+                "tflops_per_s": shape.forward_flops() / res.time_s / 1e12,
+                "hbm_tb_per_s": res.hbm_bytes / res.time_s / 1e12,
+            }
+        )
+    return rows
+
+
+def _masks_table(rows, gpu) -> str:
+    head = ["mask", "pairs/head", "global GB", "HBM GB", "time ms", "TFLOP/s", "HBM TB/s"]
+
+    def rate(x: float) -> str:
+        return f"{x:.0f}" if x >= 10 else f"{x:.2f}"
+
+    body = [
+        [r["mask"], f"{r['pairs_per_head']:,}", f"{r['global_bytes'] / 1e9:.3f}",
+         f"{r['hbm_bytes'] / 1e9:.3f}", f"{r['time_s'] * 1e3:.3f}", rate(r["tflops_per_s"]),
+         f"{r['hbm_tb_per_s']:.2f}"]
+        for r in rows
+    ]  # fmt: skip
+    sh, decode = LONG, rows[-1]
+    return (
+        f"long context, flash2 forward, 128x128 tiles, 4 warps, priced by its compiled loop: "
+        f"batch={sh.batch}, heads={sh.heads}, N={sh.seq_len}, d={sh.head_dim}, {sh.dtype}\n\n"
+        + report.table(head, body)
+        + f"\ndecoding: {decode['ctas']} CTAs (one per head) on {gpu.sm_count} SMs, each "
+        "computing a whole 128-row Q tile for its one query; split-KV decoding "
+        "(FlashDecoding) spreads the cache over the SMs"
+    )
 
 
 def _hypothetical(gpu, shape, say) -> list[sweep.SweepRow]:
@@ -287,6 +346,7 @@ def run_demo(
     blocks = _block_sizes(gpu, shape, say)
     hypo = _hypothetical(gpu, shape, say)
     sms_rows = _fewer_sms(gpu, shape, say)
+    masks = _masks(gpu, say)
     say.done()
     pictures = _plot(rows, scaling, blocks, hypo, sms_rows, gpu, shape, out)
     rule = tiling_rule(gpu, shape.head_dim, shape.dtype)
@@ -317,6 +377,7 @@ def run_demo(
             for r in sms_rows
             if not r.error
         ],
+        "masks": masks,
         "claims": [*_claims(rows, gpu, shape), _sm_claim(sms_rows, gpu, shape)],
         "plots": [str(p) for p in pictures],
     }
@@ -334,6 +395,7 @@ def run_demo(
     print("\nthe seeds' claims, checked:")
     for line in summary["claims"]:
         print(f"  - {line}")
+    print("\n" + _masks_table(masks, gpu))
     print(f"\nwrote {out / 'demo.json'}")
     for p in pictures:
         print(f"wrote {p}")

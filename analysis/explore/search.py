@@ -118,15 +118,15 @@ def _check_sizes(name: str, values) -> tuple[int, ...]:
 
 
 def _rule_blocks(name, shape, gpu, sram_bytes) -> dict[tuple[int, int], list[str]]:
-    """(block_q, block_kv) chosen by each form of the rule, clipped to seq_len."""
+    """(block_q, block_kv) chosen by each form of the rule, clipped to seq_len and kv_seq_len."""
     try:
         rule = tiling_rule(gpu, shape.head_dim, shape.dtype, sram_bytes, schedule=name)
     except ValueError:  # M < 4d: the rule chooses nothing
         return {}
     out: dict[tuple[int, int], list[str]] = {}
-    n = shape.seq_len
+    n, nk = shape.seq_len, shape.n_kv
     for f in rule.forms:
-        out.setdefault((min(f.block_q, n), min(f.block_kv, n)), []).append(f.name)
+        out.setdefault((min(f.block_q, n), min(f.block_kv, nk)), []).append(f.name)
     # what flashio simulate picks when no block is given: the seed's rule on this GPU's M
     b = kernels.default_block(shape, sram_bytes or gpu.smem_per_cta_bytes)
     out.setdefault((b, b), []).append("default")
@@ -191,7 +191,7 @@ def plan_search(
     return SearchPlan(tuple(out))
 
 
-def _why(r: TileResult, best: TileResult, sm_count: int, seq_len: int) -> str:
+def _why(r: TileResult, best: TileResult, sm_count: int, kv_seq_len: int) -> str:
     spill = f"{r.regs_per_thread} regs/thread, {r.spilled_regs_per_thread} spilled to local memory"
     if r is best:
         return "fastest" + (f"; {spill}" if r.spilled_regs_per_thread else "")
@@ -219,7 +219,7 @@ def _why(r: TileResult, best: TileResult, sm_count: int, seq_len: int) -> str:
         out.append(f"{r.waves} waves vs {best.waves}")
     if out:
         return "; ".join(out)
-    steps = -(-seq_len // r.block_kv), -(-seq_len // best.block_kv)
+    steps = -(-kv_seq_len // r.block_kv), -(-kv_seq_len // best.block_kv)
     alike = "no more traffic, as many resident warps"
     if steps[0] != steps[1]:
         return f"{alike}; {steps[0]} K/V steps per CTA vs {steps[1]}"
@@ -337,7 +337,7 @@ def search_tiles(
             rank_time=i,
             rank_hbm=hbm_rank[id(r)],
             slowdown=r.time_s / best.time_s,
-            why=_why(r, best, gpu.sm_count, shape.seq_len),
+            why=_why(r, best, gpu.sm_count, shape.n_kv),
         )
         for i, r in enumerate(by_time, 1)
     ]

@@ -49,11 +49,28 @@ def gpu_table(specs) -> str:
 
 
 def _shape_line(shape) -> str:
-    kv = f", kv_heads={shape.kv_heads}" if shape.kv_heads else ""
-    causal = ", causal" if shape.causal else ""
+    return shape.describe()
+
+
+def mask_line(sched) -> str | None:
+    """What the mask leaves of the work (None without one): allowed query-key pairs, and for
+    the flash schedules the visited blocks and how many are partial (computed whole, masked
+    element by element)."""
+    from flashio.analysis.closed_form.bounds import work
+    from flashio.analysis.closed_form.io import block_sums
+
+    sh = sched.shape
+    if not (sh.causal or sh.variant):
+        return None
+    pairs, every = work(sh), sh.seq_len * sh.n_kv
+    text = f"mask          {pairs:,} of {every:,} query-key pairs per head ({pairs / every:.1%})"
+    if sched.name.startswith("standard"):
+        return text + "; standard attention computes every score and masks in its softmax"
+    bs = block_sums(sh, sched.block_q, sched.block_kv)
+    partial = bs.pairs - bs.full_pairs
     return (
-        f"batch={shape.batch}, heads={shape.heads}{kv}, N={shape.seq_len}, "
-        f"d={shape.head_dim}, {shape.dtype}{causal}"
+        text + f"; {bs.pairs:,} of {sched.t_q * sched.t_kv:,} blocks visited, {partial:,} "
+        "of them partial (computed whole, masked element by element)"
     )
 
 
@@ -131,6 +148,7 @@ def result_text(sched, res, gpu) -> str:
         f"FLOPs         matmul {res.mma_flops:,}  elementwise {res.elementwise_flops:,}"
         f"  exp {res.exps:,}",
         f"shared memory peak {res.sram_peak_bytes:,} B per CTA",
+        *filter(None, [mask_line(sched)]),
         "",
     ]
     krows = [
