@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from flashio import kernels, simulator
+from flashio.kernels.registry import spec
 
 __all__ = ["attention_shapes", "gpu_specs", "tilings", "variant_shapes"]
 
@@ -273,7 +274,7 @@ def tilings(
     def draw_tiling(draw):
         name = draw(st.sampled_from(names))
         opts = {}
-        if name.startswith("standard"):
+        if "softmax_passes" in spec(name).options:
             opts["softmax_passes"] = draw(st.sampled_from(softmax_passes))
             opts["softmax_rows"] = draw(st.integers(1, min(8, max(n, big))))
         nk = shape.n_kv

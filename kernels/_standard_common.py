@@ -104,6 +104,18 @@ def row_block(s) -> tuple[int, int]:
     return s.option("softmax_rows"), n
 
 
+def softmax_steps(s) -> tuple[int, int, int]:
+    """(0, softmax steps, tile steps) summed over CTAs: a GEMM of one CTA per tile has no
+    step; a softmax CTA walks its p Tc chunks as steps 0 .. p Tc - 1, and with one pass its
+    P (dS) stores walk 0 .. Tc - 1 again, a new step each unless Tc = 1; a GEMM that streams
+    K/V (or Q) blocks takes a step per block: B H Tr Tc in all."""
+    sh, t_kv = s.shape, s.t_kv
+    bh = sh.batch * sh.heads
+    t_rows = -(-sh.seq_len // s.option("softmax_rows"))
+    one_pass = s.option("softmax_passes") == 1
+    return 0, bh * t_rows * (2 * t_kv - int(one_pass and t_kv == 1)), bh * s.t_q * t_kv
+
+
 def kernel_infos(s, names, ctas, buffers, tensor_infos) -> tuple[KernelInfo, ...]:
     """KernelInfo per kernel: shared memory and register tiles summed from ``buffers(s, k)``
     (every buffer is live for the whole CTA, so the sum is the peak)."""

@@ -56,7 +56,7 @@ def execute(sched, q, k, v, grad_out=None):
     accumulated in fp32 (fp64 for fp64 inputs), softmax statistics in the accumulator type, and
     P rounded to the input dtype before it multiplies V (as the tensor cores take it).
     """
-    from flashio.kernels.schedules import _module
+    from flashio.kernels.registry import spec
 
     sh = sched.shape
     qshape = (sh.batch, sh.heads, sh.seq_len, sh.head_dim)
@@ -64,7 +64,8 @@ def execute(sched, q, k, v, grad_out=None):
     q = _check("q", q, qshape, sh.dtype)
     k = _check("k", k, kvshape, sh.dtype)
     v = _check("v", v, kvshape, sh.dtype)
-    backward = sched.name.endswith("_bwd")
+    kind = spec(sched.name)
+    backward = kind.backward
     if backward:
         if grad_out is None:
             raise ValueError(f"schedule {sched.name!r} is a backward pass: pass grad_out (dO)")
@@ -72,7 +73,7 @@ def execute(sched, q, k, v, grad_out=None):
     elif grad_out is not None:
         raise ValueError(f"schedule {sched.name!r} is a forward pass: grad_out must be None")
     rec = Recorder()
-    result = _module(sched.name).execute(sched, q, k, v, grad_out, rec)
+    result = kind.module.execute(sched, q, k, v, grad_out, rec)
     if not backward:
         result = result[0]  # O; the logsumexp stays internal
     return result, Trace(rec.events(), sched.meta)

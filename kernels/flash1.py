@@ -321,3 +321,38 @@ def execute(s, q, k, v, grad_out, rec):
         for t, size in reversed(buffers):
             rec.buf(0, cta, FREE, t, size)
     return out, l_hbm, m_hbm
+
+
+# -- what analysis asks of this schedule (kernels.registry) -------------------------------------
+FORWARD = "flash1"
+EVERY_TILE = False
+MATMUL_PRODUCTS = 2  # S = Q K^T, O += P V per visited tile
+BOUND_CONSTANT = 6  # Q, O_acc in and out: 3 rv d >= 3 W d / Bc, M > 2 Bc d (K_j, V_j)
+WARP_SPECIALIZED = ("flash1_fwd",)
+
+
+def traffic(t) -> list[tuple[str, int, int, int]]:
+    """(tensor, element bytes, elements read, elements written), docs/io.md ``flash1``: CTA
+    per (b, h); outer j, inner i; O_acc, l, m live in HBM."""
+    eb, acc, bh, d, rv, n = t.eb, t.acc, t.bh, t.d, t.rv, t.n
+    kv = t.bs.kv_rows * d  # K/V rows some query sees
+    return [
+        ("Q", eb, bh * rv * d, 0),  # once per visited (i, j)
+        ("K", eb, bh * kv, 0),  # once per CTA, i.e. per query head
+        ("V", eb, bh * kv, 0),
+        ("O", eb, 0, bh * t.nd),  # at the last j of each i (zeros where no key is seen)
+        # init: N rows, then at every visited (i, j) but each i's last
+        ("O_acc", acc, bh * rv * d, bh * (n + rv - t.bs.q_rows) * d),
+        ("l", acc, bh * rv, bh * (n + rv)),  # init + once per visited (i, j)
+        ("m", acc, bh * rv, bh * (n + rv)),
+    ]
+
+
+def outer_steps(s, bs) -> tuple[int, ...]:
+    """A step per K/V block some query sees, per (b, h) CTA."""
+    return (s.shape.batch * s.shape.heads * bs.kv_blocks,)
+
+
+def on_chip_bytes(s) -> int:
+    """Shared memory plus register tiles per CTA (the split-K exchange buffer included)."""
+    return sum(_sizes(s))

@@ -309,3 +309,42 @@ def execute(s, q, k, v, grad_out, rec):
         for t in range(10, -1, -1):
             rec.buf(0, cta, FREE, Q_S + t, sizes[t])
     return dq, dk, dv
+
+
+# -- what analysis asks of this schedule (kernels.registry) -------------------------------------
+FORWARD = "flash1"
+EVERY_TILE = False
+MATMUL_PRODUCTS = 5  # S again, dV, dP, dQ, dK per visited tile
+BOUND_CONSTANT = 20  # Q, O, dO, dQ_acc in and out: 5 rv d, M >= 4 Bc d (K_j, V_j, dK_j, dV_j)
+WARP_SPECIALIZED = ("flash1_bwd",)
+
+
+def traffic(t) -> list[tuple[str, int, int, int]]:
+    """(tensor, element bytes, elements read, elements written), docs/io.md
+    ``flash1_bwd``: CTA per (b, kv head); outer j, the group's heads, inner i."""
+    eb, acc, bh, bk, d, rv, n = t.eb, t.acc, t.bh, t.bk, t.d, t.rv, t.n
+    kv = t.bs.kv_rows * d
+    return [
+        ("Q", eb, bh * rv * d, 0),
+        ("K", eb, bk * kv, 0),
+        ("V", eb, bk * kv, 0),
+        ("O", eb, bh * rv * d, 0),
+        ("dO", eb, bh * rv * d, 0),
+        ("l", acc, bh * rv, 0),
+        ("m", acc, bh * rv, 0),
+        ("dQ_acc", acc, bh * (rv + n) * d, bh * (n + rv) * d),  # init, per pair, final pass
+        ("dQ", eb, 0, bh * t.nd),
+        ("dK", eb, 0, bk * t.kd),  # zeros for keys no query sees
+        ("dV", eb, 0, bk * t.kd),
+    ]
+
+
+def outer_steps(s, bs) -> tuple[int, ...]:
+    """A step per K/V block, mask or not (an unseen block still stores its zero dK_j, dV_j)."""
+    return (s.shape.batch * s.shape.n_kv_heads * s.t_kv,)
+
+
+def on_chip_bytes(s) -> int:
+    """Shared memory plus register tiles per CTA."""
+    sh = s.shape
+    return sum(_buffer_sizes(s.block_q, s.block_kv, sh.head_dim, sh.elem_bytes, sh.acc_bytes))

@@ -214,3 +214,35 @@ def execute(s, q, k, v, grad_out, rec):
         for t, size in reversed(buffers):
             rec.buf(0, cta, Op.FREE, t, size)
     return out, lse
+
+
+# -- what analysis asks of this schedule (kernels.registry) -------------------------------------
+FORWARD = "flash2"
+EVERY_TILE = False
+MATMUL_PRODUCTS = 2  # S = Q K^T, O += P V per visited tile
+BOUND_CONSTANT = 4  # K, V: 2 cv d >= 2 W d / Br, M > 2 Br d (Q_i, O_i)
+WARP_SPECIALIZED = ("flash2_fwd",)
+
+
+def traffic(t) -> list[tuple[str, int, int, int]]:
+    """(tensor, element bytes, elements read, elements written), docs/io.md ``flash2``: CTA
+    per (b, h, i); K_j, V_j once per visited (i, j)."""
+    eb, bh, d = t.eb, t.bh, t.d
+    return [
+        ("Q", eb, bh * t.bs.q_rows * d, 0),  # not by a CTA whose rows see no key
+        ("K", eb, bh * t.cv * d, 0),
+        ("V", eb, bh * t.cv * d, 0),
+        ("O", eb, 0, bh * t.nd),
+        ("L", t.acc, 0, bh * t.n),
+    ]
+
+
+def outer_steps(s, bs) -> tuple[int, ...]:
+    """A step per visited (i, j)."""
+    return (s.shape.batch * s.shape.heads * bs.pairs,)
+
+
+def on_chip_bytes(s) -> int:
+    """Shared memory (Q_i, K_j, V_j) plus register tiles (O_i, S_ij, m, l) per CTA."""
+    sh, br, bc, d = s.shape, s.block_q, s.block_kv, s.shape.head_dim
+    return (br + 2 * bc) * d * sh.elem_bytes + (br * d + br * bc + 2 * br) * sh.acc_bytes

@@ -358,3 +358,42 @@ def execute(s, q, k, v, grad_out, rec):
         mem(2, cta, -1, Op.STORE, DQ, i, -1, qd, b, h, q0, r, eb)
         rec.buf(2, cta, Op.FREE, DQ_R, z[DQ_R])
     return dq, dk, dv
+
+
+# -- what analysis asks of this schedule (kernels.registry) -------------------------------------
+FORWARD = "flash2"
+EVERY_TILE = False
+MATMUL_PRODUCTS = 5  # S again, dV, dP, dQ, dK per visited tile
+BOUND_CONSTANT = 12  # Q, dO, dQ_acc reduce: 3 rv d, M >= 4 Bc d
+WARP_SPECIALIZED = ("flash2_bwd",)
+
+
+def traffic(t) -> list[tuple[str, int, int, int]]:
+    """(tensor, element bytes, elements read, elements written), docs/io.md ``flash2_bwd``:
+    pre per (b, h, i); main per (b, kv head, j); post per (b, h, i)."""
+    eb, acc, bh, bk, d, rv, n = t.eb, t.acc, t.bh, t.bk, t.d, t.rv, t.n
+    kv = t.bs.kv_rows * d
+    return [
+        ("Q", eb, bh * rv * d, 0),
+        ("K", eb, bk * kv, 0),
+        ("V", eb, bk * kv, 0),
+        ("O", eb, bh * t.nd, 0),  # pre only: D = rowsum(dO * O)
+        ("dO", eb, bh * (n + rv) * d, 0),  # pre + once per visited pair
+        ("L", acc, bh * rv, 0),
+        ("D", acc, bh * rv, bh * n),
+        ("dQ_acc", acc, bh * t.nd, bh * (n + rv) * d),  # pre zeroes, REDUCE per pair, post
+        ("dQ", eb, 0, bh * t.nd),
+        ("dK", eb, 0, bk * t.kd),
+        ("dV", eb, 0, bk * t.kd),
+    ]
+
+
+def outer_steps(s, bs) -> tuple[int, ...]:
+    """The main kernel: a step per (group head, visited Q block); pre and post none."""
+    return (0, s.shape.batch * s.shape.heads * bs.pairs, 0)
+
+
+def on_chip_bytes(s) -> int:
+    """Shared memory plus register tiles per CTA: the main kernel or the preprocess."""
+    z = _sizes(s.shape, s.block_q, s.block_kv)
+    return max(sum(z[t] for t in MAIN_BUFFERS), z[ROW_R])

@@ -29,15 +29,19 @@ stay monotone; schedules write O = 0 and logsumexp = +inf for them, as flash-att
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 from numba import njit
 
 __all__ = [
+    "BlockSums",
     "allowed",
     "block_full",
     "block_ranges",
+    "block_sums",
     "key_ranges",
     "kv_block_range",
     "pair_count",
@@ -146,3 +150,86 @@ def q_block_range(kmin, kmax, c0, c1, br):
 def block_full(kmin, kmax, r0, r1, c0, c1):
     """Whether every query of rows ``r0..r1-1`` sees every key of ``c0..c1-1``."""
     return kmin[r1 - 1] <= c0 and kmax[r0] >= c1 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class BlockSums:
+    """Sums over the (i, j) block pairs a flash schedule visits, per (batch, query head).
+
+    A pair is visited iff some query of Q block i sees some key of K/V block j
+    (``kernels.mask``: causal, window, segments, kv_seq_len). Without a mask every pair is.
+
+    Attributes
+    ----------
+    row_visits : int
+        sum over visited (i, j) of r_i (rows of Q block i): the rows of Q-side tensors moved
+        when they travel once per pair. No mask: Tc * N.
+    col_visits : int
+        sum over visited (i, j) of c_j (rows of K block j): the rows of K and V moved when they
+        travel once per pair. No mask: Tr * N_kv.
+    area : int
+        sum over visited (i, j) of r_i * c_j: scores computed (partial tiles count whole).
+        No mask: N N_kv; causal: at least N(N+1)/2.
+    pairs : int
+        number of visited (i, j): the outer-loop steps of FA2's CTAs. No mask: Tr * Tc.
+    q_rows : int
+        rows of the Q blocks that visit at least one K/V block (N unless some queries see no
+        key: ``kv_seq_len < seq_len`` with causal).
+    kv_rows : int
+        rows of the K/V blocks at least one Q block visits (N_kv unless a window or
+        ``kv_seq_len`` leaves keys no query sees).
+    kv_blocks : int
+        number of those K/V blocks.
+    full_pairs : int
+        visited (i, j) in which every query sees every key; the other ``pairs - full_pairs``
+        are partial: computed whole and masked element by element. No mask: all of them.
+    """
+
+    row_visits: int
+    col_visits: int
+    area: int
+    pairs: int
+    q_rows: int
+    kv_rows: int
+    kv_blocks: int
+    full_pairs: int
+
+
+def block_sums(shape, block_q: int, block_kv: int) -> BlockSums:
+    """``BlockSums`` for one (batch, head): one term per Q block i, each in closed form.
+
+    Notes
+    -----
+    Q block i holds r_i = min(Br, N - i Br) rows and visits the contiguous K/V blocks
+    lo_i <= j < hi_i (``kernels.mask.block_ranges``: no mask, 0 and Tc; causal, 0 and
+    min(Tc, floor((e_i - 1) / Bc) + 1) with e_i = i Br + r_i), whose rows add up to
+    C_i = min(N_kv, hi_i Bc) - lo_i Bc. So row_visits = sum_i (hi_i - lo_i) r_i, col_visits =
+    sum_i C_i, area = sum_i r_i C_i and pairs = sum_i (hi_i - lo_i). A block larger than N is
+    one partial block: r_0 = N (or c_0 = N_kv), as in a ragged last block.
+    """
+    n, nk, br, bc = shape.seq_len, shape.n_kv, block_q, block_kv
+    t_q, t_kv = math.ceil(n / br), math.ceil(nk / bc)
+    if not shape.causal and not shape.variant:
+        return BlockSums(t_kv * n, t_q * nk, n * nk, t_q * t_kv, n, nk, t_kv, t_q * t_kv)
+    lo, hi, kv_seen = block_ranges(shape, br, bc)
+    kmin, kmax = key_ranges(shape)
+    r0 = np.arange(t_q, dtype=np.int64) * br
+    # full blocks of row block i: j Bc >= kmin(last row) and the block's last key <= kmax(r0)
+    first_full = -(-kmin[np.minimum(r0 + br, n) - 1] // bc)
+    top = kmax[r0]
+    last_full = np.where(top >= nk - 1, t_kv - 1, (top + 1) // bc - 1)
+    full = np.maximum(0, np.minimum(last_full, hi - 1) - np.maximum(first_full, lo) + 1)
+    rows = np.minimum(br, n - np.arange(t_q, dtype=np.int64) * br)
+    visits = hi - lo
+    cols = np.where(visits > 0, np.minimum(nk, hi * bc) - lo * bc, 0)
+    kv_len = np.minimum(bc, nk - np.arange(t_kv, dtype=np.int64) * bc)
+    return BlockSums(
+        int(visits @ rows),
+        int(cols.sum()),
+        int(rows @ cols),
+        int(visits.sum()),
+        int(rows[visits > 0].sum()),
+        int(kv_len[kv_seen].sum()),
+        int(kv_seen.sum()),
+        int(full.sum()),
+    )

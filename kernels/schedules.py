@@ -3,7 +3,6 @@ executor, the fast tracer, the simulator and the CUDA runner."""
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -18,13 +17,12 @@ from flashio.kernels.implementation import (
     implementation,
 )
 from flashio.kernels.mask import key_ranges
+from flashio.kernels.registry import SCHEDULES, spec
 from flashio.kernels.shape import MAX_SIZE, AttentionShape
 from flashio.simulator.errors import TilingError
 from flashio.simulator.trace import EVENT_DTYPE, KernelInfo, TensorInfo, Trace, TraceMeta
 
 __all__ = ["SCHEDULES", "Schedule", "default_block", "schedule"]
-
-SCHEDULES = ("standard", "standard_bwd", "flash1", "flash1_bwd", "flash2", "flash2_bwd")
 
 # Shared memory assumed by default block sizes when no GPU is named: the A100's 192 KB of L1/SRAM
 # per SM, the M the FlashAttention paper uses (Sec. 3.1, Fig. 2). analysis.tiling_rule owns the
@@ -35,7 +33,7 @@ DEFAULT_WARPS = 4
 
 def _module(name: str) -> ModuleType:
     """The module implementing schedule ``name`` (one algorithm per file)."""
-    return importlib.import_module(f"flashio.kernels.{name}")
+    return spec(name).module
 
 
 def default_block(shape: AttentionShape, sram_bytes: int = DEFAULT_SRAM_BYTES) -> int:
@@ -220,15 +218,6 @@ class Schedule:
         return execute(self, q, k, v, grad_out)
 
 
-# The kernels an implementation's warp roles and register budgets describe: the tiled loops
-# (not the backward's pre- and post-processing, nor standard attention's softmax).
-WARP_SPECIALIZED_KERNELS = {
-    "flash1": ("flash1_fwd",), "flash1_bwd": ("flash1_bwd",), "flash2": ("flash2_fwd",),
-    "flash2_bwd": ("flash2_bwd",), "standard": ("qk", "pv"),
-    "standard_bwd": ("dv", "dp", "dq", "dk"),
-}  # fmt: skip
-
-
 def _specialized(s) -> Implementation:
     """The facts of the kernel instantiation ``s.impl`` runs for ``s`` (its tiling row's
     overrides applied), or its preset fields where block sizes were given outside its table."""
@@ -248,15 +237,15 @@ def _launch_registers(s) -> dict[str, int]:
     warp and, for 12 or 16 warps, asks for more than an SM holds; the implementation's
     budgets are what it compiles to (its tilings are chosen not to spill: an assumption
     where the kernel's machine code is not in the census)."""
-    spec = _specialized(s)
-    if not spec.producer_warps or spec.producer_register_budget is None:
+    impl = _specialized(s)
+    if not impl.producer_warps or impl.producer_register_budget is None:
         return {}
     out = {}
     for k in _module(s.name).kernels(s):
-        consumers = k.warps - spec.producer_warps
-        if k.name in WARP_SPECIALIZED_KERNELS.get(s.name, ()) and consumers > 0:
-            total = spec.producer_warps * spec.producer_register_budget
-            total += consumers * spec.register_budget
+        consumers = k.warps - impl.producer_warps
+        if k.name in spec(s.name).warp_specialized and consumers > 0:
+            total = impl.producer_warps * impl.producer_register_budget
+            total += consumers * impl.register_budget
             out[k.name] = -(-total // k.warps)
     return out
 
@@ -265,13 +254,13 @@ def _warp_roles(s) -> dict:
     """How a wgmma implementation's CTA divides its warps, for time models that write its
     warp program when its machine code is unknown (``simulator.synth``): empty for mma.sync
     implementations."""
-    spec = _specialized(s)
-    if not spec.mma.startswith("wgmma"):
+    impl = _specialized(s)
+    if not impl.mma.startswith("wgmma"):
         return {}
     return {
-        "producer_warps": spec.producer_warps,
-        "consumer_warpgroups": spec.consumer_warpgroups,
-        "softmax_overlap": spec.softmax_overlap,
+        "producer_warps": impl.producer_warps,
+        "consumer_warpgroups": impl.consumer_warpgroups,
+        "softmax_overlap": impl.softmax_overlap,
     }
 
 

@@ -80,6 +80,7 @@ from flashio.kernels._standard_common import (
     row_block,
     row_product,
     softmax_chunk,
+    softmax_steps,
     tile_product,
 )
 from flashio.kernels.mask import allowed, block_full
@@ -289,3 +290,37 @@ def execute(s, q, k, v, grad_out, rec):
     _softmax(s, run, s_mat, p_mat)
     row_product(s, run, 2, P, p_mat, V, v, O, out, 0)  # pv: O = P V
     return out, p_mat, s_mat
+
+
+# -- what analysis asks of this schedule (kernels.registry) -------------------------------------
+FORWARD = "standard"
+EVERY_TILE = True  # a batched GEMM: every tile of S, whatever the mask
+MATMUL_PRODUCTS = 2  # S = Q K^T, O = P V: 2 products of 2 N N_kv d FLOPs per head
+BOUND_CONSTANT = 4  # Q, K reads (Tc + Tr) N d >= 4 N^2 d / (Br + Bc), M >= (Br + Bc) d
+WARP_SPECIALIZED = ("qk", "pv")  # the tiled loops an implementation's warp roles describe
+
+
+def traffic(t) -> list[tuple[str, int, int, int]]:
+    """(tensor, element bytes, elements read, elements written), docs/io.md ``standard``:
+    qk one CTA per tile (i, j); softmax row blocks; pv one CTA per Q block."""
+    eb, bh = t.eb, t.bh
+    return [
+        ("Q", eb, bh * t.t_kv * t.nd, 0),  # Q_i once per tile of S: Tc times
+        ("K", eb, bh * t.t_q * t.kd, 0),  # K_j once per tile of S: Tr times (per query head)
+        ("V", eb, bh * t.t_q * t.kd, 0),  # V_j once per (i, j) in pv: Tr times
+        ("S", eb, t.passes * bh * t.nn, bh * t.nn),  # written by qk, read per softmax pass
+        ("P", eb, bh * t.nn, bh * t.nn),  # written by softmax, read by pv
+        ("O", eb, 0, bh * t.nd),
+    ]
+
+
+def outer_steps(s, bs) -> tuple[int, ...]:
+    """Outer-loop steps per kernel, summed over CTAs (analysis.closed_form.spills): qk none;
+    a softmax CTA walks its p Tc chunks, and with one pass its P stores walk 0 .. Tc - 1
+    again, a new step each unless Tc = 1; pv a step per K/V block."""
+    return softmax_steps(s)
+
+
+def on_chip_bytes(s) -> int:
+    """Shared memory plus register tiles per CTA, the largest over the kernels."""
+    return max(sum(size for _, size in _buffers(s, k)) for k in range(3))

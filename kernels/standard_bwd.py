@@ -65,6 +65,7 @@ from flashio.kernels._standard_common import (
     resolve_softmax_options,
     row_block,
     row_product,
+    softmax_steps,
     tile_product,
 )
 from flashio.simulator.trace import KernelInfo, Space, TensorInfo
@@ -315,3 +316,41 @@ def execute(s, q, k, v, grad_out, rec):
     row_product(s, run, 3, DS, ds, K, k, DQ, dq, EW_SCALE_PER_ELEM)  # dq: dQ = dS K / sqrt(d)
     _kv_side(s, run, 4, DS, ds, Q, q, DK, dk, EW_SCALE_PER_ELEM)  # dk: dK = dS^T Q / sqrt(d)
     return dq, dk, dv
+
+
+# -- what analysis asks of this schedule (kernels.registry) -------------------------------------
+FORWARD = "standard"
+EVERY_TILE = True  # batched GEMMs: every tile, whatever the mask
+MATMUL_PRODUCTS = 4  # dV, dP, dQ, dK
+BOUND_CONSTANT = 8  # (3 Tc + 2 Tr) N d, the M argument of the forward on the dp kernel
+WARP_SPECIALIZED = ("dv", "dp", "dq", "dk")
+
+
+def traffic(t) -> list[tuple[str, int, int, int]]:
+    """(tensor, element bytes, elements read, elements written), docs/io.md
+    ``standard_bwd``: dv, dp, ds, dq, dk."""
+    eb, bh, bk, nn = t.eb, t.bh, t.bk, t.nn
+    return [
+        ("Q", eb, bh * t.t_kv * t.nd, 0),  # dk: Q_i once per (g, i) of each K block
+        ("K", eb, bh * t.t_q * t.kd, 0),  # dq: K_j once per (i, j)
+        ("V", eb, bh * t.t_q * t.kd, 0),  # dp: V_j once per tile of dP
+        ("dO", eb, 2 * bh * t.t_kv * t.nd, 0),  # dv and dp: Tc times each
+        ("P", eb, (1 + t.passes) * bh * nn, 0),  # dv once, ds once per pass
+        ("dP", eb, t.passes * bh * nn, bh * nn),
+        ("dS", eb, 2 * bh * nn, bh * nn),  # read by dq and by dk
+        ("dQ", eb, 0, bh * t.nd),
+        ("dK", eb, 0, bk * t.kd),  # summed over the group's query heads on chip
+        ("dV", eb, 0, bk * t.kd),
+    ]
+
+
+def outer_steps(s, bs) -> tuple[int, ...]:
+    """Steps per kernel: dv, dk a step per (group head, Q block); dp none; ds as the forward
+    softmax; dq a step per K/V block (analysis.closed_form.spills)."""
+    _, soft, tiles = softmax_steps(s)
+    return (tiles, 0, soft, tiles, tiles)
+
+
+def on_chip_bytes(s) -> int:
+    """Shared memory plus register tiles per CTA, the largest over the kernels."""
+    return max(sum(size for _, size in _buffers(s, k)) for k in range(5))

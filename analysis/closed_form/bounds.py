@@ -31,6 +31,7 @@ from fractions import Fraction
 from flashio import kernels, simulator
 from flashio.analysis.closed_form.io import io_counts
 from flashio.kernels.mask import seen_counts
+from flashio.kernels.registry import spec
 
 __all__ = [
     "SCHEDULE_CONSTANTS",
@@ -49,15 +50,9 @@ __all__ = [
 
 FORWARD = ("standard", "flash1", "flash2")
 
-# exact elements >= c * B*H * W d^2 / M for each schedule, M = its on-chip footprint in elements
-SCHEDULE_CONSTANTS = {
-    "standard": 4,  # Q, K reads (Tc + Tr) N d >= 4 N^2 d / (Br + Bc), M >= (Br + Bc) d
-    "standard_bwd": 8,  # (3 Tc + 2 Tr) N d, same M argument on the dp kernel
-    "flash1": 6,  # Q, O_acc in and out: 3 rv d >= 3 W d / Bc, M > 2 Bc d (K_j, V_j)
-    "flash1_bwd": 20,  # Q, O, dO, dQ_acc in and out: 5 rv d, M >= 4 Bc d (K_j, V_j, dK_j, dV_j)
-    "flash2": 4,  # K, V: 2 cv d >= 2 W d / Br, M > 2 Br d (Q_i, O_i)
-    "flash2_bwd": 12,  # Q, dO, dQ_acc reduce: 3 rv d, M >= 4 Bc d
-}
+# exact elements >= c * B*H * W d^2 / M for each schedule, M = its on-chip footprint in
+# elements: each schedule module's BOUND_CONSTANT, with the argument beside it
+SCHEDULE_CONSTANTS = {name: spec(name).bound_constant for name in kernels.SCHEDULES}
 
 
 def work(shape: kernels.AttentionShape) -> int:
@@ -127,35 +122,9 @@ def compulsory_bytes(shape: kernels.AttentionShape, *, backward: bool = False) -
 
 def on_chip_bytes(sched: kernels.Schedule) -> int:
     """The schedule's on-chip footprint per CTA: shared memory plus register tiles, the largest
-    over its kernels (all of a kernel's buffers are live for the whole CTA)."""
-    sh, br, bc = sched.shape, sched.block_q, sched.block_kv
-    d, eb, acc = sh.head_dim, sh.elem_bytes, sh.acc_bytes
-    name, opts = sched.name, dict(sched.options)
-    if name in ("standard", "standard_bwd"):
-        rows = opts["softmax_rows"]
-        row_block = rows * (sh.n_kv if opts["softmax_passes"] == 1 else bc) * eb
-        if name == "standard":
-            return max(
-                (br + bc) * d * eb + br * bc * acc,  # qk
-                row_block + 2 * rows * acc,  # softmax
-                br * bc * eb + bc * d * eb + br * d * acc,  # pv
-            )
-        return max(
-            br * bc * eb + br * d * eb + bc * d * acc,  # dv (dk the same)
-            (br + bc) * d * eb + br * bc * acc,  # dp
-            2 * row_block + rows * acc,  # ds
-            br * bc * eb + bc * d * eb + br * d * acc,  # dq
-        )
-    fwd_regs = (br * d + br * bc + 2 * br) * acc  # O_i, S_ij, m and l
-    if name == "flash2":
-        return (br + 2 * bc) * d * eb + fwd_regs
-    if name == "flash1":
-        exchange = sched.warps * br * (d + 2) * acc if sched.warps > 1 else 0
-        return (br + 2 * bc) * d * eb + exchange + fwd_regs
-    if name == "flash1_bwd":
-        return (3 * br + 2 * bc) * d * eb + (2 * bc * d + br * d + 2 * br * bc + 3 * br) * acc
-    main = (2 * br + 2 * bc) * d * eb + 2 * br * acc + (2 * bc * d + br * d + 2 * br * bc) * acc
-    return max(main, 2 * br * d * acc)  # flash2_bwd: main kernel vs preprocess
+    over its kernels (all of a kernel's buffers are live for the whole CTA); its module's
+    ``on_chip_bytes``."""
+    return spec(sched.name).on_chip_bytes(sched)
 
 
 def schedule_lower_bound_bytes(sched: kernels.Schedule) -> Fraction:

@@ -12,6 +12,7 @@ from fractions import Fraction
 
 from flashio import kernels, simulator
 from flashio.analysis.closed_form.io import block_sums, io_counts_of
+from flashio.kernels.registry import spec
 
 __all__ = [
     "RecomputeRatios",
@@ -23,36 +24,26 @@ __all__ = [
     "roofline",
 ]
 
-# matmuls of 2 * rows * cols * d FLOPs per visited (i, j) tile, i.e. FLOPs per unit of
-# "2 d * area": forward S = QK^T and O = PV; backward dV, dP, dQ, dK, plus S again in flash
-_PRODUCTS = {
-    "standard": 2,
-    "standard_bwd": 4,
-    "flash1": 2,
-    "flash2": 2,
-    "flash1_bwd": 5,
-    "flash2_bwd": 5,
-}
-
 
 def matmul_flops(sched: kernels.Schedule) -> int:
     """Matmul FLOPs the schedule performs (what its MMA events add up to).
 
     Notes
     -----
-    Standard attention computes every tile, whatever the mask: 2 (forward) or 4 (backward)
+    Each schedule's module says how many products it does per computed score
+    (``kernels.registry``). Standard attention computes every tile, whatever the mask: 2
+    (forward) or 4 (backward)
     products of 2 N N_kv d FLOPs per head. The flash schedules skip the tiles the mask hides
     (``kernels.mask``) and compute the others whole: 2 or 5 products of 2 d * area, with area
     the sum of r_i c_j over visited tiles (``analysis.closed_form.io.block_sums``; N N_kv
     without a mask).
     """
-    sh = sched.shape
-    d = sh.head_dim
-    if sched.name.startswith("standard"):
+    sh, kind = sched.shape, spec(sched.name)
+    if kind.every_tile:
         area = sh.seq_len * sh.n_kv
     else:
         area = block_sums(sh, sched.block_q, sched.block_kv).area
-    return _PRODUCTS[sched.name] * 2 * d * area * sh.batch * sh.heads
+    return kind.matmul_products * 2 * sh.head_dim * area * sh.batch * sh.heads
 
 
 def algorithmic_flops(

@@ -58,13 +58,14 @@ def mask_line(sched) -> str | None:
     element by element)."""
     from flashio.analysis.closed_form.bounds import work
     from flashio.analysis.closed_form.io import block_sums
+    from flashio.kernels.registry import spec
 
     sh = sched.shape
     if not (sh.causal or sh.variant):
         return None
     pairs, every = work(sh), sh.seq_len * sh.n_kv
     text = f"mask          {pairs:,} of {every:,} query-key pairs per head ({pairs / every:.1%})"
-    if sched.name.startswith("standard"):
+    if spec(sched.name).every_tile:
         return text + "; standard attention computes every score and masks in its softmax"
     bs = block_sums(sh, sched.block_q, sched.block_kv)
     partial = bs.pairs - bs.full_pairs

@@ -40,6 +40,7 @@ from flashio import kernels, simulator
 from flashio.analysis.paths import DATA
 from flashio.analysis.validation.calibration import load_calibration
 from flashio.analysis.validation.gpu_data import read_timings
+from flashio.kernels.registry import spec
 from flashio.simulator.simulate import ModelOptions
 
 __all__ = [
@@ -162,7 +163,7 @@ def report(jobs: int = 1, families=FAMILIES) -> dict:
         {
             "label": m.label,
             "family": m.family,
-            "pass": "bwd" if m.schedule == "flash2_bwd" else "fwd",
+            "pass": "bwd" if spec(m.schedule).backward else "fwd",
             "schedule": m.schedule,
             "measured_s": m.time_s,
             "predicted_s": p,
