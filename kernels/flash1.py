@@ -63,6 +63,7 @@ from flashio.kernels._emit import (
 )
 from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._resources import regs_per_thread
+from flashio.kernels._terms import terms
 from flashio.kernels.mask import allowed, block_full, kv_block_range, q_block_range
 from flashio.simulator.trace import KernelInfo, Space, TensorInfo
 
@@ -331,9 +332,10 @@ BOUND_CONSTANT = 6  # Q, O_acc in and out: 3 rv d >= 3 W d / Bc, M > 2 Bc d (K_j
 WARP_SPECIALIZED = ("flash1_fwd",)
 
 
-def traffic(t) -> list[tuple[str, int, int, int]]:
+def traffic(s) -> list[tuple[str, int, int, int]]:
     """(tensor, element bytes, elements read, elements written), docs/io.md ``flash1``: CTA
     per (b, h); outer j, inner i; O_acc, l, m live in HBM."""
+    t = terms(s)
     eb, acc, bh, d, rv, n = t.eb, t.acc, t.bh, t.d, t.rv, t.n
     kv = t.bs.kv_rows * d  # K/V rows some query sees
     return [

@@ -65,6 +65,7 @@ from flashio.kernels._emit import (
 from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._record import Recorder
 from flashio.kernels._resources import regs_per_thread
+from flashio.kernels._terms import terms
 from flashio.kernels.mask import allowed, block_full, q_block_range
 from flashio.simulator.trace import KernelInfo, Space, TensorInfo
 
@@ -319,9 +320,10 @@ BOUND_CONSTANT = 20  # Q, O, dO, dQ_acc in and out: 5 rv d, M >= 4 Bc d (K_j, V_
 WARP_SPECIALIZED = ("flash1_bwd",)
 
 
-def traffic(t) -> list[tuple[str, int, int, int]]:
+def traffic(s) -> list[tuple[str, int, int, int]]:
     """(tensor, element bytes, elements read, elements written), docs/io.md
     ``flash1_bwd``: CTA per (b, kv head); outer j, the group's heads, inner i."""
+    t = terms(s)
     eb, acc, bh, bk, d, rv, n = t.eb, t.acc, t.bh, t.bk, t.d, t.rv, t.n
     kv = t.bs.kv_rows * d
     return [

@@ -39,6 +39,7 @@ from flashio.kernels._emit import (
 from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._record import offset4
 from flashio.kernels._resources import regs_per_thread
+from flashio.kernels._terms import terms
 from flashio.kernels.mask import allowed, block_full, kv_block_range
 from flashio.simulator.trace import KernelInfo, Op, Space, TensorInfo
 
@@ -224,9 +225,10 @@ BOUND_CONSTANT = 4  # K, V: 2 cv d >= 2 W d / Br, M > 2 Br d (Q_i, O_i)
 WARP_SPECIALIZED = ("flash2_fwd",)
 
 
-def traffic(t) -> list[tuple[str, int, int, int]]:
+def traffic(s) -> list[tuple[str, int, int, int]]:
     """(tensor, element bytes, elements read, elements written), docs/io.md ``flash2``: CTA
     per (b, h, i); K_j, V_j once per visited (i, j)."""
+    t = terms(s)
     eb, bh, d = t.eb, t.bh, t.d
     return [
         ("Q", eb, bh * t.bs.q_rows * d, 0),  # not by a CTA whose rows see no key

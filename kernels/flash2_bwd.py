@@ -45,6 +45,7 @@ from flashio.kernels._emit import (
 from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._record import Recorder, offset4
 from flashio.kernels._resources import regs_per_thread
+from flashio.kernels._terms import terms
 from flashio.kernels.mask import allowed, block_full, q_block_range
 from flashio.simulator.trace import KernelInfo, Op, Space, TensorInfo
 
@@ -368,9 +369,10 @@ BOUND_CONSTANT = 12  # Q, dO, dQ_acc reduce: 3 rv d, M >= 4 Bc d
 WARP_SPECIALIZED = ("flash2_bwd",)
 
 
-def traffic(t) -> list[tuple[str, int, int, int]]:
+def traffic(s) -> list[tuple[str, int, int, int]]:
     """(tensor, element bytes, elements read, elements written), docs/io.md ``flash2_bwd``:
     pre per (b, h, i); main per (b, kv head, j); post per (b, h, i)."""
+    t = terms(s)
     eb, acc, bh, bk, d, rv, n = t.eb, t.acc, t.bh, t.bk, t.d, t.rv, t.n
     kv = t.bs.kv_rows * d
     return [

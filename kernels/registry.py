@@ -20,7 +20,9 @@ from flashio.simulator.errors import TilingError
 
 __all__ = ["SCHEDULES", "ScheduleSpec", "spec"]
 
-SCHEDULES = ("standard", "standard_bwd", "flash1", "flash1_bwd", "flash2", "flash2_bwd")
+SCHEDULES = (
+    "standard", "standard_bwd", "flash1", "flash1_bwd", "flash2", "flash2_bwd", "flash_decode",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -66,9 +68,7 @@ class ScheduleSpec:
     def traffic(self, sched) -> list[tuple[str, int, int, int]]:
         """Exact global (tensor, element bytes, elements read, elements written) of
         ``sched``, from the closed form of its loop order (docs/io.md)."""
-        from flashio.kernels._terms import terms
-
-        return self.module.traffic(terms(sched))
+        return self.module.traffic(sched)
 
     def outer_steps(self, sched, block_sums) -> tuple[int, ...]:
         """Outer-loop steps per kernel of ``sched``, summed over its CTAs."""

@@ -118,8 +118,11 @@ class Schedule:
 
     @property
     def mask(self) -> np.ndarray:
-        """The keys each query sees, (2, seq_len): ``kernels.mask.key_ranges(shape)``."""
-        return key_ranges(self.shape)
+        """The keys each row of the tracer's Q tiles sees, (2, rows): the shape's
+        ``kernels.mask.key_ranges``, or the schedule module's own ``mask`` (flash_decode packs a
+        group's query heads into the rows of one tile)."""
+        mod = _module(self.name)
+        return mod.mask(self) if hasattr(mod, "mask") else key_ranges(self.shape)
 
     def option(self, key: str) -> int:
         return dict(self.options)[key]
@@ -307,8 +310,12 @@ def schedule(
         block_q = tq if block_q is None else block_q
         block_kv = tkv if block_kv is None else block_kv
         warps = tw if warps is None else warps
-    b = default_block(shape)
     mod = _module(name)
+    bq_default, bkv_default = (
+        mod.default_blocks(shape)
+        if hasattr(mod, "default_blocks")
+        else (default_block(shape),) * 2
+    )
     opts = mod.default_options(shape, options) if hasattr(mod, "default_options") else options
     if set(opts) - set(getattr(mod, "OPTIONS", ())):
         bad = sorted(set(opts) - set(getattr(mod, "OPTIONS", ())))
@@ -317,8 +324,8 @@ def schedule(
     return Schedule(
         name,
         shape,
-        block_q if block_q is not None else b,
-        block_kv if block_kv is not None else b,
+        block_q if block_q is not None else bq_default,
+        block_kv if block_kv is not None else bkv_default,
         warps if warps is not None else DEFAULT_WARPS,
         tuple(sorted(opts.items())),
         resolved,

@@ -83,6 +83,7 @@ from flashio.kernels._standard_common import (
     softmax_steps,
     tile_product,
 )
+from flashio.kernels._terms import terms
 from flashio.kernels.mask import allowed, block_full
 from flashio.simulator.trace import KernelInfo, Space, TensorInfo
 
@@ -300,9 +301,10 @@ BOUND_CONSTANT = 4  # Q, K reads (Tc + Tr) N d >= 4 N^2 d / (Br + Bc), M >= (Br 
 WARP_SPECIALIZED = ("qk", "pv")  # the tiled loops an implementation's warp roles describe
 
 
-def traffic(t) -> list[tuple[str, int, int, int]]:
+def traffic(s) -> list[tuple[str, int, int, int]]:
     """(tensor, element bytes, elements read, elements written), docs/io.md ``standard``:
     qk one CTA per tile (i, j); softmax row blocks; pv one CTA per Q block."""
+    t = terms(s)
     eb, bh = t.eb, t.bh
     return [
         ("Q", eb, bh * t.t_kv * t.nd, 0),  # Q_i once per tile of S: Tc times

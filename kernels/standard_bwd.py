@@ -68,6 +68,7 @@ from flashio.kernels._standard_common import (
     softmax_steps,
     tile_product,
 )
+from flashio.kernels._terms import terms
 from flashio.simulator.trace import KernelInfo, Space, TensorInfo
 
 OPTIONS = SOFTMAX_OPTIONS
@@ -326,9 +327,10 @@ BOUND_CONSTANT = 8  # (3 Tc + 2 Tr) N d, the M argument of the forward on the dp
 WARP_SPECIALIZED = ("dv", "dp", "dq", "dk")
 
 
-def traffic(t) -> list[tuple[str, int, int, int]]:
+def traffic(s) -> list[tuple[str, int, int, int]]:
     """(tensor, element bytes, elements read, elements written), docs/io.md
     ``standard_bwd``: dv, dp, ds, dq, dk."""
+    t = terms(s)
     eb, bh, bk, nn = t.eb, t.bh, t.bk, t.nn
     return [
         ("Q", eb, bh * t.t_kv * t.nd, 0),  # dk: Q_i once per (g, i) of each K block

@@ -197,9 +197,10 @@ def test_demo_writes_json_and_plots(tmp_path, capsys):
     assert summary["compiled"]["flash2"]["time_s"] != pipe["time_s"]
     # long context: a window moves less than causal, causal less than full; a decoding step
     # reads its whole KV cache (K and V, 16 heads, 128k tokens of d = 64 in fp16) from HBM
-    full, causal, window, decode = summary["masks"]
+    full, causal, window, decode, split = summary["masks"]
     assert window["global_bytes"] < causal["global_bytes"] < full["global_bytes"]
     assert decode["hbm_bytes"] >= 2 * 16 * 131072 * 64 * 2
+    assert split["schedule"] == "flash_decode" and split["time_s"] < decode["time_s"]
     assert "long context" in out and "decoding" in out
 
 

@@ -56,8 +56,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _blocks(a, shape, gpu) -> tuple[int | None, int | None]:
     """--block-q and --block-kv, each defaulting to the other and then to the seed's rule on
-    the chosen GPU (with --impl, to the implementation's own tiling)."""
-    if getattr(a, "impl", None) is not None:
+    the chosen GPU (with --impl, to the implementation's own tiling; for flash_decode, to
+    flash-attn's split-KV tiles)."""
+    if getattr(a, "impl", None) is not None or getattr(a, "schedule", None) == "flash_decode":
         return a.block_q, a.block_kv
     given = [b for b in (a.block_q, a.block_kv) if b is not None]
     bq = a.block_q if a.block_q is not None else given[0] if given else None
@@ -101,7 +102,13 @@ def cmd_gpus(a) -> int:
 
 def cmd_simulate(a) -> int:
     gpu, shape = _gpu(a), _shape(a)
-    sched = kernels.schedule(a.schedule, shape, *_blocks(a, shape, gpu), a.warps, impl=a.impl)
+    extra = {}
+    if a.schedule == "flash_decode":  # flash-attn's split heuristic sees this GPU's SMs
+        extra = {"num_splits": a.num_splits, "sm_count": gpu.sm_count}
+    elif a.num_splits is not None:
+        raise simulator.UsageError("--num-splits is an option of the flash_decode schedule")
+    blocks = _blocks(a, shape, gpu)
+    sched = kernels.schedule(a.schedule, shape, *blocks, a.warps, impl=a.impl, **extra)
     show = _progress(not a.json and sys.stderr.isatty())
     timeline = a.perfetto is not None
     if timeline:  # refuse a timeline too large to record before simulating it
@@ -122,6 +129,7 @@ def cmd_simulate(a) -> int:
                     "block_q": sched.block_q,
                     "block_kv": sched.block_kv,
                     "warps": sched.warps,
+                    "options": dict(sched.options),
                     "impl": sched.implementation.name,
                     "result": res.to_dict(),
                 },
@@ -218,6 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
         "has it, by a written program for a wgmma forward (fa3), else by the pipe rates "
         "(default: this project's kernels)",
     )
+    p.add_argument(
+        "--num-splits", type=int, default=None, metavar="S",
+        help="flash_decode: split the keys S ways (default: flash-attn's heuristic for this "
+        "GPU's SMs; the report says what it chose)",
+    )  # fmt: skip
     p.add_argument("--save-trace", metavar="FILE.npz", help="also write the trace to this file")
     p.add_argument(
         "--perfetto", metavar="FILE.json",

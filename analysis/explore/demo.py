@@ -41,11 +41,13 @@ COMPILED = simulator.ModelOptions(issue_model=True, prefetch_kernels=("flash2_fw
 # Long context: FA2's forward under each mask (docs/io.md, "Masks"), 128 x 128 tiles, 4 warps,
 # priced by this project's compiled loop (COMPILED)
 LONG = kernels.AttentionShape(batch=1, heads=16, seq_len=16384, head_dim=64, dtype="fp16")
-MASKS = {
-    "full": {},
-    "causal": {"causal": True},
-    "causal, window 4096": {"causal": True, "window": 4096},
-    "decoding, 128k cache": {"seq_len": 1, "kv_seq_len": 131072},
+DECODE = {"seq_len": 1, "kv_seq_len": 131072}
+MASKS = {  # label: (schedule, shape fields)
+    "full": ("flash2", {}),
+    "causal": ("flash2", {"causal": True}),
+    "causal, window 4096": ("flash2", {"causal": True, "window": 4096}),
+    "decoding, 128k cache": ("flash2", DECODE),
+    "decoding, split-KV": ("flash_decode", DECODE),
 }
 
 
@@ -122,18 +124,25 @@ def _block_sizes(gpu, shape, say) -> list[tuple[int, int, float]]:
 
 
 def _masks(gpu, say) -> list[dict]:
-    """FA2's forward at long context under each of MASKS, priced by the compiled loop: bytes,
-    time, TFLOP/s over the pairs the mask allows, and the HBM bandwidth it draws."""
+    """FA2's forward at long context under each of MASKS, priced by the compiled loop, and a
+    decoding step split over the keys (FlashDecoding, flash-attn's heuristic for the GPU's SMs):
+    bytes, time, TFLOP/s over the pairs the mask allows, and the HBM bandwidth drawn."""
     rows = []
-    for label, fields in MASKS.items():
+    for label, (name, fields) in MASKS.items():
         say("masks at long context", label)
         shape = kernels.AttentionShape(**{**LONG.to_dict(), **fields})
-        sched = kernels.schedule("flash2", shape, 128, 128, 4)
+        if name == "flash_decode":  # flash-attn's split-KV tiles and split count
+            sched = kernels.schedule(name, shape, sm_count=gpu.sm_count)
+        else:
+            sched = kernels.schedule(name, shape, 128, 128, 4)
         res = simulator.simulate(sched, gpu, options=COMPILED)
         rows.append(
             {
                 "mask": label,
+                "schedule": name,
+                "options": dict(sched.options),
                 "ctas": sched.kernels[0].ctas,
+                "block_kv": sched.block_kv,
                 "shape": shape.to_dict(),
                 "pairs_per_head": work(shape),
                 "global_bytes": res.global_bytes,
@@ -158,14 +167,16 @@ def _masks_table(rows, gpu) -> str:
          f"{r['hbm_tb_per_s']:.2f}"]
         for r in rows
     ]  # fmt: skip
-    sh, decode = LONG, rows[-1]
+    sh, decode, split = LONG, rows[-2], rows[-1]
     return (
         f"long context, flash2 forward, 128x128 tiles, 4 warps, priced by its compiled loop: "
         f"batch={sh.batch}, heads={sh.heads}, N={sh.seq_len}, d={sh.head_dim}, {sh.dtype}\n\n"
         + report.table(head, body)
-        + f"\ndecoding: {decode['ctas']} CTAs (one per head) on {gpu.sm_count} SMs, each "
-        "computing a whole 128-row Q tile for its one query; split-KV decoding "
-        "(FlashDecoding) spreads the cache over the SMs"
+        + f"\ndecoding with flash2: {decode['ctas']} CTAs (one per head) on {gpu.sm_count} "
+        "SMs, each computing a whole 128-row Q tile for its one query; split-KV "
+        f"(flash_decode, {split['options']['num_splits']} splits by flash-attn's heuristic, "
+        f"{split['ctas']} CTAs of 64 x {split['block_kv']} tiles) spreads the cache over the "
+        "SMs (priced by the pipe rates: no compiled kernel)"
     )
 
 

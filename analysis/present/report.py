@@ -136,10 +136,24 @@ def _priced_by(census_key: str) -> str:
     return f"compiled loop ({census_key})"
 
 
+def options_line(sched) -> str:
+    """The schedule's options, and for flash_decode who chose its split count."""
+    opts = dict(sched.options)
+    if sched.name == "flash_decode":
+        who = (
+            f"flash-attn's heuristic for {opts['sm_count']} SMs"
+            if opts["split_heuristic"]
+            else "given"
+        )
+        return f", num_splits={opts['num_splits']} ({who})"
+    return "".join(f", {k}={v}" for k, v in opts.items())
+
+
 def result_text(sched, res, gpu) -> str:
     lines = [
         f"{sched.name} on {gpu.name}: {_shape_line(sched.shape)}, "
         f"block_q={sched.block_q}, block_kv={sched.block_kv}, warps={sched.warps}"
+        + options_line(sched)
         + ("" if sched.impl is None else f", implementation {sched.implementation.name}"),
         "",
         f"time          {res.time_s * 1e3:.4f} ms ({res.cycles:,.0f} cycles), bound: {res.bound}",
