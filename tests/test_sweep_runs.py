@@ -91,3 +91,20 @@ def test_resuming_a_narrower_sweep_keeps_the_earlier_rows(tmp_path, capsys):
                  "--out", str(out), "--resume"]) == 0  # fmt: skip
     assert "8 kept from the earlier run" in capsys.readouterr().out
     assert len(sweep.read_rows(out)) == 8
+
+
+def test_rows_record_the_mask_and_the_split_count(tmp_path, capsys):
+    """A row says which mask and options it ran with, so that a resumed sweep with another
+    window, or flash_decode on a GPU of fewer SMs, never reuses a row that is not its own."""
+    base = "sweep --seq-len 512 --heads 2 --schedule flash2 --causal".split()
+    out = tmp_path / "w.csv"
+    assert main([*base, "--window", "64", "--out", str(out)]) == 0
+    assert main([*base, "--window", "400", "--out", str(out), "--resume"]) == 0
+    rows = {r.mask: r for r in sweep.read_rows(out)}  # the new grid's row, then the kept one
+    assert sorted(rows) == ["window=400", "window=64"]
+    assert rows["window=64"].global_bytes < rows["window=400"].global_bytes
+    dec = "sweep --schedule flash_decode --seq-len 1 --kv-seq-len 8192 --heads 8".split()
+    assert main([*dec, "--sm-scale", "0.25", "1", "--out", str(tmp_path / "d.csv")]) == 0
+    small, full = sweep.read_rows(tmp_path / "d.csv")
+    assert "split_heuristic=1" in small.options and small.options != full.options
+    assert (small.sm_count, full.sm_count) == (33, 132)

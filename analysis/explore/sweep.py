@@ -40,9 +40,11 @@ class SweepRow:
     head_dim: int
     dtype: str
     causal: bool
+    mask: str  # kv_seq_len, window and segments when set (``mask_text``), else ""
     block_q: int
     block_kv: int
     warps: int
+    options: str  # the schedule's options as built, "key=value;...", e.g. flash_decode's splits
     sm_count: int
     smem_per_cta_bytes: int
     hbm_bandwidth_bytes_per_s: float
@@ -112,19 +114,35 @@ class SweepPoint:
     block_q: int
     block_kv: int
     warps: int | None
+    options: tuple[tuple[str, int], ...] = ()  # given to kernels.schedule (flash_decode: SMs)
 
     def key(self) -> tuple:
         """What identifies the point's row in an output (:func:`row_key`)."""
         s = self.shape
         return (self.gpu.name, self.schedule, s.batch, s.heads, s.seq_len, s.head_dim,
-                s.dtype, s.causal, self.block_q, self.block_kv, self.warps)  # fmt: skip
+                s.dtype, s.causal, mask_text(s), self.block_q, self.block_kv,
+                self.warps)  # fmt: skip
+
+
+def mask_text(shape: kernels.AttentionShape) -> str:
+    """The shape's mask beyond causal, as a sweep row records it: ``kv_seq_len=N;window=W;
+    segments=L1,L2`` (the parts that are set), or "" for none."""
+    parts = []
+    if shape.kv_seq_len is not None:
+        parts.append(f"kv_seq_len={shape.kv_seq_len}")
+    if shape.window is not None:
+        w = shape.window
+        parts.append(f"window={w}" if isinstance(w, int) else f"window={w[0]},{w[1]}")
+    if shape.segments is not None:
+        parts.append("segments=" + ",".join(map(str, shape.segments)))
+    return ";".join(parts)
 
 
 def row_key(row: dict) -> tuple:
     """The key of a written row (CSV values are strings), comparable with ``SweepPoint.key``."""
     causal = row["causal"] if isinstance(row["causal"], bool) else row["causal"] == "True"
     return (row["gpu"], row["schedule"], int(row["batch"]), int(row["heads"]),
-            int(row["seq_len"]), int(row["head_dim"]), row["dtype"], causal,
+            int(row["seq_len"]), int(row["head_dim"]), row["dtype"], causal, row["mask"],
             int(row["block_q"]), int(row["block_kv"]), int(row["warps"]))  # fmt: skip
 
 
@@ -134,23 +152,28 @@ def sweep_points(gpus, names, shapes, blocks, warps=(None,)) -> list[SweepPoint]
     memory per CTA), so a hypothetical GPU with more SRAM gets larger blocks."""
     out = []
     for gpu, name, shape, (bq, bkv), w in itertools.product(gpus, names, shapes, blocks, warps):
-        n = shape.seq_len
+        n, nk = shape.seq_len, shape.n_kv
         rule = kernels.default_block(shape, gpu.smem_per_cta_bytes)  # B = M/(4d) on this GPU
+        opts = ()
+        if name == "flash_decode":  # flash-attn's tiles, and its split heuristic on this GPU
+            rule, opts = None, (("sm_count", gpu.sm_count),)
         sched = kernels.schedule(name, shape, block_q=min(bq, n) if bq else rule,
-                                 block_kv=min(bkv, n) if bkv else rule, warps=w)  # fmt: skip
-        out.append(SweepPoint(gpu, name, shape, sched.block_q, sched.block_kv, sched.warps))
+                                 block_kv=min(bkv, nk) if bkv else rule, warps=w,
+                                 **dict(opts))  # fmt: skip
+        out.append(SweepPoint(gpu, name, shape, sched.block_q, sched.block_kv, sched.warps, opts))
     return out
 
 
 def simulate_point(p: SweepPoint) -> SweepRow:
     """The row of one point (a plain function of its argument, so that a Dask worker runs it)."""
     sched = kernels.schedule(p.schedule, p.shape, block_q=p.block_q, block_kv=p.block_kv,
-                             warps=p.warps)  # fmt: skip
+                             warps=p.warps, **dict(p.options))  # fmt: skip
     s, gpu = p.shape, p.gpu
     base = dict(gpu=gpu.name, schedule=p.schedule, impl=sched.implementation.name,
                 batch=s.batch, heads=s.heads, seq_len=s.seq_len, head_dim=s.head_dim,
-                dtype=s.dtype, causal=s.causal, block_q=sched.block_q,
-                block_kv=sched.block_kv, warps=sched.warps, sm_count=gpu.sm_count,
+                dtype=s.dtype, causal=s.causal, mask=mask_text(s), block_q=sched.block_q,
+                block_kv=sched.block_kv, warps=sched.warps,
+                options=";".join(f"{k}={v}" for k, v in sched.options), sm_count=gpu.sm_count,
                 smem_per_cta_bytes=gpu.smem_per_cta_bytes,
                 hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
                 l2_bytes=gpu.l2_bytes)  # fmt: skip
