@@ -47,6 +47,9 @@ CONFIGS = tuple(
        ("standard", 128, 64, 64, 4), ("standard", 64, 128, 128, 4)]
 )  # fmt: skip
 DTYPES = ("bf16", "fp16")
+# the forward's MASKED build (windows, segments, kv_seq_len), at the tilings
+# benchmarks/masks_measure.py times and those of the forward above
+MASKED_CONFIGS = tuple(c for c in CONFIGS if c[0] == "flash2")
 # kernels with a main loop of MMA steps; of the others, standard attention's softmax is in the
 # census as one iteration of each of its two chunk loops (simulator.sass.parts, every_loop),
 # per number of passes over S, which stands for that many of the trace's steps
@@ -92,12 +95,16 @@ def compile_sass(sched, workdir: Path) -> tuple[str, dict]:
     return out.stdout, parse_ptxas(log)
 
 
-def census(configs=CONFIGS, dtypes=DTYPES, log=print) -> dict:
+def census(configs=CONFIGS, dtypes=DTYPES, log=print, masked=MASKED_CONFIGS) -> dict:
     out = {}
+    todo = [(c, False) for c in configs] + [(c, True) for c in masked]
     with tempfile.TemporaryDirectory() as tmp:
         for dtype in dtypes:
-            for name, d, bq, bk, w in configs:
-                shape = AttentionShape(batch=1, heads=1, seq_len=4096, head_dim=d, dtype=dtype)
+            for (name, d, bq, bk, w), is_masked in todo:
+                # a K/V length of its own is a mask beyond causal: the MASKED build
+                more = {"kv_seq_len": 4096} if is_masked else {}
+                shape = AttentionShape(batch=1, heads=1, seq_len=4096, head_dim=d, dtype=dtype,
+                                       **more)  # fmt: skip
                 sched = schedule(name, shape, block_q=bq, block_kv=bk, warps=w)
                 try:
                     text, report = compile_sass(sched, Path(tmp))
@@ -109,7 +116,7 @@ def census(configs=CONFIGS, dtypes=DTYPES, log=print) -> dict:
                     if fn not in MMA_KERNELS:
                         continue
                     # keyed by the trace's kernel name, which the simulator looks up
-                    key = program_key(kinfo.name, d, bq, bk, w, dtype)
+                    key = program_key(kinfo.name, d, bq, bk, w, dtype, masked=is_masked)
                     progs = parts(text, fn, name=key)
                     out[key] = {
                         **progs["loop"].to_json(),
@@ -119,7 +126,7 @@ def census(configs=CONFIGS, dtypes=DTYPES, log=print) -> dict:
                         "epilogue": progs["epilogue"].to_json(),
                     }
                     log(f"{key}: {len(out[key]['class'])} instructions per step")
-                if name == "standard":
+                if name == "standard" and not is_masked:
                     out.update(_softmax_entries(shape, bq, bk, w, Path(tmp), log))
     return out
 

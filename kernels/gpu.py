@@ -79,10 +79,10 @@ def tiling_errors(sched: Schedule) -> list[str]:
     errs = []
     if sched.name not in GPU_SCHEDULES:
         return [f"schedule {sched.name!r} has no GPU version; choose one of {GPU_SCHEDULES}"]
-    if sh.variant:
+    if sh.variant and sched.name != "flash2":
         errs.append(
-            "the CUDA kernels run full and causal attention with kv_seq_len = seq_len; a "
-            "window, segments or another kv_seq_len is simulated and executed in numpy only"
+            "of the CUDA kernels only flash2's forward runs a window, segments or another "
+            "kv_seq_len (MASKED); the others run full and causal attention of equal lengths"
         )
         return errs
     if sh.dtype not in _NAN_BITS:
@@ -140,6 +140,8 @@ def defines(sched: Schedule) -> tuple[tuple[str, int], ...]:
         "WARPS": sched.warps,
         "DTYPE_BF16": int(sched.shape.dtype == "bf16"),
     }
+    if sched.shape.variant:  # kernels/cuda/flash2_fwd.cu's masked build
+        d["MASKED"] = 1
     if sched.name == "standard":
         d["SOFTMAX_ROWS"] = sched.option("softmax_rows")
         d["SOFTMAX_PASSES"] = sched.option("softmax_passes")
@@ -195,9 +197,12 @@ class CompiledSchedule:
         b, h, n, d, kh = sh.batch, sh.heads, sh.seq_len, sh.head_dim, sh.n_kv_heads
         bufs = {
             "q": _to_bits(q, sh.dtype, (b, h, n, d)),
-            "k": _to_bits(k, sh.dtype, (b, kh, n, d)),
-            "v": _to_bits(v, sh.dtype, (b, kh, n, d)),
+            "k": _to_bits(k, sh.dtype, (b, kh, sh.n_kv, d)),
+            "v": _to_bits(v, sh.dtype, (b, kh, sh.n_kv, d)),
         }
+        if sh.variant:  # the segments' cumulative ends (one 0 when there are none)
+            ends = np.cumsum(sh.segments) if sh.segments else np.zeros(1)
+            bufs["seg_ends"] = cp.asarray(ends, dtype=cp.int32)
         nan16 = np.uint16(_NAN_BITS[sh.dtype])
 
         def poison16(shape):
@@ -239,8 +244,13 @@ class CompiledSchedule:
         i32, f32 = np.int32, np.float32
         heads, kvh, n = i32(sh.heads), i32(sh.n_kv_heads), i32(sh.seq_len)
         scale, causal = f32(sh.scale), i32(sh.causal)
+        masked = ()
+        if sh.variant:  # flash2_fwd.cu's MASKED build: kv length, window, segments
+            left, right = sh.window_bounds or (-1, -1)
+            n_segs = len(sh.segments) if sh.segments else 0
+            masked = (i32(sh.n_kv), i32(left), i32(right), "seg_ends", i32(n_segs))
         args = {
-            "flash2_fwd": ("q", "k", "v", "o", "lse", heads, kvh, n, scale, causal),
+            "flash2_fwd": ("q", "k", "v", "o", "lse", heads, kvh, n, scale, causal, *masked),
             "flash2_bwd_pre": ("o", "do", "dvec", "dq_acc", n),
             "flash2_bwd": (
                 "q",

@@ -159,17 +159,23 @@ VARIANT_OPTIONS = {"softmax": ("softmax_rows", "softmax_passes")}
 
 def program_key(
     kernel: str, head_dim: int, block_q: int, block_kv: int, warps: int, dtype: str,
-    causal: bool = False, options: tuple = (),
+    causal: bool = False, options: tuple = (), masked: bool = False,
 ) -> str:  # fmt: skip
     """The census key of a compiled kernel variant. ``causal`` marks the variant of an
     implementation that compiles causal attention separately (flash-attn's ``Is_causal``);
     this project's kernels take it at run time and have one variant. ``options``: the
-    (name, value) pairs of ``VARIANT_OPTIONS`` a kernel is compiled for."""
+    (name, value) pairs of ``VARIANT_OPTIONS`` a kernel is compiled for. ``masked``: this
+    project's build for masks beyond full and causal (a window, segments or kv_seq_len:
+    kernels/cuda/flash2_fwd.cu's MASKED)."""
     return (
         f"{kernel} d={head_dim} {block_q}x{block_kv} w={warps} {dtype}"
         + "".join(f" {k}={v}" for k, v in options)
         + (" causal" if causal else "")
+        + (" masked" if masked else "")
     )
+
+
+MASK_FIELDS = ("window", "segments", "kv_seq_len")  # a trace's params beyond causal
 
 
 @functools.lru_cache(maxsize=8)
@@ -251,9 +257,12 @@ def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
     if options and row % 8:  # the census holds the aligned-rows build
         return None
     table = census(impl)
-    # a separately compiled causal variant where there is one
+    # a separately compiled causal variant where there is one; this project's masked build
+    # where the trace has such a mask (else the unmasked loop prices it: docs/model.md)
     d = table.get(key + " causal") if params.get("causal") else None
     key = key + " causal" if d is not None else key
+    if any(params.get(f) is not None for f in MASK_FIELDS) and key + " masked" in table:
+        key += " masked"
     d = d if d is not None else table.get(key)
     if d is None:
         return None

@@ -10,7 +10,7 @@ def random_inputs(shape, seed=0, backward=False, scale=1.0):
     """q, k, v (and dO) for ``shape`` in its storage dtype, drawn from N(0, scale^2)."""
     rng = np.random.default_rng(seed)
     qs = (shape.batch, shape.heads, shape.seq_len, shape.head_dim)
-    kvs = (shape.batch, shape.n_kv_heads, shape.seq_len, shape.head_dim)
+    kvs = (shape.batch, shape.n_kv_heads, shape.n_kv, shape.head_dim)
     arrays = [
         rng.standard_normal(qs) * scale,
         rng.standard_normal(kvs) * scale,

@@ -63,6 +63,41 @@ def test_flash2_forward(dtype, tiles, case):
     np.testing.assert_allclose(lse, m + np.log(l), rtol=0, atol=1e-4, err_msg=f"seed {seed}")
 
 
+# masks beyond causal (kernels/mask.py) in flash2_fwd.cu's MASKED build: windows, packed
+# documents, a K/V length of its own (chunked prefill, decoding, queries that see no key)
+MASKS = [
+    {"seq_len": 1000, "causal": True, "window": 200},
+    {"seq_len": 333, "window": (40, 7), "kv_heads": 2},
+    {"seq_len": 900, "causal": True, "segments": (1, 300, 77, 522)},
+    {"seq_len": 130, "causal": True, "kv_seq_len": 1111},
+    {"seq_len": 1, "kv_seq_len": 2000, "kv_heads": 2},
+    {"seq_len": 300, "causal": True, "kv_seq_len": 120, "window": 50},
+]
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("tiles", FWD_TILES)
+@pytest.mark.parametrize("fields", MASKS, ids=lambda f: ",".join(f"{k}={v}" for k, v in f.items()))
+def test_flash2_forward_masked(dtype, tiles, fields):
+    """The error rule against the dense reference with the same mask; a query that sees no
+    key gets O = 0 and L = +inf, as the schedule's executor does."""
+    d, bq, bkv, w = tiles
+    shape = kernels.AttentionShape(**{"batch": 2, "heads": 4, "head_dim": d, "dtype": dtype,
+                                      **fields})  # fmt: skip
+    sched = kernels.schedule("flash2", shape, bq, bkv, w)
+    assert gpu.tiling_errors(sched) == [] and dict(gpu.defines(sched))["MASKED"] == 1
+    seed = _fresh_seed()
+    q, k, v = random_inputs(shape, seed=seed)
+    o, lse = gpu.run_schedule(sched, q, k, v)
+    exact, m, l, _ = kernels.attention_forward(q, k, v, mask=shape)
+    same = kernels.attention_forward(q, k, v, mask=shape, dtype=dtype)[0]
+    _check_rule("O", o, exact, same, dtype, seed)
+    seen = l > 0
+    np.testing.assert_allclose(lse[seen], (m + np.log(np.where(seen, l, 1)))[seen], rtol=0,
+                               atol=1e-4, err_msg=f"seed {seed}")  # fmt: skip
+    assert np.all(np.isposinf(lse[~seen])), f"L of rows that see no key, seed {seed}"
+
+
 @pytest.mark.parametrize("name", ["flash2", "flash2_bwd", "standard"])
 @pytest.mark.parametrize("passes", [1, 2])
 def test_decoding_step_with_128_row_tiles(name, passes):

@@ -11,8 +11,20 @@
 // computed (one buffer each; two barriers per step order the overwrites).
 //
 // Compile-time parameters (defines injected by kernels/gpu.py): BLOCK_Q, BLOCK_KV, HEAD_DIM,
-// WARPS, DTYPE_BF16.
+// WARPS, DTYPE_BF16, MASKED.
+//
+// MASKED = 1 builds the kernel for the masks of kernels/mask.py beyond full and causal
+// attention of equal lengths: nk keys (queries aligned to their end), a window of `left` keys
+// before and `right` after the query's position (-1: none), and packed segments (their
+// cumulative ends; n_segs = 0: one sequence). Each query sees one interval of keys, so a CTA
+// visits the key blocks from its first seeing row's first key to its last row's last key,
+// masks the partial ones element by element, and a row that sees no key gets O = 0 and
+// L = +inf. MASKED = 0 (full and causal) compiles to the code it always did.
 #include "mma_tiles.cu"
+
+#ifndef MASKED
+#define MASKED 0
+#endif
 
 constexpr int NT = WARPS * 32;
 constexpr int WM = BLOCK_Q / WARPS;  // Q rows per warp
@@ -31,30 +43,91 @@ static_assert(SMEM_BYTES <= 227 * 1024, "Q, K, V tiles exceed 227 KiB of shared 
 
 extern "C" __global__ void flash2_fwd_smem_bytes(long long* out) { out[0] = SMEM_BYTES; }
 
+#if MASKED
+struct KeyRange {
+    int lo, hi;  // the keys lo..hi the query sees; hi < lo: none
+};
+
+// kernels/mask.py's key_ranges, for one query row
+__device__ __forceinline__ KeyRange key_range(int row, int n, int nk, int causal, int left,
+                                              int right, const int* seg_ends, int n_segs) {
+    const int pos = row + nk - n;  // the query's position among the keys
+    int lo = 0, hi = nk - 1;
+    if (causal) hi = min(hi, pos);
+    if (left >= 0) lo = max(lo, pos - left);
+    if (right >= 0) hi = min(hi, pos + right);
+    if (n_segs > 0) {  // the segment holding the row: the first end above it
+        int a = 0, b = n_segs - 1;
+        while (a < b) {
+            const int mid = (a + b) / 2;
+            if (seg_ends[mid] > row) b = mid; else a = mid + 1;
+        }
+        lo = max(lo, a ? seg_ends[a - 1] : 0);
+        hi = min(hi, seg_ends[a] - 1);
+    }
+    return KeyRange{lo, hi};
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(NT)
     flash2_fwd(const u16* __restrict__ Q, const u16* __restrict__ K, const u16* __restrict__ V,
                u16* __restrict__ O, float* __restrict__ L, int heads, int kv_heads, int n,
-               float scale, int causal) {
+               float scale, int causal
+#if MASKED
+               , int nk, int left, int right, const int* __restrict__ seg_ends, int n_segs
+#endif
+               ) {
     extern __shared__ __align__(128) unsigned char smem[];
     u16* sQ = reinterpret_cast<u16*>(smem);
     u16* sK = sQ + BLOCK_Q * HEAD_DIM;
     u16* sV = sK + BLOCK_KV * HEAD_DIM;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int t_q = (n + BLOCK_Q - 1) / BLOCK_Q, t_kv = (n + BLOCK_KV - 1) / BLOCK_KV;
+    const int t_q = (n + BLOCK_Q - 1) / BLOCK_Q;
+#if !MASKED
+    const int nk = n;
+    const int t_kv = (nk + BLOCK_KV - 1) / BLOCK_KV;
+#endif
     const int bh = blockIdx.x / t_q, i = blockIdx.x % t_q;
     const int b = bh / heads, h = bh % heads, kvh = h / (heads / kv_heads);
     const int q0 = i * BLOCK_Q, r = min(BLOCK_Q, n - q0);
     const u16* gQ = Q + ((long)bh * n + q0) * HEAD_DIM;
-    const u16* gK = K + (long)(b * kv_heads + kvh) * n * HEAD_DIM;
-    const u16* gV = V + (long)(b * kv_heads + kvh) * n * HEAD_DIM;
+    const u16* gK = K + (long)(b * kv_heads + kvh) * nk * HEAD_DIM;
+    const u16* gV = V + (long)(b * kv_heads + kvh) * nk * HEAD_DIM;
+#if MASKED
+    // the key blocks this CTA's rows see: from the first row that sees a key (rows that see
+    // none are a prefix) to the last row's last key
+    int seeing = q0;
+    while (seeing < q0 + r &&
+           key_range(seeing, n, nk, causal, left, right, seg_ends, n_segs).hi < 0)
+        ++seeing;
+    const KeyRange first_kr = key_range(min(seeing, q0 + r - 1), n, nk, causal, left, right,
+                                        seg_ends, n_segs);
+    const KeyRange last_kr = key_range(q0 + r - 1, n, nk, causal, left, right, seg_ends, n_segs);
+    const KeyRange top_kr = key_range(q0, n, nk, causal, left, right, seg_ends, n_segs);
+    const int j_lo = seeing < q0 + r ? first_kr.lo / BLOCK_KV : 0;
+    const int last = seeing < q0 + r ? last_kr.hi / BLOCK_KV + 1 : 0;
+#else
+    const int j_lo = 0;
     const int last = causal ? min(t_kv, (q0 + r - 1) / BLOCK_KV + 1) : t_kv;
+#endif
     const float sl2 = scale * LOG2E;  // exp(x * scale) = exp2(x * sl2)
 
-    // Q_i: HBM -> SRAM once per CTA; K_0 with it
+    // Q_i: HBM -> SRAM once per CTA (masked: one that visits a key block); its first K
+    // block with it
+#if MASKED
+    if (j_lo < last) {
+        load_tile<BLOCK_Q, HEAD_DIM, NT>(sQ, gQ, HEAD_DIM, r, tid);
+        const int k_first = j_lo * BLOCK_KV;
+        load_tile<BLOCK_KV, HEAD_DIM, NT>(sK, gK + (long)k_first * HEAD_DIM, HEAD_DIM,
+                                          min(BLOCK_KV, nk - k_first), tid);
+        cp_async_commit();
+    }
+#else
     load_tile<BLOCK_Q, HEAD_DIM, NT>(sQ, gQ, HEAD_DIM, r, tid);
     load_tile<BLOCK_KV, HEAD_DIM, NT>(sK, gK, HEAD_DIM, min(BLOCK_KV, n), tid);
     cp_async_commit();
+#endif
 
     float o[MT][ND][4];
     float m[MT][2], l[MT][2];  // running max (log2 units, scaled) and this thread's partial sum
@@ -69,12 +142,12 @@ extern "C" __global__ void __launch_bounds__(NT)
     }
     const int wr = warp * WM;  // first row of this warp within the block
 
-    for (int j = 0; j < last; ++j) {
+    for (int j = j_lo; j < last; ++j) {
         const int k0 = j * BLOCK_KV;
         cp_async_wait<0>();
         __syncthreads();  // K_j (and Q_i) landed; every warp is done with V_{j-1}
         // V_j: HBM -> SRAM, overlapping S = Q K^T
-        load_tile<BLOCK_KV, HEAD_DIM, NT>(sV, gV + (long)k0 * HEAD_DIM, HEAD_DIM, n - k0, tid);
+        load_tile<BLOCK_KV, HEAD_DIM, NT>(sV, gV + (long)k0 * HEAD_DIM, HEAD_DIM, nk - k0, tid);
         cp_async_commit();
 
         float s[MT][NS][4];
@@ -101,6 +174,27 @@ extern "C" __global__ void __launch_bounds__(NT)
             }
         }
 
+#if MASKED
+        // a partial block: some query of the tile does not see some key of it
+        const bool full = last_kr.lo <= k0 && top_kr.hi >= k0 + BLOCK_KV - 1 && k0 + BLOCK_KV <= nk;
+        if (!full) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int row = q0 + wr + mt * 16 + (lane >> 2) + 8 * hf;
+                    const KeyRange kr =
+                        key_range(row, n, nk, causal, left, right, seg_ends, n_segs);
+#pragma unroll
+                    for (int ns = 0; ns < NS; ++ns)
+#pragma unroll
+                        for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
+                            const int col = k0 + ns * 8 + 2 * (lane & 3) + (e & 1);
+                            if (col >= nk || col < kr.lo || col > kr.hi) s[mt][ns][e] = NEG_INF;
+                        }
+                }
+        }
+#else
         // mask keys past N (last block) and above the diagonal (causal)
         const bool ragged = k0 + BLOCK_KV > n;
         if (ragged || (causal && k0 + BLOCK_KV - 1 > q0)) {
@@ -115,6 +209,7 @@ extern "C" __global__ void __launch_bounds__(NT)
                         if (col >= n || (causal && col > row)) s[mt][ns][e] = NEG_INF;
                     }
         }
+#endif
 
         // online softmax: m_new = max(m, rowmax S), O and l rescaled by exp(m - m_new)
 #pragma unroll
@@ -152,7 +247,7 @@ extern "C" __global__ void __launch_bounds__(NT)
         __syncthreads();  // V_j landed; every warp is done with K_j
         if (j + 1 < last) {  // K_{j+1}: HBM -> SRAM, overlapping P V
             const int k1 = k0 + BLOCK_KV;
-            load_tile<BLOCK_KV, HEAD_DIM, NT>(sK, gK + (long)k1 * HEAD_DIM, HEAD_DIM, n - k1, tid);
+            load_tile<BLOCK_KV, HEAD_DIM, NT>(sK, gK + (long)k1 * HEAD_DIM, HEAD_DIM, nk - k1, tid);
             cp_async_commit();
         }
 
@@ -182,7 +277,11 @@ extern "C" __global__ void __launch_bounds__(NT)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
             const float lsum = quad_sum(l[mt][hf]);
+#if MASKED
+            const float inv = lsum > 0.f ? 1.f / lsum : 0.f;  // a row that sees no key: O = 0
+#else
             const float inv = 1.f / lsum;
+#endif
             const int row = wr + mt * 16 + (lane >> 2) + 8 * hf;
 #pragma unroll
             for (int nd = 0; nd < ND; ++nd) {
@@ -190,7 +289,12 @@ extern "C" __global__ void __launch_bounds__(NT)
                 *reinterpret_cast<u32*>(sQ + swz<HEAD_DIM>(row, nd) + 2 * (lane & 3)) = v2;
             }
             if ((lane & 3) == 0 && q0 + row < n)
+#if MASKED
+                L[(long)bh * n + q0 + row] =
+                    lsum > 0.f ? m[mt][hf] / LOG2E + logf(lsum) : __int_as_float(0x7f800000);  // +inf
+#else
                 L[(long)bh * n + q0 + row] = m[mt][hf] / LOG2E + logf(lsum);
+#endif
         }
     }
     __syncwarp();

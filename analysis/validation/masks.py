@@ -1,0 +1,192 @@
+"""Masks on the GPU against the model: this project's masked flash2 forward (windows, packed
+documents, decoding over a KV cache) and PyTorch SDPA's split-KV decoding, measured on the H200
+(data/gpu/masks/, ``bash data/gpu/runs/masks_run.sh measure``), next to flex_attention.
+
+- Bytes: Nsight Compute's bytes in and out of the SMs for the launches of
+  ``benchmarks/masks_ncu.py`` (``NCU_CASES``) against the replay's global reads and writes.
+- Time: this project's kernels (event-timed, through the launch harness of
+  analysis/validation/calibration.toml) against the issue model on ``h200-measured``; PyTorch's
+  flash-attn 2 decoding (its kernels' durations from the profiler) against ``flash_decode``
+  with flash-attn's split heuristic, whose split count is checked against the grid the kernel
+  ran with. flex_attention's times are shown beside ours, not modelled.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from flashio import kernels, simulator
+from flashio.analysis.paths import DATA
+from flashio.analysis.validation.calibration import load_calibration
+from flashio.analysis.validation.gpu_data import parse_ncu_csv
+from flashio.kernels.mask import block_sums
+from flashio.simulator.simulate import ModelOptions
+
+__all__ = ["NCU_CASES", "byte_rows", "decode_rows", "markdown", "ncu_schedules", "time_rows"]
+
+GPU = "h200-measured"
+OPTIONS = ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
+SECTOR = 32  # bytes the memory system moves at least
+NCU_BASE = {"batch": 1, "heads": 8, "head_dim": 64, "dtype": "bf16"}
+NCU_CASES = (  # (label, shape fields, tiling): the launches benchmarks/masks_ncu.py profiles
+    ("window 512", {"seq_len": 4096, "causal": True, "window": 512}, (128, 128, 8)),
+    ("window (300, 40)", {"seq_len": 4096, "window": (300, 40)}, (128, 128, 8)),
+    ("5 documents", {"seq_len": 4096, "causal": True,
+                     "segments": (100, 900, 1000, 2000, 96)}, (128, 128, 8)),
+    ("chunked prefill", {"seq_len": 512, "causal": True, "kv_seq_len": 8192}, (128, 128, 8)),
+    ("decode", {"seq_len": 1, "kv_seq_len": 8192, "kv_heads": 2}, (64, 128, 4)),
+)  # fmt: skip
+
+
+def ncu_schedules() -> list[tuple[str, kernels.Schedule]]:
+    return [
+        (label, kernels.schedule("flash2", kernels.AttentionShape(**NCU_BASE, **f), *tiles))
+        for label, f, tiles in NCU_CASES
+    ]
+
+
+def _doc() -> dict:
+    return json.loads((DATA / "gpu" / "masks" / "masks.json").read_text())
+
+
+def byte_rows() -> list[dict]:
+    """Per NCU case: measured and replayed bytes in and out of the SMs. Allowed beyond the
+    trace (docs/validation.md, "Masks"): the segment table the kernel reads, one sector per SM
+    and 8 segment ends; and a row of the logsumexp shorter than a sector costs the sector."""
+    launches = parse_ncu_csv((DATA / "gpu" / "masks" / "masks_ncu.csv").read_text())
+    out = []
+    for (label, sched), ln in zip(ncu_schedules(), launches, strict=True):
+        res = simulator.simulate(sched, GPU)
+        m = ln["metrics"]
+        out.append(
+            {
+                "case": label,
+                "shape": sched.shape,
+                "read": m["l1tex__m_xbar2l1tex_read_bytes.sum"],
+                "write": m["l1tex__m_l1tex2xbar_write_bytes.sum"],
+                "trace_read": res.global_read_bytes,
+                "trace_write": res.global_write_bytes,
+                "ctas": sched.kernels[0].ctas,
+            }
+        )
+    return out
+
+
+def time_rows() -> list[dict]:
+    """This project's masked forward, measured and predicted, with flex_attention beside it
+    and the share of visited blocks that are partial (masked element by element)."""
+    doc, harness = _doc(), load_calibration().harness
+    other = {(r["case"], json.dumps(r["shape"])): r for r in doc["rows"] if r["impl"] != "flashio"}
+    out = []
+    for r in doc["rows"]:
+        if r["impl"] != "flashio":
+            continue
+        shape = kernels.AttentionShape(**r["shape"])
+        sched = kernels.schedule("flash2", shape, r["block_q"], r["block_kv"], r["warps"])
+        res = simulator.simulate(sched, GPU, options=OPTIONS)
+        pred = harness.event_time([k.time_s for k in res.kernels])
+        bs = block_sums(shape, sched.block_q, sched.block_kv)
+        peer = other[(r["case"], json.dumps(r["shape"]))]
+        out.append(
+            {
+                "case": r["case"],
+                "shape": shape,
+                "tiling": (sched.block_q, sched.block_kv, sched.warps),
+                "measured_s": r["median_ms"] * 1e-3,
+                "predicted_s": pred,
+                "error": pred / (r["median_ms"] * 1e-3) - 1,
+                "partial": (bs.pairs - bs.full_pairs) / bs.pairs,
+                "other": peer["impl"],
+                "other_s": peer["median_ms"] * 1e-3,
+            }
+        )
+    return out
+
+
+def decode_rows() -> list[dict]:
+    """PyTorch SDPA's decoding (flash-attn 2's split-KV kernel and its combine), its kernels'
+    measured durations against flash_decode with flash-attn's heuristic on 132 SMs."""
+    out = []
+    for r in _doc()["rows"]:
+        if r["impl"] != "torch_flash":
+            continue
+        shape = kernels.AttentionShape(**r["shape"])
+        sched = kernels.schedule("flash_decode", shape, sm_count=132)
+        res = simulator.simulate(sched, GPU)
+        splits = r["grids"][0][1]  # flash-attn's split-KV grid: (m blocks, splits, b x h_kv)
+        measured = sum(r["kernel_us"]) * 1e-6
+        cache = 2 * shape.batch * shape.n_kv_heads * shape.n_kv * shape.head_dim * 2
+        out.append(
+            {
+                "case": r["case"],
+                "shape": shape,
+                "splits_measured": splits,
+                "splits_model": sched.option("num_splits"),
+                "measured_s": measured,
+                "measured_split_s": r["kernel_us"][0] * 1e-6,
+                "predicted_s": res.time_s,
+                "predicted_split_s": res.kernels[0].time_s,
+                "error": res.time_s / measured - 1,
+                "cache_tb_per_s": cache / (r["kernel_us"][0] * 1e-6) / 1e12,
+            }
+        )
+    return out
+
+
+def markdown() -> str:
+    """docs/validation.md's "Masks" tables."""
+    doc = _doc()
+    copy = doc["ceilings"]["copy_bytes_per_s"] / 1e12
+    lines = [
+        "Bytes in and out of the SMs (Nsight Compute) against the replay, this project's masked "
+        "forward, B = 1, H = 8, d = 64, bf16:",
+        "",
+        "| case | read (GPU) | read (trace) | write (GPU) | write (trace) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in byte_rows():
+        lines.append(
+            f"| {r['case']} | {r['read']:,.0f} | {r['trace_read']:,} | {r['write']:,.0f} | "
+            f"{r['trace_write']:,} |"
+        )
+    rows = time_rows()
+    err = np.array([r["error"] for r in rows])
+    lines += [
+        "",
+        "Time, this project's masked forward (B = 1, H = 16, bf16; event-timed through the "
+        "launch harness) against the issue model on h200-measured, with torch flex_attention "
+        f"(the same mask, compiled) beside it: MAPE {np.abs(err).mean():.1%}, bias "
+        f"{err.mean():+.1%}.",
+        "",
+        "| case | N | d | tiling | partial blocks | measured ms | predicted ms | error "
+        "| other | other ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        sh, (bq, bkv, w) = r["shape"], r["tiling"]
+        lines.append(
+            f"| {r['case']} | {sh.seq_len:,} | {sh.head_dim} | {bq}x{bkv} w{w} | "
+            f"{r['partial']:.0%} | {r['measured_s'] * 1e3:.3f} | {r['predicted_s'] * 1e3:.3f} | "
+            f"{r['error']:+.1%} | {r['other']} | {r['other_s'] * 1e3:.3f} |"
+        )
+    lines += [
+        "",
+        "Decoding, PyTorch SDPA's flash backend (flash-attn 2's split-KV kernel and combine; "
+        "B = 1, 32 query heads on 8 kv heads, d = 128, bf16; the kernels' profiled durations) "
+        f"against flash_decode with flash-attn's split heuristic (copy bandwidth {copy:.2f} "
+        "TB/s measured in the same run):",
+        "",
+        "| cached tokens | splits (kernel grid) | splits (model) | split kernel us | "
+        "predicted us | both kernels us | predicted us | error | cache read TB/s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in decode_rows():
+        lines.append(
+            f"| {r['shape'].n_kv:,} | {r['splits_measured']} | {r['splits_model']} | "
+            f"{r['measured_split_s'] * 1e6:.1f} | {r['predicted_split_s'] * 1e6:.1f} | "
+            f"{r['measured_s'] * 1e6:.1f} | {r['predicted_s'] * 1e6:.1f} | "
+            f"{r['error']:+.1%} | {r['cache_tb_per_s']:.2f} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,207 @@
+"""Masked attention on the GPU, side by side in one run: this project's flash2 forward (the
+MASKED build of kernels/cuda/flash2_fwd.cu) with sliding windows, packed documents and
+decoding over a KV cache; torch flex_attention with the same window and document masks; and
+PyTorch SDPA's flash backend (flash-attn 2, whose decoding path is split-KV FlashDecoding)
+for decoding. Before timing, each pair of implementations is run on the same inputs and the
+largest difference of their outputs recorded (both compute the same masked attention).
+
+    python3 -m benchmarks.masks_measure --out $OUT/masks [--budget-s 300]
+
+Writes masks.json: provenance, the copy bandwidth, and a row per (implementation, case) with
+the shape, the tiling (ours), the median/min/max of CUDA-event timings over inputs rotated
+among sets larger than 3x the L2, and the output difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from benchmarks.gpu_measure import _timed, ceilings, n_sets_for, provenance, time_events
+from flashio import kernels
+from flashio.kernels import gpu
+
+DTYPE = "bf16"
+TILES = {64: (128, 128, 8), 128: (128, 64, 8)}  # ours, prefill; no spills in the MASKED build
+DECODE_TILES = (64, 128, 4)  # ours for one query: a 64-row tile, 4 warps
+REPS = 20
+
+
+def cases() -> list[tuple[str, dict]]:
+    """(case, shape fields): windows and documents at 16k and 32k tokens, d = 64 and 128,
+    against full causal attention; decoding steps over 8k to 128k cached tokens, GQA 32/8."""
+    out = []
+    for d in (64, 128):
+        base = {"batch": 1, "heads": 16, "head_dim": d, "dtype": DTYPE, "causal": True}
+        out.append(("causal", {**base, "seq_len": 16384}))
+        for n in (16384, 32768):
+            for w in (1024, 4096):
+                out.append((f"window {w}", {**base, "seq_len": n, "window": w}))
+        for docs in (4, 16):
+            out.append((f"{docs} documents", {**base, "seq_len": 16384,
+                                               "segments": (16384 // docs,) * docs}))  # fmt: skip
+    for cache in (8192, 32768, 131072):
+        out.append((f"decode {cache}", {"batch": 1, "heads": 32, "kv_heads": 8, "seq_len": 1,
+                                         "kv_seq_len": cache, "head_dim": 128,
+                                         "dtype": DTYPE}))  # fmt: skip
+    return out
+
+
+def _bits(shape):
+    """Random bf16 inputs as CuPy uint16 bits, and the same data as torch tensors."""
+    import cupy
+    import torch
+
+    def make(dims):
+        x = cupy.random.standard_normal(dims, dtype=cupy.float32)
+        t = torch.from_dlpack(x).to(torch.bfloat16)
+        return cupy.from_dlpack(t.view(torch.int16)).view(cupy.uint16), t
+
+    q = make((shape.batch, shape.heads, shape.seq_len, shape.head_dim))
+    kv = [make((shape.batch, shape.n_kv_heads, shape.n_kv, shape.head_dim)) for _ in "kv"]
+    return [q, *kv]
+
+
+def _flex_mask(shape):
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    n, w = shape.seq_len, shape.window
+    if shape.segments:
+        doc = torch.repeat_interleave(
+            torch.arange(len(shape.segments), device="cuda"),
+            torch.tensor(shape.segments, device="cuda"),
+        )
+
+        def mask(b, h, q, kv):
+            return (q >= kv) & (doc[q] == doc[kv])
+    elif w is not None:
+
+        def mask(b, h, q, kv):
+            return (q >= kv) & (q - kv < w)
+    else:
+
+        def mask(b, h, q, kv):
+            return q >= kv
+
+    return create_block_mask(mask, None, None, n, n, device="cuda")
+
+
+def measure(case: str, fields: dict, l2: int, flex_fn) -> list[dict]:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    shape = kernels.AttentionShape(**fields)
+    decode = shape.seq_len == 1
+    tiles = DECODE_TILES if decode else TILES[shape.head_dim]
+    sched = kernels.schedule("flash2", shape, *tiles)
+    c = gpu.compile_schedule(sched)
+    set_bytes = 2 * (
+        shape.batch * shape.heads * shape.seq_len * shape.head_dim
+        + 2 * shape.batch * shape.n_kv_heads * shape.n_kv * shape.head_dim
+    )
+    n_sets = n_sets_for(set_bytes, l2)
+    data = [_bits(shape) for _ in range(n_sets)]
+    ours = [c.alloc(*(x for x, _ in s)) for s in data]
+    gqa = "native"
+    if decode:
+
+        def other(i):
+            q, k, v = (t for _, t in data[i])
+            if gqa == "native":
+                return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            g = shape.group  # this torch's flash backend takes no GQA: K, V expanded
+            k, v = (x.repeat_interleave(g, dim=1) for x in (k, v))
+            return F.scaled_dot_product_attention(q, k, v)
+
+        other_name, ctx = "torch_flash", sdpa_kernel(SDPBackend.FLASH_ATTENTION)
+    else:
+        bm = _flex_mask(shape)
+
+        def other(i):
+            q, k, v = (t for _, t in data[i])
+            return flex_fn(q, k, v, block_mask=bm)
+
+        other_name, ctx = "flex", torch.no_grad()
+    rows = []
+    with ctx:
+        c.launch(ours[0])
+        try:
+            o_other = other(0)
+        except RuntimeError:
+            gqa = "expanded"
+            o_other = other(0)
+        torch.cuda.synchronize()
+        o_ours = torch.from_dlpack(ours[0]["o"].view("int16")).view(torch.bfloat16)
+        diff = float((o_ours.float() - o_other.float()).abs().max())
+        t = time_events(lambda i, ev: c.launch(ours[i], events=ev), n_sets, REPS)
+        rows.append({"impl": "flashio", "block_q": sched.block_q, "block_kv": sched.block_kv,
+                     "warps": sched.warps, "defines": dict(gpu.defines(sched)), **t})  # fmt: skip
+
+        t = time_events(lambda i, ev: _timed(ev, lambda: other(i)), n_sets, REPS)
+        rows.append({"impl": other_name, "gqa": gqa, **t, **_kernel_times(other, n_sets)})
+    for r in rows:
+        r.update(case=case, shape=shape.to_dict(), rotate_buffers=n_sets, max_abs_diff=diff)
+    return rows
+
+
+def _kernel_times(run, n_sets: int, calls: int = 10) -> dict:
+    """The kernels one call launches (torch.profiler), each one's median duration over
+    ``calls`` calls, and their grids: GPU time without the host's share of a short call."""
+    import numpy as np
+
+    from benchmarks.impl_measure import profile_launches
+
+    profiles = [profile_launches(run, i % n_sets) for i in range(calls)]
+    kernels_ = [[e for e in p if e["cat"] == "kernel"] for p in profiles]
+    if len({len(k) for k in kernels_}) != 1:
+        return {"profile_note": "calls launched different kernels", "profile": profiles[0]}
+    return {
+        "kernels": [e["name"] for e in kernels_[0]],
+        "kernel_us": [
+            float(np.median([k[j]["dur_us"] for k in kernels_])) for j in range(len(kernels_[0]))
+        ],
+        "grids": [e["grid"] for e in kernels_[0]],
+        "blocks": [e["block"] for e in kernels_[0]],
+    }
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--budget-s", type=float, default=300.0)
+    args = ap.parse_args(argv)
+    import cupy
+    import torch
+    import torch._dynamo
+    from torch.nn.attention.flex_attention import flex_attention
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    l2 = cupy.cuda.runtime.getDeviceProperties(0)["l2CacheSize"]
+    # one compiled kernel per mask and shape: past dynamo's recompile limit flex_attention
+    # would fall back to its unfused (dense) path
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 256)
+    flex_fn = torch.compile(flex_attention, dynamic=False)
+    doc = {"provenance": provenance(), "ceilings": ceilings(REPS), "rows": [], "skipped": []}
+    t0 = time.time()
+    for case, fields in cases():
+        if time.time() - t0 > args.budget_s:
+            doc["skipped"].append({"case": case, "shape": fields, "why": "time budget"})
+            continue
+        rows = measure(case, fields, l2, flex_fn)
+        doc["rows"] += rows
+        print(case, fields.get("seq_len"), fields.get("head_dim"),
+              *(f"{r['impl']} {r['median_ms']:.4f} ms" for r in rows),
+              f"diff {rows[0]['max_abs_diff']:.2e}", flush=True)  # fmt: skip
+    doc["wall_s"] = round(time.time() - t0, 1)
+    (args.out / "masks.json").write_text(json.dumps(doc, indent=1, default=str))
+    print(f"wrote {args.out / 'masks.json'} ({doc['wall_s']} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+#!/bin/bash
+# Device calls for the masked flash2 forward (kernels/cuda/flash2_fwd.cu, MASKED build). Run
+# from the repository root.
+#   masks_run.sh check: the GPU tests ($OUT/pytest.log) and compute-sanitizer memcheck,
+#     racecheck and synccheck on masked launches ($OUT/sanitizer.log).
+#   masks_run.sh measure: benchmarks/masks_measure.py, ours beside flex_attention and SDPA
+#     ($OUT/masks/masks.json, $OUT/measure.log), then Nsight Compute's bytes and times of the
+#     launches of benchmarks/masks_ncu.py ($OUT/masks_ncu.csv, masks_ncu.log).
+export PYTHONUNBUFFERED=1
+python3 -m pip install --quiet --no-deps --no-build-isolation -e .
+L=$OUT/extra.log
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv >> $L
+if [ "$1" = check ]; then
+  timeout 200 python3 -m pytest tests/test_gpu_kernels.py -q -p no:cacheprovider -n 8 \
+    --timeout 150 -rfE > $OUT/pytest.log 2>&1
+  echo "pytest rc=$?" >> $L
+  for t in memcheck racecheck synccheck; do
+    timeout 120 compute-sanitizer --tool $t --print-limit 20 python3 -c "
+from flashio import kernels
+from flashio.kernels import gpu
+from tests._util import random_inputs
+for f in ({'causal': True, 'window': 100}, {'causal': True, 'segments': (50, 150, 56)},
+          {'causal': True, 'kv_seq_len': 100}, {'seq_len': 1, 'kv_seq_len': 700}):
+    f = {'seq_len': 256, **f}
+    sh = kernels.AttentionShape(1, 2, head_dim=64, dtype='bf16', **f)
+    for tiles in ((64, 64, 4), (128, 64, 8)):
+        s = kernels.schedule('flash2', sh, *tiles)
+        gpu.run_schedule(s, *random_inputs(sh, seed=1))
+print('ran')
+"
+  done > $OUT/sanitizer.log 2>&1
+  echo "sanitizer rc=$?" >> $L
+elif [ "$1" = measure ]; then
+  timeout 420 python3 -m benchmarks.masks_measure --out $OUT/masks --budget-s 300 \
+    > $OUT/measure.log 2>&1
+  echo "measure rc=$?" >> $L
+  B=l1tex__m_xbar2l1tex_read_bytes.sum,l1tex__m_l1tex2xbar_write_bytes.sum,dram__bytes_read.sum
+  B=$B,dram__bytes_write.sum,gpu__time_duration.sum
+  timeout 200 ncu --clock-control none --print-units base --csv --log-file $OUT/masks_ncu.csv \
+    --metrics $B -k regex:"^flash2" python3 -m benchmarks.masks_ncu > $OUT/masks_ncu.log 2>&1
+  echo "ncu rc=$?" >> $L
+  ncu --version | tail -1 >> $OUT/masks_ncu.log
+fi
