@@ -282,7 +282,8 @@ def schedule(
     Parameters
     ----------
     name : str
-        ``standard``, ``standard_bwd``, ``flash1``, ``flash1_bwd``, ``flash2`` or ``flash2_bwd``.
+        ``standard``, ``standard_bwd``, ``flash1``, ``flash1_bwd``, ``flash2``, ``flash2_bwd`` or
+        ``flash_decode`` (``kernels.SCHEDULES``).
     shape : AttentionShape
     block_q, block_kv : int, optional
         Br and Bc. Default: ``default_block(shape)`` (the seed's floor(M/(4d)) with the FA

@@ -108,3 +108,24 @@ def test_rows_record_the_mask_and_the_split_count(tmp_path, capsys):
     small, full = sweep.read_rows(tmp_path / "d.csv")
     assert "split_heuristic=1" in small.options and small.options != full.options
     assert (small.sm_count, full.sm_count) == (33, 132)
+
+
+def test_pareto_front_keeps_the_gpus_nothing_beats(tmp_path, capsys):
+    """A GPU is on the front unless another has no more of any resource and is no slower
+    (one of them strictly); checked against the definition over every pair of a real sweep."""
+    argv = "sweep --seq-len 2048 --heads 4 --schedule flash2 --hbm-scale 0.5 1 2 --sm-scale 0.5 1"
+    assert main([*argv.split(), "--out", str(tmp_path / "p.csv")]) == 0
+    assert "Pareto front, flash2 N=2048" in capsys.readouterr().out
+    rows = sweep.read_rows(tmp_path / "p.csv")
+    (front,) = sweep.pareto_front(rows).values()
+
+    def beats(a, b):
+        le = all(getattr(a, f) <= getattr(b, f) for f in sweep.RESOURCES) and a.time_s <= b.time_s
+        return le and (a != b) and (a.time_s < b.time_s or any(
+            getattr(a, f) < getattr(b, f) for f in sweep.RESOURCES))  # fmt: skip
+
+    assert [r for r in rows if not any(beats(o, r) for o in rows)] == sorted(
+        front, key=lambda r: rows.index(r)
+    )
+    assert 0 < len(front) < len(rows)
+    assert [r.time_s for r in front] == sorted(r.time_s for r in front)

@@ -137,6 +137,7 @@ def cmd_sweep(a) -> int:
         if not a.json:
             print(f"note: {exc}", file=sys.stderr)
     partial.unlink(missing_ok=True)
+    front = sweep.pareto_front(rows) if len(gpus) > 1 else {}
     if a.json:
         print(
             json.dumps(
@@ -145,6 +146,10 @@ def cmd_sweep(a) -> int:
                     "parquet": str(parquet) if parquet else None,
                     "resumed": len(old),
                     "plots": [str(p) for p in pictures],
+                    "pareto": [
+                        {"workload": list(k), "gpus": [r.gpu for r in pts]}
+                        for k, pts in front.items()
+                    ],
                     "rows": [asdict(r) for r in rows],
                 },
                 indent=2,
@@ -157,6 +162,9 @@ def cmd_sweep(a) -> int:
         print(f"{len(rows)} points ({failed} do not fit{kept}) written to {out}{also}")
         for p in pictures:
             print(f"plot: {p}")
+        for (name, _, _, n, d, *_), pts in front.items():
+            gpus_text = ", ".join(f"{r.gpu} {r.time_s * 1e3:.3f} ms" for r in pts)
+            print(f"Pareto front, {name} N={n} d={d} ({len(pts)} GPUs): {gpus_text}")
     return 0
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from flashio import kernels, simulator
 from flashio.analysis.closed_form.tiling import tiling_rule
+from flashio.kernels.registry import spec
 from flashio.simulator import Space, TilingError, issue
 
 __all__ = [
@@ -127,9 +128,14 @@ def _rule_blocks(name, shape, gpu, sram_bytes) -> dict[tuple[int, int], list[str
     n, nk = shape.seq_len, shape.n_kv
     for f in rule.forms:
         out.setdefault((min(f.block_q, n), min(f.block_kv, nk)), []).append(f.name)
-    # what flashio simulate picks when no block is given: the seed's rule on this GPU's M
-    b = kernels.default_block(shape, sram_bytes or gpu.smem_per_cta_bytes)
-    out.setdefault((b, b), []).append("default")
+    # what flashio simulate picks when no block is given: the seed's rule on this GPU's M, or
+    # the schedule's own tiles (flash_decode: flash-attn's split-KV tiles)
+    mod = spec(name).module
+    if hasattr(mod, "default_blocks"):
+        default = mod.default_blocks(shape)
+    else:
+        default = (kernels.default_block(shape, sram_bytes or gpu.smem_per_cta_bytes),) * 2
+    out.setdefault(default, []).append("default")
     return out
 
 
@@ -388,8 +394,13 @@ def search_notes(results: list[TileResult]) -> tuple[str, ...]:
             what = {
                 "seed": "The seed's B = floor(M/(4d))",
                 "paper": "The paper's Bc = ceil(M/(4d)), Br = min(Bc, d)",
-                "default": "The project's default block (kernels.default_block: floor(M/(4d)) "
-                "rounded down to a power of two in [16, 128], what flashio simulate picks)",
+                "default": "The project's default block (what flashio simulate picks: "
+                + (
+                    "flash-attn's split-KV tiles)"
+                    if any(r.kernel.startswith("flash_decode") for r in results)
+                    else "kernels.default_block, floor(M/(4d)) rounded down to a power of two "
+                    "in [16, 128])"
+                ),
             }[form]
             out.append(
                 f"{what}, {_label(r)}: rank {r.rank_time} of {len(ok)}, "

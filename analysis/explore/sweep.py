@@ -124,6 +124,32 @@ class SweepPoint:
                 self.warps)  # fmt: skip
 
 
+RESOURCES = ("sm_count", "smem_per_cta_bytes", "hbm_bandwidth_bytes_per_s", "l2_bytes")
+
+
+def pareto_front(rows: list[SweepRow]) -> dict[tuple, list[SweepRow]]:
+    """Per workload (schedule, shape and mask; each GPU with its own tiling), the swept GPUs no
+    other GPU beats with no more of any resource (SMs, shared memory per CTA, HBM bandwidth,
+    L2) and no more time, fastest first: the GPUs worth building for that workload. Points
+    that do not fit are left out."""
+    groups: dict[tuple, list[SweepRow]] = {}
+    for r in rows:
+        if not r.error:
+            key = (r.schedule, r.batch, r.heads, r.seq_len, r.head_dim, r.dtype, r.causal,
+                   r.mask)  # fmt: skip
+            groups.setdefault(key, []).append(r)
+
+    def beats(a: SweepRow, b: SweepRow) -> bool:
+        le = all(getattr(a, f) <= getattr(b, f) for f in RESOURCES) and a.time_s <= b.time_s
+        lt = any(getattr(a, f) < getattr(b, f) for f in RESOURCES) or a.time_s < b.time_s
+        return le and lt
+
+    return {
+        key: sorted((r for r in pts if not any(beats(o, r) for o in pts)), key=lambda r: r.time_s)
+        for key, pts in groups.items()
+    }
+
+
 def mask_text(shape: kernels.AttentionShape) -> str:
     """The shape's mask beyond causal, as a sweep row records it: ``kv_seq_len=N;window=W;
     segments=L1,L2`` (the parts that are set), or "" for none."""
