@@ -22,6 +22,9 @@ is key ``i + offset`` (bottom-right causal; decoding is ``seq_len = 1``). Causal
 (block-diagonal, flash-attn varlen's ``cu_seqlens``): a query sees only keys of its own
 segment, combined with causal and window as above.
 
+``block_ranges`` is the whole block view at once, and ``BlockSums`` its sums over the visited
+blocks (rows, keys, scores, partial blocks), the terms of every schedule's closed-form traffic.
+
 A row that sees no key (only when ``kv_seq_len < seq_len``, causal: its own position lies
 before the first key) has ``kmin = 0, kmax = -1``. Such rows form a prefix, so both arrays
 stay monotone; schedules write O = 0 and logsumexp = +inf for them, as flash-attn does.
