@@ -40,7 +40,7 @@ from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._record import offset4
 from flashio.kernels._resources import regs_per_thread
 from flashio.kernels._terms import terms
-from flashio.kernels.mask import allowed, block_full, kv_block_range
+from flashio.kernels.mask import block_full, kv_block_range
 from flashio.simulator.trace import KernelInfo, Op, Space, TensorInfo
 
 OPTIONS = ()
@@ -93,6 +93,33 @@ def kernels(s) -> tuple[KernelInfo, ...]:
     return (KernelInfo("flash2_fwd", ctas, s.warps, smem, regs_per_thread(reg_tiles, s.warps)),)
 
 
+@njit(inline="always")
+def emit_blocks(ev, k, write, kernel, cta, brow, lo, hi, r0, r, kvbase, p, kmin, kmax):
+    """FA2's inner loop for Q rows r0..r0+r-1 (of the rows ``kmin, kmax`` describe): key
+    blocks lo..hi-1 of the K/V head whose first row is at byte ``kvbase``, then, if any was
+    visited, the normalization; ``brow`` labels the events' Q block. Shared by flash_decode."""
+    nk, d, eb, bc = p[P_KV_SEQ], p[P_DIM], p[P_EB], p[P_BKV]
+    row = d * eb
+    for j in range(lo, hi):
+        k0 = j * bc
+        c = min(bc, nk - k0)
+        kvoff = kvbase + k0 * row
+        # K_j, V_j: HBM -> SRAM, once per (i, j)
+        k = mem(ev, k, write, kernel, cta, j, LOAD, K, j, -1, kvoff, c, row, row)
+        k = mem(ev, k, write, kernel, cta, j, LOAD, V, j, -1, kvoff, c, row, row)
+        k = calc(ev, k, write, kernel, cta, j, MMA, brow, j, 2 * r * c * d)  # S = Q K^T
+        ew = EW_PER_SCORE * r * c + r * d + EW_PER_ROW * r
+        if not block_full(kmin, kmax, r0, r0 + r, k0, k0 + c):
+            ew += r * c  # partial block: apply the mask
+        k = calc(ev, k, write, kernel, cta, j, EW, brow, j, ew)
+        k = calc(ev, k, write, kernel, cta, j, EXP, brow, j, r * c + r)
+        k = calc(ev, k, write, kernel, cta, j, MMA, brow, j, 2 * r * c * d)  # O += P V
+    if lo < hi:  # O_i /= l_i, L_i = m_i + log(l_i)
+        k = calc(ev, k, write, kernel, cta, -1, EW, brow, -1, r * d + r)
+        k = calc(ev, k, write, kernel, cta, -1, EXP, brow, -1, r)
+    return k
+
+
 @njit(**JIT)
 def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
     nh, nkh, n, nk, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_KV_SEQ], p[P_DIM]
@@ -116,23 +143,8 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
         lo, hi = kv_block_range(kmin, kmax, q0, q0 + r, bc)
         if lo < hi:
             k = mem(ev, k, write, kernel, cta, -1, LOAD, Q, i, -1, qoff, r, row, row)
-        for j in range(lo, hi):
-            k0 = j * bc
-            c = min(bc, nk - k0)
-            kvoff = ((b * nkh + kvh) * nk + k0) * row
-            # K_j, V_j: HBM -> SRAM, once per (i, j)
-            k = mem(ev, k, write, kernel, cta, j, LOAD, K, j, -1, kvoff, c, row, row)
-            k = mem(ev, k, write, kernel, cta, j, LOAD, V, j, -1, kvoff, c, row, row)
-            k = calc(ev, k, write, kernel, cta, j, MMA, i, j, 2 * r * c * d)  # S = Q K^T
-            ew = EW_PER_SCORE * r * c + r * d + EW_PER_ROW * r
-            if not block_full(kmin, kmax, q0, q0 + r, k0, k0 + c):
-                ew += r * c  # partial block: apply the mask
-            k = calc(ev, k, write, kernel, cta, j, EW, i, j, ew)
-            k = calc(ev, k, write, kernel, cta, j, EXP, i, j, r * c + r)
-            k = calc(ev, k, write, kernel, cta, j, MMA, i, j, 2 * r * c * d)  # O += P V
-        if lo < hi:  # O_i /= l_i, L_i = m_i + log(l_i)
-            k = calc(ev, k, write, kernel, cta, -1, EW, i, -1, r * d + r)
-            k = calc(ev, k, write, kernel, cta, -1, EXP, i, -1, r)
+        kvbase = (b * nkh + kvh) * nk * row
+        k = emit_blocks(ev, k, write, kernel, cta, i, lo, hi, q0, r, kvbase, p, kmin, kmax)
         # O_i, L_i: SRAM -> HBM, once per CTA
         k = mem(ev, k, write, kernel, cta, -1, STORE, O, i, -1, qoff, r, row, row)
         loff = ((b * nh + h) * n + q0) * acc
@@ -140,6 +152,51 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
         for t in range(5, -1, -1):
             k = buf(ev, k, write, kernel, cta, FREE, bufs[t], sizes[t])
     return k
+
+
+def attend_blocks(s, rec, q_i, k_h, v_h, *, cta, brow, blocks, r0, kvbase):
+    """The numeric twin of ``emit_blocks`` (kernel 0 of schedule ``s``): Q rows ``q_i``, rows
+    r0.. of ``s.mask``, against key blocks ``blocks = (lo, hi)`` of one K/V head (``k_h, v_h``:
+    (N_kv, d), first row at byte ``kvbase``), online softmax in the accumulator type, each
+    event logged. Returns the normalized O rows and their logsumexp (a row that saw no key:
+    O = 0, L = -inf)."""
+    sh, (kmin, kmax), (lo, hi), kernel = s.shape, s.mask, blocks, 0
+    at, dt, d, bc = acc_dtype(sh.dtype), sh.dtype, sh.head_dim, s.block_kv
+    r, row = q_i.shape[0], d * sh.elem_bytes
+    o_i, m_i, l_i = np.zeros((r, d), at), np.full(r, -np.inf, at), np.zeros(r, at)
+    for j in range(lo, hi):
+        k0 = j * bc
+        c = min(bc, k_h.shape[0] - k0)
+        k_j, v_j = k_h[k0 : k0 + c].astype(at), v_h[k0 : k0 + c].astype(at)
+        rec.mem(kernel, cta, j, Op.LOAD, K, j, -1, kvbase + k0 * row, c, row, row)
+        rec.mem(kernel, cta, j, Op.LOAD, V, j, -1, kvbase + k0 * row, c, row, row)
+        s_ij = (q_i @ k_j.T) * at.type(sh.scale)
+        rec.calc(kernel, cta, j, Op.MMA, brow, j, 2 * r * c * d)
+        ew = EW_PER_SCORE * r * c + r * d + EW_PER_ROW * r
+        if not block_full(kmin, kmax, r0, r0 + r, k0, k0 + c):
+            cols = np.arange(k0, k0 + c)[None, :]
+            seen = (cols >= kmin[r0 : r0 + r, None]) & (cols <= kmax[r0 : r0 + r, None])
+            s_ij = np.where(seen, s_ij, -np.inf)
+            ew += r * c
+        m_new = np.maximum(m_i, s_ij.max(axis=1))
+        m_use = np.where(np.isneginf(m_new), 0, m_new)  # a row that has seen no key yet
+        alpha = np.exp(m_i - m_use)
+        p_ij = np.exp(s_ij - m_use[:, None])
+        l_i = alpha * l_i + p_ij.sum(axis=1)
+        rec.calc(kernel, cta, j, Op.ELEMENTWISE, brow, j, ew)
+        rec.calc(kernel, cta, j, Op.EXP, brow, j, p_ij.size + r)
+        # P enters the tensor cores in the input precision; O accumulates in fp32/fp64
+        o_i = alpha[:, None] * o_i + to_dtype(p_ij, dt).astype(at) @ v_j
+        rec.calc(kernel, cta, j, Op.MMA, brow, j, 2 * r * c * d)
+        m_i = m_new
+    seen = l_i > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        o_i = np.where(seen[:, None], o_i / l_i[:, None], 0)
+        lse = np.where(seen, m_i + np.log(l_i), -np.inf)
+    if lo < hi:
+        rec.calc(kernel, cta, -1, Op.ELEMENTWISE, brow, -1, r * d + r)
+        rec.calc(kernel, cta, -1, Op.EXP, brow, -1, r)
+    return o_i, lse
 
 
 def execute(s, q, k, v, grad_out, rec):
@@ -173,41 +230,10 @@ def execute(s, q, k, v, grad_out, rec):
         if lo < hi:
             qoff = offset4(qd, b, h, q0, 0, eb)
             rec.mem(0, cta, -1, Op.LOAD, Q, i, -1, qoff, r, d * eb, d * eb)
-        o_i = np.zeros((r, d), at)
-        m_i = np.full(r, -np.inf, at)
-        l_i = np.zeros(r, at)
-        for j in range(lo, hi):
-            k0 = j * bc
-            c = min(bc, nk - k0)
-            k_j = k[b, kvh, k0 : k0 + c].astype(at)
-            v_j = v[b, kvh, k0 : k0 + c].astype(at)
-            off = offset4(kd, b, kvh, k0, 0, eb)
-            rec.mem(0, cta, j, Op.LOAD, K, j, -1, off, c, d * eb, d * eb)
-            rec.mem(0, cta, j, Op.LOAD, V, j, -1, off, c, d * eb, d * eb)
-            s_ij = (q_i @ k_j.T) * at.type(sh.scale)
-            rec.calc(0, cta, j, Op.MMA, i, j, 2 * r * c * d)
-            ew = EW_PER_SCORE * r * c + r * d + EW_PER_ROW * r
-            if not block_full(kmin, kmax, q0, q0 + r, k0, k0 + c):
-                s_ij = np.where(allowed(sh, q0, q0 + r, k0, k0 + c), s_ij, -np.inf)
-                ew += r * c
-            m_new = np.maximum(m_i, s_ij.max(axis=1))
-            m_use = np.where(np.isneginf(m_new), 0, m_new)  # a row that has seen no key yet
-            alpha = np.exp(m_i - m_use)
-            p_ij = np.exp(s_ij - m_use[:, None])
-            l_i = alpha * l_i + p_ij.sum(axis=1)
-            rec.calc(0, cta, j, Op.ELEMENTWISE, i, j, ew)
-            rec.calc(0, cta, j, Op.EXP, i, j, p_ij.size + r)
-            # P enters the tensor cores in the input precision; O accumulates in fp32/fp64
-            o_i = alpha[:, None] * o_i + to_dtype(p_ij, dt).astype(at) @ v_j
-            rec.calc(0, cta, j, Op.MMA, i, j, 2 * r * c * d)
-            m_i = m_new
-        seen = l_i > 0  # rows that saw no key: O = 0, L = +inf
-        with np.errstate(divide="ignore", invalid="ignore"):
-            o_i = np.where(seen[:, None], o_i / l_i[:, None], 0)
-            lse[b, h, q0 : q0 + r] = np.where(seen, m_i + np.log(l_i), np.inf)
-        if lo < hi:
-            rec.calc(0, cta, -1, Op.ELEMENTWISE, i, -1, r * d + r)
-            rec.calc(0, cta, -1, Op.EXP, i, -1, r)
+        kvbase = offset4(kd, b, kvh, 0, 0, eb)
+        o_i, part = attend_blocks(s, rec, q_i, k[b, kvh], v[b, kvh], cta=cta, brow=i,
+                                  blocks=(lo, hi), r0=q0, kvbase=kvbase)  # fmt: skip
+        lse[b, h, q0 : q0 + r] = np.where(np.isneginf(part), np.inf, part)  # no key: +inf
         out[b, h, q0 : q0 + r] = to_dtype(o_i, dt)
         rec.mem(0, cta, -1, Op.STORE, O, i, -1, offset4(qd, b, h, q0, 0, eb), r, d * eb, d * eb)
         loff = ((b * nh + h) * n + q0) * acc

@@ -56,7 +56,6 @@ from flashio.kernels._emit import (
     FREE,
     JIT,
     LOAD,
-    MMA,
     P_ACC,
     P_BATCH,
     P_BKV,
@@ -75,8 +74,8 @@ from flashio.kernels._emit import (
 )
 from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._resources import regs_per_thread
-from flashio.kernels.flash2 import EW_PER_ROW, EW_PER_SCORE
-from flashio.kernels.mask import block_full, key_ranges, kv_block_range
+from flashio.kernels.flash2 import attend_blocks, emit_blocks
+from flashio.kernels.mask import key_ranges, kv_block_range
 from flashio.simulator.errors import TilingError
 from flashio.simulator.trace import KernelInfo, Op, Space, TensorInfo
 
@@ -300,22 +299,8 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
         lo, hi = max(lo, sp * per_split), min(hi, (sp + 1) * per_split)
         if lo < hi:  # Q_i: HBM -> SRAM, once per CTA that visits a key block
             k = mem(ev, k, write, 0, cta, -1, LOAD, Q, m, sp, first * row, r, row, row)
-        for j in range(lo, hi):
-            k0 = j * bc
-            c = min(bc, nk - k0)
-            kvoff = ((b * nkh + kvh) * nk + k0) * row
-            k = mem(ev, k, write, 0, cta, j, LOAD, K, j, -1, kvoff, c, row, row)
-            k = mem(ev, k, write, 0, cta, j, LOAD, V, j, -1, kvoff, c, row, row)
-            k = calc(ev, k, write, 0, cta, j, MMA, m, j, 2 * r * c * d)  # S = Q K^T
-            ew = EW_PER_SCORE * r * c + r * d + EW_PER_ROW * r
-            if not block_full(kmin, kmax, r0, r0 + r, k0, k0 + c):
-                ew += r * c  # partial block: apply the mask
-            k = calc(ev, k, write, 0, cta, j, EW, m, j, ew)
-            k = calc(ev, k, write, 0, cta, j, EXP, m, j, r * c + r)
-            k = calc(ev, k, write, 0, cta, j, MMA, m, j, 2 * r * c * d)  # O += P V
-        if lo < hi:  # O_s /= l_s, LSE_s = m_s + log(l_s)
-            k = calc(ev, k, write, 0, cta, -1, EW, m, -1, r * d + r)
-            k = calc(ev, k, write, 0, cta, -1, EXP, m, -1, r)
+        kvbase = (b * nkh + kvh) * nk * row
+        k = emit_blocks(ev, k, write, 0, cta, m, lo, hi, r0, r, kvbase, p, kmin, kmax)
         if ns == 1:  # O, L directly
             k = mem(ev, k, write, 0, cta, -1, STORE, O, m, -1, first * row, r, row, row)
             k = mem(ev, k, write, 0, cta, -1, STORE, LSE, m, -1, first * acc, 1, r * acc, r * acc)
@@ -375,39 +360,10 @@ def execute(s, q, k, v, grad_out, rec):
         q_i = q_rows[first : first + r].astype(at)
         if lo < hi:
             rec.mem(0, cta, -1, Op.LOAD, Q, m, sp, first * row, r, row, row)
-        o_i, m_i, l_i = np.zeros((r, d), at), np.full(r, -np.inf, at), np.zeros(r, at)
-        for j in range(lo, hi):
-            k0 = j * bc
-            c = min(bc, nk - k0)
-            k_j, v_j = k[b, kvh, k0 : k0 + c].astype(at), v[b, kvh, k0 : k0 + c].astype(at)
-            kvoff = ((b * sh.n_kv_heads + kvh) * nk + k0) * row
-            rec.mem(0, cta, j, Op.LOAD, K, j, -1, kvoff, c, row, row)
-            rec.mem(0, cta, j, Op.LOAD, V, j, -1, kvoff, c, row, row)
-            s_ij = (q_i @ k_j.T) * at.type(sh.scale)
-            rec.calc(0, cta, j, Op.MMA, m, j, 2 * r * c * d)
-            ew = EW_PER_SCORE * r * c + r * d + EW_PER_ROW * r
-            if not block_full(kmin, kmax, r0, r0 + r, k0, k0 + c):
-                cols = np.arange(k0, k0 + c)[None, :]
-                seen = (cols >= kmin[r0 : r0 + r, None]) & (cols <= kmax[r0 : r0 + r, None])
-                s_ij = np.where(seen, s_ij, -np.inf)
-                ew += r * c
-            m_new = np.maximum(m_i, s_ij.max(axis=1))
-            m_use = np.where(np.isneginf(m_new), 0, m_new)
-            alpha = np.exp(m_i - m_use)
-            p_ij = np.exp(s_ij - m_use[:, None])
-            l_i = alpha * l_i + p_ij.sum(axis=1)
-            rec.calc(0, cta, j, Op.ELEMENTWISE, m, j, ew)
-            rec.calc(0, cta, j, Op.EXP, m, j, r * c + r)
-            o_i = alpha[:, None] * o_i + to_dtype(p_ij, dt).astype(at) @ v_j
-            rec.calc(0, cta, j, Op.MMA, m, j, 2 * r * c * d)
-            m_i = m_new
-        seen = l_i > 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            o_i = np.where(seen[:, None], o_i / l_i[:, None], 0)
-            part_lse = np.where(seen, m_i + np.log(l_i), -np.inf)
-        if lo < hi:
-            rec.calc(0, cta, -1, Op.ELEMENTWISE, m, -1, r * d + r)
-            rec.calc(0, cta, -1, Op.EXP, m, -1, r)
+        kvbase = (b * sh.n_kv_heads + kvh) * nk * row
+        o_i, part_lse = attend_blocks(s, rec, q_i, k[b, kvh], v[b, kvh], cta=cta, brow=m,
+                                      blocks=(lo, hi), r0=r0, kvbase=kvbase)  # fmt: skip
+        seen = ~np.isneginf(part_lse)
         if ns == 1:
             out[first : first + r] = to_dtype(o_i, dt)
             lse[first : first + r] = np.where(seen, part_lse, np.inf)
