@@ -54,6 +54,8 @@ class AttentionShape:
         keys of its own segment (and, with ``causal`` or ``window``, only those keys of it).
         Needs ``kv_seq_len`` equal to ``seq_len``.
 
+    Notes
+    -----
     Which keys each query sees is ``kernels.mask.key_ranges(shape)``.
     """
 
