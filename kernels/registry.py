@@ -65,6 +65,18 @@ class ScheduleSpec:
     def backward(self) -> bool:
         return self.forward != self.name
 
+    @property
+    def own_tiles(self) -> bool:
+        """Whether the schedule has its own default tiles (``default_blocks``: flash_decode's
+        are flash-attn's split-KV tiles) instead of the seed's rule B = M/(4d)."""
+        return hasattr(self.module, "default_blocks")
+
+    @property
+    def needs_sm_count(self) -> bool:
+        """Whether the schedule's options depend on the GPU's SM count (flash_decode's split
+        heuristic): callers that know the GPU pass ``sm_count``."""
+        return "sm_count" in self.options
+
     def traffic(self, sched) -> list[tuple[str, int, int, int]]:
         """Exact global (tensor, element bytes, elements read, elements written) of
         ``sched``, from the closed form of its loop order (docs/io.md)."""

@@ -27,3 +27,14 @@ def register_limits(sched):
     just below the schedule's largest need: then its neediest kernel spills, others may."""
     need = max(k.regs_per_thread for k in sched.kernels)
     return st.integers(32, need - 1) | st.just(255)
+
+
+def trace_traffic(sched):
+    """Per global tensor of ``sched``: (bytes read, bytes written) as its trace moves them
+    (LOAD; STORE and REDUCE): what the closed forms are checked against."""
+    from flashio.simulator import Op, Space
+
+    tr = sched.trace()
+    loads, stores, reduces = (tr.bytes_by(op) for op in (Op.LOAD, Op.STORE, Op.REDUCE))
+    names = [t.name for t in sched.tensors if t.space == Space.GLOBAL]
+    return {n: (loads.get(n, 0), stores.get(n, 0) + reduces.get(n, 0)) for n in names}

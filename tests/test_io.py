@@ -16,9 +16,8 @@ from hypothesis import strategies as st
 from flashio import kernels, simulator
 from flashio.analysis.closed_form.io import block_sums, io_counts, io_counts_of
 from flashio.analysis.strategies import attention_shapes, tilings
-from flashio.simulator import Op, Space
 from flashio.simulator.simulate import LOCAL_NAME
-from tests._util import register_limits
+from tests._util import register_limits, trace_traffic
 
 NO_L2 = simulator.load_gpu("h200").replace(l2_bytes=0, sm_count=4)
 
@@ -31,19 +30,12 @@ def _schedules(name, max_block=None):
     )
 
 
-def _trace_traffic(sched):
-    tr = sched.trace()
-    loads, stores, reduces = (tr.bytes_by(op) for op in (Op.LOAD, Op.STORE, Op.REDUCE))
-    names = [t.name for t in sched.tensors if t.space == Space.GLOBAL]
-    return {n: (loads.get(n, 0), stores.get(n, 0) + reduces.get(n, 0)) for n in names}
-
-
 @pytest.mark.parametrize("name", kernels.SCHEDULES)
 @given(data=st.data())
 def test_closed_form_equals_trace_per_tensor(name, data):
     sched = data.draw(_schedules(name))
     counts = io_counts_of(sched)
-    traffic = _trace_traffic(sched)
+    traffic = trace_traffic(sched)
     assert [t.name for t in counts.tensors] == list(traffic)
     for t in counts.tensors:
         assert (t.read_bytes, t.write_bytes) == traffic[t.name], t.name
@@ -148,7 +140,7 @@ def test_standard_softmax_passes_and_rows(passes):
         for rows in (1, 3, 37):
             sched = kernels.schedule(name, shape, 5, 7, softmax_passes=passes, softmax_rows=rows)
             counts = io_counts_of(sched)
-            traffic = _trace_traffic(sched)
+            traffic = trace_traffic(sched)
             assert {t.name: (t.read_bytes, t.write_bytes) for t in counts.tensors} == traffic
             base = base or counts
             assert counts.total_bytes == base.total_bytes

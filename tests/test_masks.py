@@ -27,8 +27,9 @@ from flashio.analysis.closed_form.io import block_sums, io_counts_of
 from flashio.analysis.strategies import tilings, variant_shapes
 from flashio.kernels import flash2, mask
 from flashio.kernels._record import Recorder
-from flashio.simulator import Op, Space
+from flashio.simulator import Op
 from flashio.simulator.errors import ShapeError
+from tests._util import trace_traffic
 
 A = kernels.AttentionShape
 NO_L2 = simulator.load_gpu("h200").replace(l2_bytes=0, sm_count=4)
@@ -159,13 +160,6 @@ def test_rows_that_see_no_key():
         assert np.all(dq[0, 0, :6] == 0) and np.isfinite(dq).all()
 
 
-def _traffic(sched):
-    tr = sched.trace()
-    loads, stores, reduces = (tr.bytes_by(op) for op in (Op.LOAD, Op.STORE, Op.REDUCE))
-    names = [t.name for t in sched.tensors if t.space == Space.GLOBAL]
-    return {n: (loads.get(n, 0), stores.get(n, 0) + reduces.get(n, 0)) for n in names}
-
-
 @pytest.mark.parametrize("name", kernels.SCHEDULES)
 @given(data=st.data())
 @example(data=None)
@@ -179,7 +173,7 @@ def test_closed_forms_equal_trace_and_simulator(name, data):
         shape = data.draw(variant_shapes(max_seq_len=40, head_dims=(8, 16)))
         sched = data.draw(tilings(shape=shape, names=(name,)))
     counts = io_counts_of(sched)
-    assert {t.name: (t.read_bytes, t.write_bytes) for t in counts.tensors} == _traffic(sched)
+    assert {t.name: (t.read_bytes, t.write_bytes) for t in counts.tensors} == trace_traffic(sched)
     tr = sched.trace()
     mma = tr.events["flops"][tr.events["op"] == int(Op.MMA)].sum()
     assert matmul_flops(sched) == mma

@@ -16,6 +16,7 @@ from flashio.analysis.cli.tiling import add_tiling_command
 from flashio.analysis.explore import comparison as cmp
 from flashio.analysis.explore.search import COMPILED
 from flashio.analysis.present import report
+from flashio.kernels.registry import spec
 
 EPILOG = """examples:
   flashio demo                                   the main job on the default GPU (h200)
@@ -58,7 +59,8 @@ def _blocks(a, shape, gpu) -> tuple[int | None, int | None]:
     """--block-q and --block-kv, each defaulting to the other and then to the seed's rule on
     the chosen GPU (with --impl, to the implementation's own tiling; for flash_decode, to
     flash-attn's split-KV tiles)."""
-    if getattr(a, "impl", None) is not None or getattr(a, "schedule", None) == "flash_decode":
+    name = getattr(a, "schedule", None)
+    if getattr(a, "impl", None) is not None or (name and spec(name).own_tiles):
         return a.block_q, a.block_kv
     given = [b for b in (a.block_q, a.block_kv) if b is not None]
     bq = a.block_q if a.block_q is not None else given[0] if given else None
@@ -103,7 +105,7 @@ def cmd_gpus(a) -> int:
 def cmd_simulate(a) -> int:
     gpu, shape = _gpu(a), _shape(a)
     extra = {}
-    if a.schedule == "flash_decode":  # flash-attn's split heuristic sees this GPU's SMs
+    if spec(a.schedule).needs_sm_count:  # flash-attn's split heuristic sees this GPU's SMs
         extra = {"num_splits": a.num_splits, "sm_count": gpu.sm_count}
     elif a.num_splits is not None:
         raise simulator.UsageError("--num-splits is an option of the flash_decode schedule")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from flashio import kernels, simulator
 from flashio.analysis.explore.comparison import result_figures
+from flashio.kernels.registry import spec
 
 __all__ = [
     "SweepPoint",
@@ -180,9 +181,11 @@ def sweep_points(gpus, names, shapes, blocks, warps=(None,)) -> list[SweepPoint]
     for gpu, name, shape, (bq, bkv), w in itertools.product(gpus, names, shapes, blocks, warps):
         n, nk = shape.seq_len, shape.n_kv
         rule = kernels.default_block(shape, gpu.smem_per_cta_bytes)  # B = M/(4d) on this GPU
-        opts = ()
-        if name == "flash_decode":  # flash-attn's tiles, and its split heuristic on this GPU
-            rule, opts = None, (("sm_count", gpu.sm_count),)
+        kind, opts = spec(name), ()
+        if kind.own_tiles:  # its own tiles (flash_decode: flash-attn's) for a block of None
+            rule = None
+        if kind.needs_sm_count:  # flash_decode's split heuristic on this GPU
+            opts = (("sm_count", gpu.sm_count),)
         sched = kernels.schedule(name, shape, block_q=min(bq, n) if bq else rule,
                                  block_kv=min(bkv, nk) if bkv else rule, warps=w,
                                  **dict(opts))  # fmt: skip

@@ -137,9 +137,9 @@ def _priced_by(census_key: str) -> str:
 
 
 def options_line(sched) -> str:
-    """The schedule's options, and for flash_decode who chose its split count."""
+    """The schedule's options, and for a split count who chose it (flash_decode)."""
     opts = dict(sched.options)
-    if sched.name == "flash_decode":
+    if "split_heuristic" in opts:
         who = (
             f"flash-attn's heuristic for {opts['sm_count']} SMs"
             if opts["split_heuristic"]
