@@ -28,6 +28,7 @@ from pathlib import Path
 from flashio.simulator.gpu import GPUSpec
 from flashio.simulator.sass import WarpProgram
 from flashio.simulator.synth import flash_forward_program
+from flashio.simulator.synth_sync import instruction_mix, sync_forward_program
 from flashio.simulator.warp_replay import IssueModel, StepTime, once, replay
 
 __all__ = [
@@ -41,7 +42,9 @@ __all__ = [
     "program_key",
     "spills_fit_l1",
     "step_costs",
+    "sync_mix",
     "synthetic_step_costs",
+    "synthetic_sync_step_costs",
 ]
 
 CENSUS_DIR = Path(__file__).resolve().parent.parent / "data" / "sass"
@@ -67,6 +70,9 @@ HOPPER_ISA = {
         # wgmma issue-to-wait 71, 106, 186 cycles at N = 64, 128, 256, of which the
         # tensor pipe's 32, 64, 128: a tail of 39-58 cycles; N = 128's is used
         "hgmma": 106.0 - 64.0,
+        # mma.sync m16n8k16 dependent chain (hmma_bf16; fp16 23.9 too): fixed latency, which
+        # compiled code covers by stall counts and a written program waits out
+        "hmma": 23.9,
     },
     # when a variable-latency instruction's source registers may be overwritten: not measured;
     # assumed the ALU latency (4 cycles)
@@ -323,6 +329,42 @@ def synthetic_step_costs(
     issue is left out: a few instructions a step)."""
     prog = flash_forward_program(block_kv, head_dim, elem_bytes, overlap)
     st = replay(prog, issue_model(gpu), consumer_warps, ctas_per_sm)
+    return StepCost(
+        key=prog.name,
+        occupancy_s=gpu.cycles_to_s(st.together / st.ctas),
+        duration_s=gpu.cycles_to_s(st.alone),
+        replay=st,
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def sync_mix(impl: str = DEFAULT_IMPL, kernel: str = "flash2_fwd", exclude: tuple = ()):
+    """The instruction mix ``simulator.synth_sync`` reads from ``impl``'s compiled ``kernel``
+    (an mma.sync forward), leaving out the tilings (head_dim, block_q, block_kv, warps) in
+    ``exclude``; None where its census holds too few spill-free tilings."""
+    return instruction_mix(census(impl), impl, kernel, exclude)
+
+
+@functools.lru_cache(maxsize=256)
+def synthetic_sync_step_costs(
+    gpu: GPUSpec, impl: str, block_q: int, block_kv: int, head_dim: int, warps: int,
+    ctas_per_sm: int, hold_out: bool = False,
+) -> StepCost | None:  # fmt: skip
+    """The replayed step of an mma.sync forward at a tiling ``impl``'s census lacks: the
+    program ``simulator.synth_sync`` writes with the instruction mix of ``impl``'s compiled
+    tilings (without this one's where ``hold_out``). None where there is no mix, or the
+    tiling cannot be written (rows per warp not a multiple of 16)."""
+    held = ((head_dim, block_q, block_kv, warps),) if hold_out else ()
+    # an implementation with too few compiled tilings of its own borrows this project's
+    # kernel's mix: the same algorithm, compiled by one compiler (docs/model.md)
+    mix = sync_mix(impl, exclude=held) or sync_mix(DEFAULT_IMPL, exclude=held)
+    if mix is None or block_q % (16 * warps) or block_kv % 16 or head_dim % 16:
+        return None
+    model = issue_model(gpu)
+    prog = sync_forward_program(
+        block_q, block_kv, head_dim, warps, mix, HOPPER_ISA["latency"]["hmma"]
+    )
+    st = replay(prog, model, warps, ctas_per_sm)
     return StepCost(
         key=prog.name,
         occupancy_s=gpu.cycles_to_s(st.together / st.ctas),

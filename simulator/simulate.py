@@ -17,12 +17,14 @@ from flashio.simulator._windows import Windows
 from flashio.simulator.errors import FlashioError, GPUSpecError
 from flashio.simulator.gpu import GPUSpec
 from flashio.simulator.issue import (
+    DEFAULT_IMPL,
     Compiled,
     StepCost,
     lookup,
     spills_fit_l1,
     step_costs,
     synthetic_step_costs,
+    synthetic_sync_step_costs,
 )
 from flashio.simulator.occupancy import CapacityError, occupancy
 from flashio.simulator.result import KernelResult, SimResult, TensorTraffic
@@ -57,13 +59,20 @@ class ModelOptions:
     issue_model : bool
         Price each kernel's main-loop step by replaying its instructions (simulator.issue,
         docs/model.md "Issue model") where the instruction census has the kernel's compiled
-        variant; other kernels keep the pipe rates.
+        variant, or where a program can be written for it (a forward: ``simulator.synth``,
+        ``simulator.synth_sync``); other kernels keep the pipe rates.
+    written_programs : bool
+        With ``issue_model``: price a forward by its written program even where the census
+        holds its compiled code, the program written without that tiling's code, and
+        occupancy from the trace's register estimate. A check of the written programs on
+        kernels that were measured: what a tiling never compiled would be predicted as.
     """
 
     shared_issue: bool = False
     prefetch_kernels: tuple[str, ...] = ()
     issue_efficiency: tuple[tuple[str, float], ...] = ()
     issue_model: bool = False
+    written_programs: bool = False
 
     def __post_init__(self):
         names = self.prefetch_kernels
@@ -136,7 +145,10 @@ def compiled_kernels(meta, options: ModelOptions) -> list[Compiled | None]:
     """Per kernel of ``meta``, its census entry when the issue model is on (else None)."""
     if not options.issue_model:
         return [None] * len(meta.kernels)
-    return [lookup(meta.params, k.name, k.warps) for k in meta.kernels]
+    held_out = SYNTHESIZED if options.written_programs else ()
+    return [
+        None if k.name in held_out else lookup(meta.params, k.name, k.warps) for k in meta.kernels
+    ]
 
 
 def launched(kinfo, params: dict):
@@ -167,8 +179,8 @@ def arithmetic_cost(
     if comp is not None:
         hit = spill_reloads_hit(kinfo, occ, gpu, comp)
         step = step_costs(gpu, comp.key, kinfo.warps, occ.ctas_per_sm, comp.impl, hit)
-    elif options.issue_model and kinfo.name in SYNTHESIZED and "warp_roles" in params:
-        step = _synthetic_step(kinfo, occ, gpu, params)
+    elif options.issue_model and kinfo.name in SYNTHESIZED:
+        step = _synthetic_step(kinfo, occ, gpu, params, options.written_programs)
     else:
         return base
     mid = kinfo.ctas // 2
@@ -184,16 +196,26 @@ def arithmetic_cost(
 SYNTHESIZED = ("flash2_fwd",)
 
 
-def _synthetic_step(kinfo, occ, gpu: GPUSpec, params: dict) -> StepCost | None:
-    """The issue model's step of a wgmma forward outside the census, from the program its
-    implementation's description gives (``simulator.synth``); None where the trace lacks
-    the tiling."""
-    roles = params["warp_roles"]
+def _synthetic_step(
+    kinfo, occ, gpu: GPUSpec, params: dict, hold_out: bool = False
+) -> StepCost | None:  # fmt: skip
+    """The issue model's step of a forward outside the census, from a written program: a
+    wgmma forward's from its implementation's description (``simulator.synth``), an mma.sync
+    forward's from its implementation's compiled tilings (``simulator.synth_sync``); None
+    where the trace lacks the tiling or there is nothing to write it from. ``hold_out``:
+    the mma.sync program is written without this tiling's own compiled code."""
     try:
         block_kv, head_dim = int(params["block_kv"]), int(params["head_dim"])
         elem = {"fp16": 2, "bf16": 2}[str(params["dtype"])]
     except KeyError:
         return None
+    roles = params.get("warp_roles")
+    if roles is None:  # an mma.sync forward (a wgmma one always carries its warp roles)
+        impl = str(params.get("impl", DEFAULT_IMPL))
+        return synthetic_sync_step_costs(
+            gpu, impl, int(params["block_q"]), block_kv, head_dim, kinfo.warps,
+            occ.ctas_per_sm, hold_out,
+        )  # fmt: skip
     consumers = kinfo.warps - int(roles["producer_warps"])
     return synthetic_step_costs(
         gpu, block_kv, head_dim, elem, str(roles["softmax_overlap"]), consumers, occ.ctas_per_sm

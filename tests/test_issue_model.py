@@ -385,13 +385,16 @@ def test_spill_stores_outside_the_loop_go_out_once_per_cta():
 
 
 def test_kernels_outside_the_census_keep_the_pipe_rates():
+    """Never compiled, and no program written: a forward of 20 rows a warp (mma.sync's m16
+    fragments need a multiple of 16), a backward."""
     shape = AttentionShape(batch=1, heads=2, seq_len=256, head_dim=64, dtype="bf16")
-    sched = schedule("flash2", shape, block_q=48, block_kv=48, warps=3)  # never compiled
     gpu = simulator.load_gpu("h200")
-    on = simulator.simulate(sched, gpu, options=ModelOptions(issue_model=True))
-    off = simulator.simulate(sched, gpu, options=ModelOptions())
-    assert on.time_s == off.time_s
-    assert on.kernels[0].census_key == ""
+    for name, tiles in (("flash2", (40, 48, 2)), ("flash2_bwd", (48, 48, 3))):
+        sched = schedule(name, shape, *tiles)
+        on = simulator.simulate(sched, gpu, options=ModelOptions(issue_model=True))
+        off = simulator.simulate(sched, gpu, options=ModelOptions())
+        assert on.time_s == off.time_s
+        assert all(k.census_key == "" for k in on.kernels)
 
 
 # --------------------------------------------------------------- the measured ISA and data
@@ -409,6 +412,8 @@ def test_isa_table_is_the_probe_summary():
     assert lat["ldsm"] == probe["ldsm_x4"]["latency_cycles"]
     assert lat["lds"] == probe["lds128"]["latency_cycles"]
     assert lat["shfl"] == probe["shfl_bfly"]["latency_cycles"]
+    assert lat["hmma"] == round(probe["hmma_bf16"]["latency_cycles"], 1)
+    assert lat["hmma"] == round(probe["hmma_f16"]["latency_cycles"], 1)
     wg = probe["wgmma_n128"]
     assert lat["hgmma"] == pytest.approx(wg["latency_cycles"] - round(wg["issue_cycles_per_smsp"]))
     # ALU-class instructions: 2 cycles per warp instruction per sub-partition (to 2%)

@@ -44,9 +44,10 @@ def _shape_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="price each kernel the instruction census holds at this tiling (this project's "
         "CUDA kernels, and other implementations' where measured) by its compiled main loop, "
-        "and a wgmma forward outside it by a program written from its description: the issue "
-        "model, validated against the H200 (docs/validation.md); the others keep the pipe "
-        "rates (default: the pipe rates)",
+        "and a forward outside it by a written program (an mma.sync forward from the "
+        "instruction mix of the compiled tilings, a wgmma forward from its description): the "
+        "issue model, validated against the H200 (docs/validation.md); the others keep the "
+        "pipe rates (default: the pipe rates)",
     )
 
 
@@ -225,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
         + ", ".join(sorted(kernels.IMPLEMENTATIONS))
         + " (docs/implementations.md); block sizes and warps not given are its own for the "
         "shape. With --compiled its kernels are priced by their compiled code where the census "
-        "has it, by a written program for a wgmma forward (fa3), else by the pipe rates "
+        "has it, by a written program for a forward (mma.sync or wgmma), else by the pipe rates "
         "(default: this project's kernels)",
     )
     p.add_argument(

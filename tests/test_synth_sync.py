@@ -1,0 +1,125 @@
+"""Written programs of mma.sync forwards (simulator.synth_sync) against the compiled code.
+
+Two independent descriptions of one kernel's main loop: the program the census decoded from the
+compiled machine code, and the program written from the algorithm with the instruction mix of
+the implementation's *other* compiled tilings. Both are replayed by the same warp replay. The
+bounds are the achieved figures (docs/model.md, "Kernels outside the census") rounded up: the
+replay is deterministic and the least-squares lines are read from fixed integer counts, so they
+hold on any machine.
+"""
+
+import numpy as np
+import pytest
+
+import flashio
+from flashio.simulator import issue, sass
+from flashio.simulator.simulate import ModelOptions
+from flashio.simulator.synth_sync import (
+    TERMS,
+    _algorithm,
+    _entries,
+    instruction_mix,
+    sync_forward_program,
+    work_terms,
+)
+from flashio.simulator.warp_replay import replay
+
+GPU = flashio.load_gpu("h200-measured")
+PROGRAMS = issue.census("flashio")
+ENTRIES = _entries(PROGRAMS, "flash2_fwd")
+HMMA_LATENCY = issue.HOPPER_ISA["latency"]["hmma"]
+
+
+def _tiling(key):
+    d, rest = key.split(" d=")[1].split(" ", 1)
+    bq, bkv = rest.split(" ")[0].split("x")
+    w = rest.split("w=")[1].split(" ")[0]
+    return int(d), int(bq), int(bkv), int(w)
+
+
+def test_the_mix_is_read_from_every_spill_free_tiling_once():
+    keys = [k for k, _, _ in ENTRIES]
+    assert len(keys) == 11  # 17 compiled forward tilings, 6 of them spill
+    assert len({_tiling(k) for k in keys}) == len(keys)  # fp16 and bf16 builds counted once
+    for k in keys:
+        assert sass.WarpProgram.from_json(PROGRAMS[k]).counts().get("local", 0) == 0
+
+
+def test_written_counts_match_the_compiled_ones():
+    """In each spill-free tiling, the written program issues the compiled loop's tensor-core
+    and shared-memory work exactly, and within a few instructions of its count per class."""
+    mix = instruction_mix(PROGRAMS, "flashio")
+    for key, _, counts in ENTRIES:
+        d, bq, bkv, w = _tiling(key)
+        written = sync_forward_program(bq, bkv, d, w, mix, HMMA_LATENCY).counts()
+        for c in ("hmma", "ldsm", "ldgsts", "mufu", "shfl"):
+            assert written.get(c, 0) == counts.get(c, 0), (key, c)
+        for c in ("fma", "alu", "imad"):  # per-step bookkeeping varies between compilations
+            assert abs(written.get(c, 0) - counts.get(c, 0)) <= 16, (key, c)
+        total = sum(counts.values())
+        assert abs(sum(written.values()) - total) <= 0.05 * total, key
+
+
+def test_written_step_replays_like_the_compiled_one_held_out():
+    """Leave one tiling out, read the mix from the others, write its program, and replay both
+    at one and at two resident CTAs: achieved mean |error| 3.8%, worst 16.0% (d = 64,
+    128x128, 8 warps, two CTAs: the compiled loop overlaps the two CTAs' softmax and products
+    better than the written order does)."""
+    model = issue.issue_model(GPU)
+    errors = []
+    for key, _, _ in ENTRIES:
+        d, bq, bkv, w = _tiling(key)
+        mix = instruction_mix(PROGRAMS, "flashio", exclude=((d, bq, bkv, w),))
+        assert key not in mix.entries
+        written = sync_forward_program(bq, bkv, d, w, mix, HMMA_LATENCY)
+        compiled = sass.WarpProgram.from_json(PROGRAMS[key])
+        for ctas in (1, 2):
+            a, b = replay(compiled, model, w, ctas), replay(written, model, w, ctas)
+            errors.append(b.together / a.together - 1)
+    errors = np.abs(errors)
+    assert errors.mean() <= 0.04 and errors.max() <= 0.17
+
+
+def test_algorithm_counts_follow_the_tiling():
+    t = work_terms(128, 64, 128, 8)  # 16 rows a warp
+    assert t["scores"] == 32 and t["accumulators"] == 64 and t["rows"] == 2
+    assert t["copies"] == 2 * 64 * 128 * 2 / (16 * 32 * 8)
+    own = _algorithm(t)
+    assert own["mufu"] == 32 + 2 and own["shfl"] == 4 and own["fma"] == 2 * 32 + 64 + 4
+    assert set(TERMS) == set(t)
+
+
+def test_too_few_tilings_give_no_mix():
+    few = dict(list(PROGRAMS.items())[:3])
+    assert instruction_mix(few, "flashio") is None
+    assert issue.sync_mix("no-such-implementation") is None
+
+
+def test_bad_tilings_are_refused():
+    mix = issue.sync_mix()
+    with pytest.raises(ValueError, match="multiple of 16"):
+        sync_forward_program(64, 64, 64, 8, mix, HMMA_LATENCY)  # 8 rows a warp
+    assert issue.synthetic_sync_step_costs(GPU, "flashio", 64, 64, 64, 8, 1) is None
+
+
+def test_a_tiling_outside_the_census_is_priced_by_its_written_program():
+    shape = flashio.AttentionShape(1, 16, 8192, 64, "bf16")
+    sched = flashio.schedule("flash2", shape, 128, 96, 8)  # never compiled
+    assert issue.lookup(sched.meta.params, "flash2_fwd", 8) is None
+    pipes = flashio.simulate(sched, GPU)
+    written = flashio.simulate(sched, GPU, options=ModelOptions(issue_model=True))
+    assert written.kernels[0].census_key.startswith("synthetic mma.sync forward 128x96")
+    # the pipe rates overlap every pipe perfectly; the written loop issues its instructions
+    assert written.time_s > 1.3 * pipes.time_s
+    assert written.global_read_bytes == pipes.global_read_bytes  # time only, never bytes
+
+
+def test_written_programs_option_hides_the_compiled_code():
+    shape = flashio.AttentionShape(1, 16, 4096, 64, "bf16")
+    sched = flashio.schedule("flash2", shape, 128, 128, 8)  # compiled
+    census = flashio.simulate(sched, GPU, options=ModelOptions(issue_model=True))
+    opts = ModelOptions(issue_model=True, written_programs=True)
+    held = flashio.simulate(sched, GPU, options=opts)
+    assert census.kernels[0].census_key.startswith("flash2_fwd d=64 128x128 w=8")
+    assert held.kernels[0].census_key.startswith("synthetic mma.sync forward 128x128")
+    assert held.time_s != census.time_s
