@@ -150,7 +150,8 @@ def instruction_mix(
     ``programs`` of ``impl`` (module docstring), leaving out the tilings (head_dim, block_q,
     block_kv, warps) in ``exclude`` (to check the lines on a tiling they were not read from).
     None with too few entries to fix them."""
-    rows = [r for r in _entries(programs, kernel) if _tiling(r[0]) not in set(exclude)]
+    left_out = set(exclude)
+    rows = [r for r in _entries(programs, kernel) if _tiling(r[0]) not in left_out]
     if len(rows) < len(TERMS) + 2:
         return None
     coefficients = []
