@@ -28,7 +28,7 @@ from pathlib import Path
 from flashio.simulator.gpu import GPUSpec
 from flashio.simulator.sass import WarpProgram
 from flashio.simulator.synth import flash_forward_program
-from flashio.simulator.synth_sync import instruction_mix, sync_forward_program
+from flashio.simulator.synth_sync import instruction_mix, sync_forward_program, work_terms
 from flashio.simulator.warp_replay import IssueModel, StepTime, once, replay
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "sync_mix",
     "synthetic_step_costs",
     "synthetic_sync_step_costs",
+    "written_registers",
 ]
 
 CENSUS_DIR = Path(__file__).resolve().parent.parent / "data" / "sass"
@@ -345,6 +346,29 @@ def sync_mix(impl: str = DEFAULT_IMPL, kernel: str = "flash2_fwd", exclude: tupl
     return instruction_mix(census(impl), impl, kernel, exclude)
 
 
+def _writable_mix(impl, block_q, block_kv, head_dim, warps, hold_out):
+    """The instruction mix a written mma.sync forward of ``impl`` at this tiling takes (None:
+    no mix, or rows per warp not a multiple of 16); ``hold_out``: read without the tiling's
+    own compiled code. An implementation with too few compiled tilings of its own borrows
+    this project's kernel's mix: the same algorithm, compiled by one compiler (docs/model.md)."""
+    if block_q % (16 * warps) or block_kv % 16 or head_dim % 16:
+        return None
+    held = ((head_dim, block_q, block_kv, warps),) if hold_out else ()
+    return sync_mix(impl, exclude=held) or sync_mix(DEFAULT_IMPL, exclude=held)
+
+
+def written_registers(
+    impl: str, block_q: int, block_kv: int, head_dim: int, warps: int, hold_out: bool = False
+) -> int | None:  # fmt: skip
+    """Registers per thread of an mma.sync forward of ``impl`` at a tiling priced by its
+    written program, from the mix's register line, uncapped (``synth_sync``); None where no
+    program can be written."""
+    mix = _writable_mix(impl, block_q, block_kv, head_dim, warps, hold_out)
+    if mix is None or mix.registers == (0.0, 0.0):
+        return None
+    return mix.register_demand(work_terms(block_q, block_kv, head_dim, warps))
+
+
 @functools.lru_cache(maxsize=256)
 def synthetic_sync_step_costs(
     gpu: GPUSpec, impl: str, block_q: int, block_kv: int, head_dim: int, warps: int,
@@ -354,19 +378,19 @@ def synthetic_sync_step_costs(
     program ``simulator.synth_sync`` writes with the instruction mix of ``impl``'s compiled
     tilings (without this one's where ``hold_out``). None where there is no mix, or the
     tiling cannot be written (rows per warp not a multiple of 16)."""
-    held = ((head_dim, block_q, block_kv, warps),) if hold_out else ()
-    # an implementation with too few compiled tilings of its own borrows this project's
-    # kernel's mix: the same algorithm, compiled by one compiler (docs/model.md)
-    mix = sync_mix(impl, exclude=held) or sync_mix(DEFAULT_IMPL, exclude=held)
-    if mix is None or block_q % (16 * warps) or block_kv % 16 or head_dim % 16:
+    mix = _writable_mix(impl, block_q, block_kv, head_dim, warps, hold_out)
+    if mix is None:
         return None
     model = issue_model(gpu)
     prog = sync_forward_program(
         block_q, block_kv, head_dim, warps, mix, HOPPER_ISA["latency"]["hmma"]
     )
     st = replay(prog, model, warps, ctas_per_sm)
+    demand = mix.register_demand(work_terms(block_q, block_kv, head_dim, warps))
+    spills = demand > gpu.regs_per_thread_max
     return StepCost(
-        key=prog.name,
+        key=prog.name
+        + (f", {demand} registers: would spill, spills not written" if spills else ""),
         occupancy_s=gpu.cycles_to_s(st.together / st.ctas),
         duration_s=gpu.cycles_to_s(st.alone),
         replay=st,

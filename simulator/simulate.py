@@ -25,6 +25,7 @@ from flashio.simulator.issue import (
     step_costs,
     synthetic_step_costs,
     synthetic_sync_step_costs,
+    written_registers,
 )
 from flashio.simulator.occupancy import CapacityError, occupancy
 from flashio.simulator.result import KernelResult, SimResult, TensorTraffic
@@ -63,8 +64,8 @@ class ModelOptions:
         ``simulator.synth_sync``); other kernels keep the pipe rates.
     written_programs : bool
         With ``issue_model``: price a forward by its written program even where the census
-        holds its compiled code, the program written without that tiling's code, and
-        occupancy from the trace's register estimate. A check of the written programs on
+        holds its compiled code, the program and its register line written without that
+        tiling's code, occupancy from the line. A check of the written programs on
         kernels that were measured: what a tiling never compiled would be predicted as.
     """
 
@@ -156,6 +157,25 @@ def launched(kinfo, params: dict):
     trace's params hold them (``launch_registers``: warp roles with register budgets)."""
     regs = params.get("launch_registers", {}).get(kinfo.name)
     return kinfo if regs is None else dataclasses.replace(kinfo, regs_per_thread=int(regs))
+
+
+def as_written(kinfo, params: dict, gpu: GPUSpec, options: ModelOptions, comp):
+    """``kinfo`` with the registers of its written mma.sync program (the register line of
+    ``simulator.synth_sync``, at most the GPU's per-thread limit: spills are not written)
+    where one prices it (``_synthetic_step``); else ``kinfo``."""
+    if comp is not None or not options.issue_model or kinfo.name not in SYNTHESIZED:
+        return kinfo
+    if "warp_roles" in params:
+        return kinfo
+    try:
+        tiling = (int(params["block_q"]), int(params["block_kv"]), int(params["head_dim"]))
+    except KeyError:
+        return kinfo
+    impl = str(params.get("impl", DEFAULT_IMPL))
+    regs = written_registers(impl, *tiling, kinfo.warps, options.written_programs)
+    if regs is None:
+        return kinfo
+    return dataclasses.replace(kinfo, regs_per_thread=min(regs, gpu.regs_per_thread_max))
 
 
 def as_compiled(kinfo, comp: Compiled | None):
@@ -354,10 +374,12 @@ def simulate(
     n_tensors = local + 1
     shared_buffers = tuple(t for t in meta.tensors if t.space != Space.GLOBAL)
     comps = compiled_kernels(meta, options)
-    # occupancy from the compiler's registers where the census has the kernel, else from a
-    # warp-specialized implementation's register budgets (the trace's launch_registers)
+    # occupancy from the compiler's registers where the census has the kernel, from the
+    # register line of a written mma.sync program, or from a warp-specialized
+    # implementation's register budgets (the trace's launch_registers)
     kinfos = [
-        as_compiled(launched(k, meta.params), c) for k, c in zip(meta.kernels, comps, strict=True)
+        as_compiled(as_written(launched(k, meta.params), meta.params, gpu, options, c), c)
+        for k, c in zip(meta.kernels, comps, strict=True)
     ]
     occs = [occupancy(k, gpu, shared_buffers) for k in kinfos]  # raises before any work
 

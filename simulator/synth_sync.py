@@ -29,8 +29,17 @@ copies in the tensor pipe's shadow; a wait of the measured HMMA latency; the sof
 across the quad by two shuffle rounds, exp2 by FFMA and MUFU with the row sum interleaved, O and
 l rescaled); a barrier (V_j landed); K_{j+1}'s copies; then P V, P packed to 16 bits beside its
 products. An instruction waits on what the algorithm makes it wait on; stall counts are one
-cycle. Register spills are not written: a tiling whose registers exceed the budget is priced as
-if it kept them (the trace's spill traffic still reaches the memory model).
+cycle.
+
+Registers come from the same compiled code: a least-squares line in the values a thread keeps
+live in the step (``live_values``: S, P packed two to a register, O, two k-slices' operand
+fragments), over the entries that
+neither spill nor sit at the compiler's per-thread cap (there the compiler fills the budget
+rather than needing it). Occupancy follows from the line, capped at the budget. A tiling whose
+line exceeds the budget would spill; its spills are not written (the compiler's choice of what
+to spill does not follow a line: over this project's spilling forwards the spilled registers
+are 0.1 to 1.3 times the line's excess), so its program is priced as if it kept every register
+and says so in its name: a lower bound on its time.
 """
 
 from __future__ import annotations
@@ -44,7 +53,14 @@ import numpy as np
 
 from flashio.simulator.sass import CLASS_ID, NO_BARRIER, WarpProgram
 
-__all__ = ["TERMS", "InstructionMix", "instruction_mix", "sync_forward_program", "work_terms"]
+__all__ = [
+    "TERMS",
+    "InstructionMix",
+    "instruction_mix",
+    "live_values",
+    "sync_forward_program",
+    "work_terms",
+]
 
 TERMS = ("one", "scores", "accumulators", "rows", "copies")
 # classes whose count the implementation's code decides (the others follow from the tiling)
@@ -94,18 +110,38 @@ def work_terms(
         "accumulators": rows_per_warp * head_dim / 32,  # O fragment elements per thread
         "rows": 2 * math.ceil(rows_per_warp / 16),  # rows a thread's fragments touch
         "copies": 2 * block_kv * head_dim * elem_bytes / (COPY_BYTES * 32 * warps),  # K and V
+        # registers of one k16 slice's Q, K and V fragments (ldmatrix), double-buffered
+        "fragments": 2 * 16 * (rows_per_warp + block_kv + head_dim) * elem_bytes / (32 * 4),
     }
+
+
+def live_values(terms: dict[str, float]) -> float:
+    """Registers' worth of values a thread keeps live in a step: S's scores (fp32), P packed
+    two 16-bit values to a register, O's accumulators (fp32), and the operand fragments of two
+    k-slices (one loading while the other's products run)."""
+    return 1.5 * terms["scores"] + terms["accumulators"] + terms["fragments"]
+
+
+# a count that rounds up to the cap's allocation granule (8 registers a thread) is at the cap
+REGISTER_GRANULE = 8
 
 
 @dataclass(frozen=True)
 class InstructionMix:
-    """Instructions per class of one warp's step, as lines in ``TERMS``, read from an
-    implementation's compiled kernel (``instruction_mix``)."""
+    """Instructions per class of one warp's step, as lines in ``TERMS``, and registers per
+    thread as a line in ``live_values``, read from an implementation's compiled kernel
+    (``instruction_mix``)."""
 
     impl: str
     kernel: str
     coefficients: tuple[tuple[str, tuple[float, ...]], ...]
     entries: tuple[str, ...]  # the census keys the lines were read from
+    registers: tuple[float, float] = (0.0, 0.0)  # intercept, registers per live value
+
+    def register_demand(self, terms: dict[str, float]) -> int:
+        """Registers per thread the compiler would give this tiling with no cap."""
+        base, per_value = self.registers
+        return math.ceil(base + per_value * live_values(terms))
 
     def extra(self, terms: dict[str, float]) -> dict[str, int]:
         """Instructions per class beyond the algorithm's own (``_algorithm``)."""
@@ -124,9 +160,9 @@ def _tiling(key: str) -> tuple[int, int, int, int]:
     return int(m["d"]), int(m["bq"]), int(m["bkv"]), int(m["w"])
 
 
-def _entries(programs: dict, kernel: str) -> list[tuple[str, dict[str, float], dict]]:
-    """(key, work terms, class counts) of each plain, spill-free 16-bit entry of ``kernel``;
-    fp16 and bf16 builds are one program, so each tiling counts once."""
+def _entries(programs: dict, kernel: str) -> list[tuple[str, dict[str, float], dict, int]]:
+    """(key, work terms, class counts, registers per thread) of each plain, spill-free 16-bit
+    entry of ``kernel``; fp16 and bf16 builds are one program, so each tiling counts once."""
     out, seen = [], set()
     for key, entry in sorted(programs.items()):
         m = _KEY.match(key)
@@ -139,17 +175,19 @@ def _entries(programs: dict, kernel: str) -> list[tuple[str, dict[str, float], d
             continue
         seen.add(tiling)
         terms = work_terms(int(m["bq"]), int(m["bkv"]), int(m["d"]), int(m["w"]))
-        out.append((key, terms, counts))
+        out.append((key, terms, counts, int(entry.get("compiled", {}).get("registers", 0))))
     return out
 
 
 def instruction_mix(
-    programs: dict, impl: str, kernel: str = "flash2_fwd", exclude: tuple = ()
+    programs: dict, impl: str, kernel: str = "flash2_fwd", exclude: tuple = (),
+    register_cap: int = 255,
 ) -> InstructionMix | None:  # fmt: skip
-    """The least-squares lines of ``kernel``'s instruction counts per class over the census
-    ``programs`` of ``impl`` (module docstring), leaving out the tilings (head_dim, block_q,
-    block_kv, warps) in ``exclude`` (to check the lines on a tiling they were not read from).
-    None with too few entries to fix them."""
+    """The least-squares lines of ``kernel``'s instruction counts per class and of its
+    registers per thread over the census ``programs`` of ``impl`` (module docstring), leaving
+    out the tilings (head_dim, block_q, block_kv, warps) in ``exclude`` (to check the lines
+    on a tiling they were not read from); entries at ``register_cap`` (the compiler's limit)
+    do not enter the register line. None with too few entries to fix them."""
     left_out = set(exclude)
     rows = [r for r in _entries(programs, kernel) if _tiling(r[0]) not in left_out]
     if len(rows) < len(TERMS) + 2:
@@ -157,12 +195,22 @@ def instruction_mix(
     coefficients = []
     for c in FITTED:
         basis = BOOKKEEPING.get(c, ("one",))
-        a = np.array([[terms[t] for t in basis] for _, terms, _ in rows])
-        y = np.array([counts.get(c, 0) - _algorithm(terms).get(c, 0) for _, terms, counts in rows])
+        a = np.array([[terms[t] for t in basis] for _, terms, _, _ in rows])
+        y = np.array(
+            [counts.get(c, 0) - _algorithm(terms).get(c, 0) for _, terms, counts, _ in rows]
+        )
         k, *_ = np.linalg.lstsq(a, y, rcond=None)
         line = dict(zip(basis, k, strict=True))
         coefficients.append((c, tuple(float(line.get(t, 0.0)) for t in TERMS)))
-    return InstructionMix(impl, kernel, tuple(coefficients), tuple(r[0] for r in rows))
+    cap = -(-register_cap // REGISTER_GRANULE)
+    below = [(terms, regs) for _, terms, _, regs in rows if 0 < -(-regs // REGISTER_GRANULE) < cap]
+    registers = (0.0, 0.0)
+    if len(below) >= 3:  # two coefficients and one entry to spare
+        a = np.array([[1.0, live_values(terms)] for terms, _ in below])
+        (base, per_value), *_ = np.linalg.lstsq(a, np.array([r for _, r in below]), rcond=None)
+        registers = (float(base), float(per_value))
+    keys = tuple(r[0] for r in rows)
+    return InstructionMix(impl, kernel, tuple(coefficients), keys, registers)
 
 
 class _Writer:

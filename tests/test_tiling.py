@@ -261,10 +261,11 @@ def test_search_bad_arguments(kwargs, needle):
 
 
 def test_compiled_search_ranks_the_kernels_as_the_gpu_does():
-    """--compiled ranks only tilings of this project's compiled kernels, each priced by its
-    compiled main loop; on the H200 (data/gpu/gpu_measure.json) the forward at d = 128 ran
-    128x64 faster than 128x128 (8 warps) at every shape measured with both, and so does the
-    compiled search. Tilings outside the census are left out."""
+    """--compiled prices the tilings of this project's compiled kernels by their compiled main
+    loops; on the H200 (data/gpu/gpu_measure.json) the forward at d = 128 ran 128x64 faster
+    than 128x128 (8 warps) at every shape measured with both, and so does the compiled
+    search. Tilings with fewer than 16 rows a warp can be neither compiled here nor written:
+    they are left out."""
     import csv
 
     rows = list(csv.DictReader(open("data/gpu/gpu_measure.csv")))
@@ -284,8 +285,30 @@ def test_compiled_search_ranks_the_kernels_as_the_gpu_does():
         assert all(simulator.issue.lookup(
             kernels.schedule("flash2", shape, r.block_q, r.block_kv, r.warps).meta.params,
             "flash2_fwd", r.warps) for r in res)  # fmt: skip
+        assert {r.priced_by for r in res} == {"compiled"}
         t = {(r.block_q, r.block_kv): r.time_s for r in res}
         assert t[128, 64] < t[128, 128], (shape, t)
+
+
+def test_compiled_search_prices_other_forward_tilings_by_written_programs():
+    """Forward tilings the census lacks are priced by their written programs; those whose
+    register line exceeds the limit give lower bounds and rank after every priced tiling,
+    with the line in regs(spill)."""
+    shape = kernels.AttentionShape(1, 16, 4096, 128, "bf16")
+    res = search_tiles("flash2", shape, "h200-measured", (48, 64, 96, 128), (4, 8),
+                       include_rule=False, compiled=True)  # fmt: skip
+    priced = {(r.block_q, r.block_kv, r.warps): r for r in res if r.feasible}
+    assert priced[128, 64, 8].priced_by == "compiled"
+    assert priced[64, 48, 4].priced_by == "written"  # 16 rows a warp, never compiled
+    bound = priced[128, 96, 4]  # 32 rows a warp of 96 keys at d = 128: the line exceeds 255
+    assert bound.priced_by == "written, would spill"
+    line = simulator.issue.written_registers("flashio", 128, 96, 128, 4)
+    assert bound.regs_per_thread == line == 255 + bound.spilled_regs_per_thread
+    order = [r.priced_by.endswith("would spill") for r in sorted(res, key=lambda r: r.rank_time)]
+    assert order == sorted(order)  # every lower bound after every priced tiling
+    assert (64, 64, 8) not in priced  # 8 rows a warp: neither compiled nor writable
+    notes = " ".join(search_notes(res))
+    assert "lower bounds, ranked after every priced tiling" in notes
 
 
 def test_search_keeps_blocks_larger_than_seq_len():

@@ -91,9 +91,11 @@ def add_tiling_command(subparsers) -> argparse.ArgumentParser:
     s.add_argument(
         "--compiled",
         action="store_true",
-        help="rank only the tilings this project's CUDA kernels are compiled for (the instruction "
-        "census), each priced by its compiled main loop (the issue model, validated against "
-        "the H200 in docs/validation.md); default: every tiling, at the pipe rates",
+        help="price each tiling by its kernel's main loop (the issue model, validated against "
+        "the H200 in docs/validation.md): the compiled loop where the instruction census holds "
+        "it, else a forward's written program ('priced by' says which, and whether its "
+        "registers would spill); tilings neither prices are left out. Default: every tiling, "
+        "at the pipe rates",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=cmd_tiling)
@@ -232,14 +234,17 @@ def search_text(results, shape, name, gpu, top: int, compiled: bool = False) -> 
             f"{r.regs_per_thread}({r.spilled_regs_per_thread})",
             r.why,
         ]
+        + ([r.priced_by] if compiled else [])
         for r in shown
     ]
+    if compiled:
+        header.append("priced by")
     lines = [
         f"Tile search: {name} on {gpu.name}, {shape.describe()}; {len(ok)} tilings ran, "
         f"{len(results) - len(ok)} do not fit",
         f"(ranked by simulated time; {'all' if top <= 0 else f'top {top} and the rule rows'}"
-        + ("; the compiled kernels' tilings, priced by their main loops)" if compiled else ")"),
-        table(header, rows, left=(4, 11, 14)) if rows else "(no tiling fits)",
+        + ("; each priced by its compiled or written main loop)" if compiled else ")"),
+        table(header, rows, left=(4, 11, 14, 15)) if rows else "(no tiling fits)",
     ]
     bad = [r for r in results if not r.feasible]
     if bad:

@@ -21,6 +21,7 @@ __all__ = [
     "SearchPlan",
     "TileResult",
     "compiled_tiling",
+    "issue_priced",
     "plan_search",
     "search_notes",
     "search_tiles",
@@ -36,6 +37,22 @@ EVENTS_PER_S = 8e6
 # The time model of a compiled search: each kernel priced by its compiled main loop, as the
 # cross-check against this project's kernels does (analysis/validation/calibration.toml, [model]).
 COMPILED = simulator.ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
+
+
+def issue_priced(sched) -> str:
+    """How the issue model prices ``sched``'s main loops: "compiled" (the census holds them),
+    "written" (a forward whose program ``simulator.synth_sync`` or ``simulator.synth``
+    writes), or "" (neither: the pipe rates would)."""
+    if compiled_tiling(sched):
+        return "compiled"
+    params, fwd = sched.meta.params, [k for k in sched.meta.kernels if k.name == "flash2_fwd"]
+    if len(fwd) != len(sched.meta.kernels) or not fwd:
+        return ""
+    if "warp_roles" in params:
+        return "written"
+    impl, w = str(params.get("impl", "flashio")), fwd[0].warps
+    bq, bkv, d = (int(params[k]) for k in ("block_q", "block_kv", "head_dim"))
+    return "written" if issue.written_registers(impl, bq, bkv, d, w) is not None else ""
 
 
 def compiled_tiling(sched) -> bool:
@@ -82,6 +99,9 @@ class TileResult:
     rank_hbm: int = 0
     slowdown: float = 0.0
     why: str = ""
+    # how a compiled search priced the main loop: "compiled", "written", "written, would
+    # spill" (its spills not written: a lower bound); empty at the pipe rates
+    priced_by: str = ""
 
     @property
     def feasible(self) -> bool:
@@ -199,6 +219,11 @@ def plan_search(
 
 def _why(r: TileResult, best: TileResult, sm_count: int, kv_seq_len: int) -> str:
     spill = f"{r.regs_per_thread} regs/thread, {r.spilled_regs_per_thread} spilled to local memory"
+    if _bound_only(r):
+        spill = (
+            f"would need {r.regs_per_thread} regs/thread: a lower bound, the written program "
+            "keeps them all"
+        )
     if r is best:
         return "fastest" + (f"; {spill}" if r.spilled_regs_per_thread else "")
     out = []
@@ -271,10 +296,11 @@ def search_tiles(
     plan : SearchPlan, optional
         The result of ``plan_search`` with the same arguments, to avoid planning twice.
     compiled : bool
-        Rank only the tilings this project's CUDA kernels are compiled for in the instruction
-        census (``compiled_tiling``), each priced by its compiled main loop (``COMPILED``, the
-        issue model): the time of those kernels rather than of the schedule at the pipe
-        rates. The other tilings are left out.
+        Price each tiling by its kernel's main loop (``COMPILED``, the issue model): the
+        compiled loop where the instruction census holds it, else a forward's written program
+        (``issue_priced``; ``TileResult.priced_by`` says which): the time of the kernels
+        rather than of the schedule at the pipe rates. Tilings neither can price (a backward
+        the census lacks) are left out.
 
     Returns
     -------
@@ -299,8 +325,9 @@ def search_tiles(
         sched = (
             kernels.schedule(name, shape, c.block_q, c.block_kv, c.warps) if c.feasible else None
         )
-        if compiled and (sched is None or not compiled_tiling(sched)):
-            done += 1  # not a tiling of the compiled kernels: left out of the ranking
+        priced = issue_priced(sched) if compiled and sched is not None else ""
+        if compiled and not priced:
+            done += 1  # neither compiled nor writable: left out of the ranking
             continue
         if sched is not None:
             opts = {"options": COMPILED} if compiled else {}
@@ -311,6 +338,13 @@ def search_tiles(
             # estimate of registers beyond the limit
             comp = issue.lookup(sched.meta.params, main.name, c.warps) if compiled else None
             spilled = comp.static_spill_store_bytes // 4 if comp else occ.spilled_regs_per_thread
+            if "would spill" in main.census_key:  # a written program: spills not written
+                priced += ", would spill"
+                p = sched.meta.params
+                demand = issue.written_registers(
+                    str(p.get("impl", "flashio")), c.block_q, c.block_kv, shape.head_dim, c.warps
+                )
+                spilled = demand - occ.regs_per_thread
             slots = min(main.ctas, occ.ctas_per_sm * gpu.sm_count)
             c = replace(
                 c,
@@ -327,13 +361,18 @@ def search_tiles(
                 global_bytes=res.global_bytes,
                 hbm_bytes=res.hbm_bytes,
                 bound=res.bound,
+                priced_by=priced,
             )
         ran.append(c)
         done += 1
         if progress:
             progress(done, total, c)
     ok = [r for r in ran if r.feasible]
-    by_time = sorted(ok, key=lambda r: (r.time_s, r.hbm_bytes, r.block_q, r.block_kv, r.warps))
+    # a written program whose registers would spill gives a lower bound, not a time: last
+    by_time = sorted(
+        ok,
+        key=lambda r: (_bound_only(r), r.time_s, r.hbm_bytes, r.block_q, r.block_kv, r.warps),
+    )
     by_hbm = sorted(ok, key=lambda r: (r.hbm_bytes, r.global_bytes, r.time_s, r.block_q))
     hbm_rank = {id(r): i for i, r in enumerate(by_hbm, 1)}
     best = by_time[0] if by_time else None
@@ -353,6 +392,11 @@ def search_tiles(
     return ranked + bad
 
 
+def _bound_only(r: TileResult) -> bool:
+    """Whether ``r``'s time is only a lower bound (a written program that would spill)."""
+    return "would spill" in r.priced_by
+
+
 def _label(r: TileResult) -> str:
     return f"{r.block_q} x {r.block_kv}, {r.warps} warps"
 
@@ -366,13 +410,26 @@ def search_notes(results: list[TileResult]) -> tuple[str, ...]:
         return (f"No tiling fits: {first}",)
     best = min(ok, key=lambda r: r.rank_time)
     out = [f"Fastest: {_label(best)}, {best.time_s * 1e6:.1f} us, {best.bound}-bound."]
-    clean = [r for r in ok if not r.spilled_regs_per_thread]
-    if best.spilled_regs_per_thread and clean:
-        c = min(clean, key=lambda r: r.rank_time)
+    bounds = [r for r in ok if _bound_only(r)]
+    if bounds:
         out.append(
-            f"The fastest spills registers (charged as local-memory traffic, a first-order "
-            f"model); the fastest without spills is {_label(c)} (rank {c.rank_time}, "
-            f"{c.slowdown:.2f}x)."
+            f"{len(bounds)} tilings are priced by written programs whose registers would spill "
+            "(regs(spill): the program's register line and its excess over the limit): their "
+            "spills are not written, so their times are lower bounds, ranked after every "
+            'priced tiling (docs/model.md, "An mma.sync forward at a tiling the census '
+            'lacks").'
+        )
+    clean = [r for r in ok if not r.spilled_regs_per_thread]
+    if best.spilled_regs_per_thread and clean and not _bound_only(best):
+        c = min(clean, key=lambda r: r.rank_time)
+        how = (
+            "its compiled loop's local loads and stores"
+            if best.priced_by == "compiled"
+            else "charged as local-memory traffic, a first-order model"
+        )
+        out.append(
+            f"The fastest spills registers ({how}); the fastest without spills is {_label(c)} "
+            f"(rank {c.rank_time}, {c.slowdown:.2f}x)."
         )
     least = min(ok, key=lambda r: r.rank_hbm)
     hbm = [r.hbm_bytes for r in ok]
@@ -406,7 +463,8 @@ def search_notes(results: list[TileResult]) -> tuple[str, ...]:
                 f"{what}, {_label(r)}: rank {r.rank_time} of {len(ok)}, "
                 f"{r.slowdown:.2f}x the fastest time: {r.why}."
             )
-    biggest = max(ok, key=lambda r: (r.block_q * r.block_kv, -r.rank_time))
+    priced = [r for r in ok if not _bound_only(r)] or ok
+    biggest = max(priced, key=lambda r: (r.block_q * r.block_kv, -r.rank_time))
     if biggest is not best:
         out.append(
             f"Bigger is not always faster: the largest blocks that fit, {_label(biggest)}, are "
