@@ -28,7 +28,12 @@ from pathlib import Path
 from flashio.simulator.gpu import GPUSpec
 from flashio.simulator.sass import WarpProgram
 from flashio.simulator.synth import flash_forward_program
-from flashio.simulator.synth_sync import instruction_mix, sync_forward_program, work_terms
+from flashio.simulator.synth_sync import (
+    instruction_mix,
+    sync_forward_program,
+    work_terms,
+    xor_swizzle_ways,
+)
 from flashio.simulator.warp_replay import IssueModel, StepTime, once, replay
 
 __all__ = [
@@ -382,8 +387,11 @@ def synthetic_sync_step_costs(
     if mix is None:
         return None
     model = issue_model(gpu)
+    # this project's tile layout is known to the byte (kernels/cuda/mma_tiles.cu); other
+    # implementations' swizzles are taken as conflict-free
+    ways = xor_swizzle_ways(head_dim) if impl == DEFAULT_IMPL else 1
     prog = sync_forward_program(
-        block_q, block_kv, head_dim, warps, mix, HOPPER_ISA["latency"]["hmma"]
+        block_q, block_kv, head_dim, warps, mix, HOPPER_ISA["latency"]["hmma"], ldsm_ways=ways
     )
     st = replay(prog, model, warps, ctas_per_sm)
     demand = mix.register_demand(work_terms(block_q, block_kv, head_dim, warps))

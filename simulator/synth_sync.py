@@ -29,7 +29,10 @@ copies in the tensor pipe's shadow; a wait of the measured HMMA latency; the sof
 across the quad by two shuffle rounds, exp2 by FFMA and MUFU with the row sum interleaved, O and
 l rescaled); a barrier (V_j landed); K_{j+1}'s copies; then P V, P packed to 16 bits beside its
 products. An instruction waits on what the algorithm makes it wait on; stall counts are one
-cycle.
+cycle. Bank conflicts come from the kernel's tile layout: this project's XOR swizzle leaves
+ldmatrix conflict-free where a row holds a multiple of 8 chunks of 16 bytes and 2-way
+conflicted at d = 96 (``xor_swizzle_ways``); other implementations' layouts (CuTe swizzles
+sized to the head dim) are taken as conflict-free.
 
 Registers come from the same compiled code: a least-squares line in the values a thread keeps
 live in the step (``live_values``: S, P packed two to a register, O, two k-slices' operand
@@ -60,6 +63,7 @@ __all__ = [
     "live_values",
     "sync_forward_program",
     "work_terms",
+    "xor_swizzle_ways",
 ]
 
 TERMS = ("one", "scores", "accumulators", "rows", "copies")
@@ -234,18 +238,37 @@ class _Writer:
         )  # fmt: skip
 
 
+def xor_swizzle_ways(cols: int, elem_bytes: int = 2) -> int:
+    """Shared-memory wavefronts of one ``ldmatrix`` phase (8 consecutive rows, 16 bytes each)
+    on this project's tile layout (kernels/cuda/mma_tiles.cu, ``swz``): rows of ``cols``
+    elements in 16-byte chunks, chunk c of row r at position c ^ (r & SWZ), SWZ the largest of
+    7, 3, 1, 0 whose chunk count is a multiple of SWZ + 1. A phase takes as many wavefronts as
+    the most of its 8 rows that land in one 128-byte bank group: 1 where rows hold a multiple
+    of 8 chunks (d = 64, 128, 256), 2 at d = 96 (12 chunks: rows r and r + 2 collide)."""
+    chunks = cols * elem_bytes // COPY_BYTES
+    swz = next(m for m in (7, 3, 1, 0) if chunks % (m + 1) == 0)
+    worst = 1
+    for r0 in range(0, 64, 8):  # the pattern repeats within 64 rows
+        for c in range(chunks):
+            groups = [(r * chunks + (c ^ (r & swz))) % 8 for r in range(r0, r0 + 8)]
+            worst = max(worst, max(groups.count(g) for g in set(groups)))
+    return worst
+
+
 def _products(
-    w: _Writer, slices: int, ldsm_per_slice: float, hmma_per_slice: int, beside: dict[str, int]
-):
+    w: _Writer, slices: int, ldsm_per_slice: float, hmma_per_slice: int, beside: dict[str, int],
+    ldsm_ways: int = 1,
+):  # fmt: skip
     """``slices`` k-slices of a matrix product: each slice's fragments load (ldmatrix, into
     one of two register buffers) while the previous slice's mma.sync run; an mma.sync waits
     for its slice's fragments, and the first of a slice reads both operands fresh. The
     instructions in ``beside`` (class: count) are spread over the slices, after each slice's
-    products, as a compiler fills the tensor pipe's shadow."""
+    products, as a compiler fills the tensor pipe's shadow. An ldmatrix whose phases take
+    ``ldsm_ways`` wavefronts (bank conflicts) holds the port that many times as long."""
     for s in range(slices + 1):
         if s < slices:
             lo, hi = round(s * ldsm_per_slice), round((s + 1) * ldsm_per_slice)
-            w.add("ldsm", hi - lo, wbar=_FRAG_SB[s % 2], sbytes=LDSM_BYTES)
+            w.add("ldsm", hi - lo, wbar=_FRAG_SB[s % 2], sbytes=LDSM_BYTES * ldsm_ways)
         if s > 0:
             sb = _FRAG_SB[(s - 1) % 2]
             w.add("hmma", hmma_per_slice, wait=1 << sb, flops=HMMA_FLOPS, fresh=1)
@@ -257,9 +280,12 @@ def _products(
 def sync_forward_program(
     block_q: int, block_kv: int, head_dim: int, warps: int, mix: InstructionMix,
     hmma_latency: float, q_in_registers: bool = False, elem_bytes: int = 2,
+    ldsm_ways: int = 1,
 ) -> WarpProgram:  # fmt: skip
     """One warp's instructions for one K/V step of an mma.sync FlashAttention-2 forward at
-    this tiling, with ``mix``'s instruction counts (module docstring)."""
+    this tiling, with ``mix``'s instruction counts (module docstring); ``ldsm_ways``: the
+    shared-memory wavefronts of each ldmatrix phase on the kernel's tile layout (1: no bank
+    conflicts; ``xor_swizzle_ways`` for this project's)."""
     if block_q % (16 * warps) or block_kv % 16 or head_dim % 16:
         raise ValueError(
             "an mma.sync forward needs block_q a multiple of 16 rows per warp and block_kv, "
@@ -277,7 +303,7 @@ def sync_forward_program(
     beside["ldgsts"] = copies // 2
     k_slices = head_dim // 16
     ldsm_s = (block_kv * 16 + (0 if q_in_registers else rows_per_warp * 16)) * elem_bytes
-    _products(w, k_slices, ldsm_s / LDSM_BYTES, mt * block_kv // 8, beside)
+    _products(w, k_slices, ldsm_s / LDSM_BYTES, mt * block_kv // 8, beside, ldsm_ways)
     w.add("control", stall=round(hmma_latency))  # S's last products land
     w.add("alu", scores)  # row max, per score
     for _ in range(2):  # across the quad of threads sharing a row
@@ -302,6 +328,8 @@ def sync_forward_program(
     v_slices = block_kv // 16
     ldsm_v = head_dim * 16 * elem_bytes
     # P packed to 16 bits slice by slice, beside P V's products
-    _products(w, v_slices, ldsm_v / LDSM_BYTES, mt * head_dim // 8, {"alu": scores // 2})
+    _products(
+        w, v_slices, ldsm_v / LDSM_BYTES, mt * head_dim // 8, {"alu": scores // 2}, ldsm_ways
+    )
     w.add("control", max(1, extra["control"]), stall=2)  # loop counter, branch
     return w.program(f"synthetic mma.sync forward {block_q}x{block_kv} d={head_dim} w={warps}")

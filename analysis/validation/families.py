@@ -5,9 +5,10 @@ rates, simulator/specs/h200-measured.toml) with the issue model (``ModelOptions(
 True)``: each kernel's main loop replayed from its compiled code, docs/model.md). No constant of
 this model comes from an attention kernel's timing, so every row is held out:
 
-- ``flashio``: this project's kernels, event-timed (data/gpu/gpu_measure.json, and the
-  held-out tilings of data/gpu/heldout/gpu_measure.json), through the launch harness of
-  ``analysis/validation/calibration.toml`` (host-side costs of that timing loop);
+- ``flashio``: this project's kernels, event-timed (data/gpu/gpu_measure.json, the held-out
+  tilings of data/gpu/heldout/gpu_measure.json, and the forwards at tilings the census never
+  held of data/gpu/unseen/gpu_measure.json, priced by written programs), through the launch
+  harness of ``analysis/validation/calibration.toml`` (host-side costs of that timing loop);
 - ``flash-attn2``: PyTorch's SDPA flash kernels (flash-attn 2), forward and backward;
 - ``triton``: a Triton FlashAttention-2 forward (benchmarks/triton_attention.py) at five
   tilings (data/impl/impl_measure.json). For these two the measured time is the sum of the
@@ -111,7 +112,8 @@ def measurements(families=FAMILIES) -> tuple[list[Measured], dict]:
     """Every measured configuration of ``families``, and counts of the rows left out."""
     out, skipped = [], {}
     flashio = "flashio" in families
-    runs = ("gpu_measure.json", "heldout/gpu_measure.json") if flashio else ()
+    runs = ("gpu_measure.json", "heldout/gpu_measure.json", "unseen/gpu_measure.json")
+    runs = runs if flashio else ()
     timed = [row for run in runs for row in read_timings(DATA / "gpu" / run)]
     for cfg, measured in timed:  # this project's kernels (PyTorch's rows are left to im below)
         if measured["time_s"] >= MIN_TIME_S:

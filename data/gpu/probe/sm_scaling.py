@@ -17,6 +17,11 @@ For each n in --sms (132 = the whole GPU, the primary context) it
   with benchmarks.gpu_measure's method (CUDA events, warm-up, median, rotating inputs).
 
     python data/gpu/probe/sm_scaling.py --out DIR [--sms 8 16 32 64 96 132] [--reps 10]
+        [--group G] [--configs I ...]
+
+--group G takes the G-th of the groups of n SMs the driver splits the GPU into (0: the first,
+as every run before; another group is another set of SMs, to tell a kernel's scaling from
+where its SMs sit); --configs runs only those entries of CONFIGS (0-based).
 
 Writes DIR/sm_scaling.json (provenance, per-n SM counts, copy bandwidth, kernel times).
 """
@@ -87,7 +92,7 @@ class GreenContext:
     """n SMs of device 0 and a stream on them; n >= the device's SM count means the whole GPU
     (the primary context, CuPy's own stream)."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, group: int = 0):
         import cupy
         from cuda.bindings import driver as cu
 
@@ -100,8 +105,10 @@ class GreenContext:
             self.gctx, self.stream = None, cupy.cuda.Stream(non_blocking=True)
             self.sms = whole.sm.smCount
             return
-        groups, _, _ = _ok(cu.cuDevSmResourceSplitByCount(1, whole, 0, n))
-        desc = _ok(cu.cuDevResourceGenerateDesc([groups[0]], 1))
+        groups, count, _ = _ok(cu.cuDevSmResourceSplitByCount(group + 1, whole, 0, n))
+        if count <= group:
+            raise ValueError(f"the GPU splits into {count} groups of {n} SMs, not {group + 1}")
+        desc = _ok(cu.cuDevResourceGenerateDesc([groups[group]], 1))
         flags = cu.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM
         self.gctx = _ok(cu.cuGreenCtxCreate(desc, dev, flags))
         ctx = _ok(cu.cuCtxFromGreenCtx(self.gctx))
@@ -120,8 +127,8 @@ class GreenContext:
             _ok(cu.cuGreenCtxDestroy(self.gctx))
 
 
-def distinct_sms(ctx: GreenContext) -> int:
-    """SMs that CTAs of a launch on ``ctx``'s stream actually ran on."""
+def distinct_sms(ctx: GreenContext) -> list[int]:
+    """The SMs (``%smid``) that CTAs of a launch on ``ctx``'s stream actually ran on."""
     import cupy
 
     kern = cupy.RawKernel(SMID_SRC, "smid")
@@ -130,7 +137,7 @@ def distinct_sms(ctx: GreenContext) -> int:
     with ctx.stream:
         kern((ctas,), (32,), (out,))
     ctx.stream.synchronize()
-    return int(cupy.unique(out).size)
+    return [int(i) for i in cupy.unique(out).get()]
 
 
 def copy_bandwidth(ctx: GreenContext, reps: int) -> dict:
@@ -195,7 +202,10 @@ def main(argv=None) -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--sms", type=int, nargs="+", default=list(SMS))
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--group", type=int, default=0, help="which group of n SMs (default 0)")
+    ap.add_argument("--configs", type=int, nargs="+", help="entries of CONFIGS (default all)")
     args = ap.parse_args(argv)
+    configs = CONFIGS if args.configs is None else [CONFIGS[i] for i in args.configs]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     doc = {"provenance": provenance(), "contexts": [], "errors": []}
@@ -205,9 +215,11 @@ def main(argv=None) -> None:
     l2 = doc["provenance"]["l2_bytes"]
     start = time.monotonic()
     for n in args.sms:
-        ctx = GreenContext(n)
+        ctx = GreenContext(n, args.group)
         row = {"requested_sms": n, "context_sms": ctx.sms, "green_context": ctx.gctx is not None}
-        row["distinct_smids"] = distinct_sms(ctx)
+        row["group"] = args.group
+        row["smids"] = distinct_sms(ctx)
+        row["distinct_smids"] = len(row["smids"])
         row["copy"] = copy_bandwidth(ctx, args.reps)
         row["chunked"] = chunked_reads(ctx, args.reps)
         best = max(r["bytes_per_s"] for r in row["chunked"])
@@ -219,7 +231,7 @@ def main(argv=None) -> None:
             f"({best / ctx.sms / 1e9:.1f} GB/s per SM)",
             flush=True,
         )
-        for name, d, seq, tiles in CONFIGS:
+        for name, d, seq, tiles in configs:
             try:
                 t = time_kernel(ctx, name, d, seq, tiles, args.reps, l2)
             except Exception as e:  # keep going; record what failed
