@@ -2,9 +2,10 @@
 
 A kernel's CTAs on one SM spread their warps over the SM's sub-partitions (SMSPs), each with
 one warp scheduler that issues at most one instruction per cycle. ``replay`` runs, on one SMSP,
-the warps that land there (``warps_per_cta / sub_partitions`` of each of ``ctas`` resident
-CTAs), each executing a ``simulator.sass.WarpProgram`` for a few steps, and reports the cycles
-per step in steady state. It models, per instruction:
+the warps that land there (``ceil(ctas * warps_per_cta / sub_partitions)`` on the busiest:
+the SM numbers its warp slots CTA after CTA and deals them out in turn), each executing a
+``simulator.sass.WarpProgram`` for a few steps, and reports the cycles per step in steady
+state. It models, per instruction:
 
 - the **issue slot**: one instruction per cycle per SMSP; of the warps that can issue, the one
   that issued last goes on (greedy), else the one that has waited longest;
@@ -51,7 +52,7 @@ from numba import njit
 
 from flashio.simulator.sass import CLASS_ID, CLASSES, NO_BARRIER, WarpProgram
 
-__all__ = ["IssueModel", "StepTime", "execute_roles", "replay"]
+__all__ = ["IssueModel", "StepTime", "execute_roles", "replay", "smsp_warps"]
 
 # pipes of an SMSP; the shared-memory port is accounted separately (bytes)
 PIPES = ("tensor", "xu", "fma", "alu", "mio", "uniform", "control", "lsu")
@@ -178,18 +179,20 @@ class StepTime:
 @njit(cache=True, _nrt=True)
 def _run(
     klass, stall, wbar, rbar, wait, sbytes, flops, group, fresh, pipe_of, interval, latency,
-    rate, read_lat, port_rate, link_rate, bar_lat, n_ctas, first, end, steps, bar_class,
+    rate, read_lat, port_rate, link_rate, bar_lat, cta_of, slot_of, first, end, steps, bar_class,
     async_class, mio_queue, overlap,
 ):  # fmt: skip
     # the instructions are the programs of a CTA's warps on this SMSP, one after the other:
-    # the warp in slot j runs [first[j], end[j])
-    warps_per_cta = first.shape[0]
-    n_w = n_ctas * warps_per_cta
+    # the warp in slot j runs [first[j], end[j]); warp w on this SMSP is of CTA cta_of[w] and
+    # runs the program of slot slot_of[w]
+    n_w = cta_of.shape[0]
+    n_ctas = cta_of.max() + 1
+    cta_size = np.bincount(cta_of)  # each CTA's warps on this SMSP
     pc = np.zeros(n_w, np.int64)
     total = 0
     for w in range(n_w):
-        pc[w] = first[w % warps_per_cta]
-        total += steps * (end[w % warps_per_cta] - first[w % warps_per_cta])
+        pc[w] = first[slot_of[w]]
+        total += steps * (end[slot_of[w]] - first[slot_of[w]])
     step = np.zeros(n_w, np.int64)
     ready = np.zeros(n_w)  # next cycle the warp may issue (stall counts, barrier release)
     sb = np.zeros((n_w, 6))  # when each scoreboard is released
@@ -298,39 +301,57 @@ def _run(
         issued += 1
         greedy = w
         if c == bar_class:  # wait for the CTA's other warps on this SMSP
-            cta = w // warps_per_cta
+            cta = cta_of[w]
             at_bar[w] = True
             arrived[cta] += 1
-            if arrived[cta] == warps_per_cta:
+            if arrived[cta] == cta_size[cta]:
                 arrived[cta] = 0
-                for v in range(cta * warps_per_cta, (cta + 1) * warps_per_cta):
-                    at_bar[v] = False
-                    ready[v] = max(ready[v], now + bar_lat)
+                for v in range(n_w):
+                    if cta_of[v] == cta:
+                        at_bar[v] = False
+                        ready[v] = max(ready[v], now + bar_lat)
         pc[w] += 1
-        if pc[w] == end[w % warps_per_cta]:
-            pc[w] = first[w % warps_per_cta]
+        if pc[w] == end[slot_of[w]]:
+            pc[w] = first[slot_of[w]]
             step[w] += 1
         now += 1.0
     return now, pipe_busy
 
 
+def smsp_warps(warps_per_cta: int, ctas: int, sub_partitions: int) -> np.ndarray:
+    """The CTA of each warp on the busiest sub-partition when ``ctas`` CTAs of
+    ``warps_per_cta`` warps are resident: the SM numbers its warp slots CTA after CTA and
+    sub-partition s takes the slots s, s + 4, ... (so two 6-warp CTAs put three warps on
+    each, not four on two of them); sub-partition 0 has the most."""
+    slots = np.arange(0, ctas * warps_per_cta, sub_partitions)
+    return (slots // warps_per_cta).astype(np.int64)
+
+
 def _execute(prog: WarpProgram, model: IssueModel, warps_per_cta: int, ctas: int, steps: int):
-    """(end cycle, pipe busy cycles) of ``ctas`` CTAs each running ``prog`` ``steps`` times."""
-    per_smsp = max(1, math.ceil(warps_per_cta / model.sub_partitions))
-    return execute_roles([prog] * per_smsp, model, warps_per_cta, ctas, steps)
+    """(end cycle, pipe busy cycles) of ``ctas`` CTAs each running ``prog`` ``steps`` times,
+    on the busiest sub-partition (``smsp_warps``)."""
+    cta_of = smsp_warps(warps_per_cta, ctas, model.sub_partitions)
+    return execute_roles([prog], model, warps_per_cta, ctas, steps, cta_of)
 
 
 def execute_roles(
-    progs: list[WarpProgram], model: IssueModel, warps_per_cta: int, ctas: int, steps: int
+    progs: list[WarpProgram], model: IssueModel, warps_per_cta: int, ctas: int, steps: int,
+    cta_of: np.ndarray | None = None,
 ):  # fmt: skip
     """(end cycle, pipe busy cycles) of ``ctas`` CTAs whose warps on one SMSP run ``progs``,
     one program per warp (warp roles: a producer beside consumers, or warpgroups doing
     different work), each ``steps`` times; ``warps_per_cta`` counts all of the CTA's warps
-    (for its barriers)."""
+    (for its barriers). ``cta_of``: the CTA of each warp on the SMSP, all running ``progs[0]``
+    (``smsp_warps``); by default each CTA has one warp per program."""
     pipe_of, interval, latency, rate, overlap = model.arrays()
     port = model.smem_bytes_per_cycle_per_sm / model.sub_partitions
     ends = np.cumsum([len(p) for p in progs])
     first, end = np.concatenate(([0], ends[:-1])).astype(np.int64), ends.astype(np.int64)
+    if cta_of is None:
+        cta_of = np.repeat(np.arange(ctas, dtype=np.int64), len(progs))
+        slot_of = np.tile(np.arange(len(progs), dtype=np.int64), ctas)
+    else:
+        slot_of = np.zeros(len(cta_of), np.int64)
 
     def cat(field):
         return np.concatenate([getattr(p, field) for p in progs])
@@ -339,8 +360,8 @@ def execute_roles(
         cat("klass"), cat("stall"), cat("write_barrier"), cat("read_barrier"), cat("wait_mask"),
         cat("shared_bytes"), cat("tensor_flops"), cat("group"), cat("fresh"), pipe_of, interval,
         latency, rate, float(model.read_latency), port, model.smem_bytes_per_cycle_per_sm,
-        model.bar_latency + model.bar_latency_per_warp * warps_per_cta, ctas, first, end,
-        steps, CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue), overlap,
+        model.bar_latency + model.bar_latency_per_warp * warps_per_cta, cta_of, slot_of, first,
+        end, steps, CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue), overlap,
     )  # fmt: skip
 
 
@@ -348,12 +369,13 @@ def replay(
     prog: WarpProgram, model: IssueModel, warps_per_cta: int, ctas: int = 1, steps: int = 4
 ) -> StepTime:
     """Cycles per step of ``prog`` on one SM with ``ctas`` resident CTAs of ``warps_per_cta``
-    warps (their warps spread evenly over the sub-partitions).
+    warps (their warps spread over the sub-partitions as the SM's warp slots are:
+    ``smsp_warps``; the busiest sub-partition is replayed).
 
     Steady state: the replay runs every warp for ``steps`` steps and for ``2 * steps``; the
     difference of the two end times over ``steps`` is the time per step, free of the first
     steps' warm-up and the last ones' drain, whatever order the warps' steps interleave in."""
-    per_smsp = max(1, math.ceil(warps_per_cta / model.sub_partitions))
+    here = len(smsp_warps(warps_per_cta, ctas, model.sub_partitions))
 
     def run(n, k):
         return _execute(prog, model, warps_per_cta, n, k)
@@ -366,7 +388,7 @@ def replay(
     alone, _, _ = per_step(1)
     together, busy, end = per_step(ctas)
     span = max(end, 1.0)
-    issued = ctas * per_smsp * 2 * steps * len(prog)
+    issued = here * 2 * steps * len(prog)
     return StepTime(
         alone=float(alone),
         together=float(together),

@@ -190,11 +190,16 @@ def test_demo_writes_json_and_plots(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "faster" in out
     # flash2 at its default 128x128, 4 warps is in the instruction census (fp16): its compiled
-    # main loop prices it too, and its column says so; the others have no compiled kernel there
+    # main loop prices the headline time, and the row says so, the pipe-rate time beside it;
+    # flash1 has no such kernel and keeps the pipe rates
     assert summary["compiled"]["flash2"]["kernels"] == ["flash2_fwd"]
-    assert "flash1" not in summary["compiled"] and "compiled ms" in out
+    assert "flash1" not in summary["compiled"] and "pipe-rate ms" in out
     pipe = next(r for r in summary["rows"] if r["schedule"] == "flash2")
     assert summary["compiled"]["flash2"]["time_s"] != pipe["time_s"]
+    lines = {ln.split()[0]: ln for ln in out.splitlines() if ln.startswith(("flash1 ", "flash2 "))}
+    headline = f"{summary['compiled']['flash2']['time_s'] * 1e3:.3f}"
+    assert lines["flash2"].split()[6] == headline and "compiled loop" in lines["flash2"]
+    assert "pipe rates" in lines["flash1"]
     # long context: a window moves less than causal, causal less than full; a decoding step
     # reads its whole KV cache (K and V, 16 heads, 128k tokens of d = 64 in fp16) from HBM
     full, causal, window, decode, split = summary["masks"]

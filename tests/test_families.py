@@ -95,7 +95,7 @@ def test_forwards_priced_by_written_programs(fa2, triton):
 def test_flashio_forwards_priced_by_written_programs():
     """This project's forwards, each tiling's program written from the other compiled
     tilings' mix, occupancy from the program's register line (49 rows of compiled tilings,
-    and the 30 of tilings never compiled, data/gpu/unseen). Achieved 9.8% (max 58.5%):
+    and the 30 of tilings never compiled, data/gpu/unseen). Achieved 9.6% (max 58.5%):
     128-row tiles with 8 warps that keep their registers within 5%, the tilings the compiler
     spills (d = 128 at 128x128; 4 warps at 128-row tiles) 15-58% too fast, as the written
     program keeps every register (docs/model.md)."""

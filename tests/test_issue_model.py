@@ -6,6 +6,9 @@ quantities are integers or exact binary fractions of the cycle, so no tolerance 
 """
 
 import dataclasses
+import itertools
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -741,3 +744,25 @@ def test_wgmma_groups_by_hand():
     # per step: HGMMA at t, t+1; the pipe busy t..t+32; results at t+42; the wait issues at
     # t+42 and the next step's first HGMMA at t+43
     assert replay(prog, model, 4).alone == 43
+
+
+def test_warps_are_dealt_to_sub_partitions_in_turn():
+    """data/gpu/probe/smsp_warps.json: CTAs of FFMA-bound warps, one or two resident per SM.
+    The kernel's time follows the warps on the busiest sub-partition when the SM deals its
+    warp slots out in turn, CTA after CTA (two 6-warp CTAs: three a sub-partition, 0.86 ms,
+    between two warps' 0.59 and four's 1.14; two 2-warp CTAs: one, as fast as one 2-warp
+    CTA), not when each CTA's warp i goes to sub-partition i mod 4; the replay takes that
+    busiest sub-partition (warp_replay.smsp_warps)."""
+    from flashio.simulator.warp_replay import smsp_warps
+
+    rows = json.loads(Path("data/gpu/probe/smsp_warps.json").read_text())["rows"]
+    by_count = {}
+    for r in rows:
+        here = smsp_warps(r["warps"], r["ctas_per_sm"], 4)
+        assert len(here) == r["busiest_if_dealt_in_turn"]
+        by_count.setdefault(len(here), []).append(r["median_ms"])
+    # one time per count of warps (within 3%: launch and clock jitter), rising with the count
+    for times in by_count.values():
+        assert max(times) <= 1.03 * min(times), by_count
+    means = [np.mean(by_count[k]) for k in sorted(by_count)]
+    assert all(b > 1.3 * a for a, b in itertools.pairwise(means)), means

@@ -200,12 +200,12 @@ def test_unseen_tilings_against_the_gpu():
     """This project's forward at 15 tilings the census never held (head dims 64, 96, 128 and
     256), each priced by its written program, against the H200 (data/gpu/unseen). The
     predictions committed before the run (predicted.json) erred by 12.4% on average, 38% at
-    worst (d = 96); with the bank conflicts of the kernel's layout at d = 96 (the rule above,
-    read from the kernel's code after those misses) the model errs by 8.1% on average and
-    23% at worst: 128x48 with 8 warps, whose register line (138) crosses the count at which
-    two CTAs fit (compiled: 127), and 96x64 with 6 warps (the replay puts two of each CTA's
-    six warps on every sub-partition; the GPU balances two CTAs' twelve over four). Bounds:
-    the achieved figures rounded up (the replay is deterministic)."""
+    worst (d = 96). Two facts read after those misses (docs/validation.md): the bank
+    conflicts of the kernel's layout at d = 96 (the rule above) and how an SM deals warp
+    slots to its sub-partitions (the 6-warp rows; data/gpu/probe/smsp_warps.json). With them
+    the model errs by 7.7% on average and 23% at worst: 128x48 with 8 warps, whose register
+    line (138) crosses the count at which two CTAs fit (compiled: 127). Bounds: the achieved
+    figures rounded up (the replay is deterministic)."""
     pre = json.loads((UNSEEN / "predicted.json").read_text())["rows"]
     before = {(p["shape"]["batch"], p["shape"]["seq_len"], p["shape"]["head_dim"],
                *p["tiles"]): p["predicted_ms"] for p in pre}  # fmt: skip
@@ -216,7 +216,7 @@ def test_unseen_tilings_against_the_gpu():
         errors.append(abs(err))
     assert len(errors) == len(first) == 30
     assert 0.12 < np.mean(first) < 0.13 and 0.38 < max(first) < 0.39  # as committed
-    assert np.mean(errors) <= 0.085 and max(errors) <= 0.24
+    assert np.mean(errors) <= 0.08 and max(errors) <= 0.24
 
 
 def test_register_line_on_unseen_compiles():

@@ -1,8 +1,9 @@
 """``flashio demo``: the main job on one GPU, printed, saved as JSON and drawn.
 
 It compares standard attention with FlashAttention-1 and -2 (forward and backward) on a GPT-style
-shape (adding, for a schedule whose CUDA kernel the instruction census holds at that tiling, its
-time priced by the compiled main loop: the issue model), shows the tiling rule for that GPU,
+shape (its headline time is the issue model's where it prices a schedule's kernels, by this
+project's compiled main loops or a written program, the pipe rates' elsewhere, each row saying
+which, the pipe-rate time beside it), shows the tiling rule for that GPU,
 checks the seeds' headline claims against the model, and writes demo.json plus seven plots:
 traffic and time per schedule, traffic against N (log-log, six schedules), a roofline, a per-SM
 timeline of FlashAttention-2, traffic and time against block size, and hypothetical GPUs: shared
@@ -35,8 +36,9 @@ BLOCKS = (16, 32, 64, 128, 256)  # block sizes of the Fig. 2 (middle) picture
 SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)  # hypothetical GPUs: shared memory or HBM bandwidth scaled
 SM_SCALES = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)  # hypothetical GPUs: fewer SMs
 # The time model validated against this project's kernels (validation/calibration.toml [model]):
-# each kernel the instruction census holds is priced by its compiled main loop. The demo's
-# pictures use the pipe rates throughout, so every curve is one model; the table adds this.
+# each kernel the instruction census holds is priced by its compiled main loop. The table's
+# headline time is this model's where it prices a schedule; the pictures and the claims use the
+# pipe rates throughout, so every curve and ratio compares schedules under one model.
 COMPILED = simulator.ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
 # Long context: FA2's forward under each mask (docs/io.md, "Masks"), 128 x 128 tiles, 4 warps,
 # priced by this project's compiled loop (COMPILED)

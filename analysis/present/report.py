@@ -77,55 +77,56 @@ def mask_line(sched) -> str | None:
 
 def comparison_table(rows, shape, gpu, compiled=None) -> str:
     """The comparison of ``rows``; ``compiled`` (optional, by schedule): the same schedules
-    simulated with the issue model, shown as one more time column where their compiled main
-    loops priced every kernel with tensor-core steps."""
+    simulated with the issue model. With it the headline time is the issue model's wherever
+    it priced a schedule's kernels with tensor-core steps (by their compiled main loops, or a
+    forward's written program), the pipe rates' elsewhere, and the table says which and
+    keeps the pipe-rate time beside it."""
     fits = [r for r in rows if not r.error]
-    body = [
-        [
+    header = ["schedule", "Br x Bc", "warps", "GFLOP", "global GB", "HBM GB", "time ms", "TFLOP/s"]
+    if compiled is not None:
+        header += ["priced by", "pipe-rate ms"]
+    header += ["CTAs/SM (limit)", "bound"]
+    body = []
+    for r in fits:
+        c = (compiled or {}).get(r.schedule)
+        head = c if c is not None and c.compiled_kernels else r
+        line = [
             r.schedule,
             f"{r.block_q}x{r.block_kv}",
             r.warps,
             f"{r.mma_flops / 1e9:.1f}",
             f"{r.global_bytes / GB:.3f}",
             f"{r.hbm_bytes / GB:.3f}",
-            f"{r.time_s * 1e3:.3f}",
-            f"{r.tflops_per_s:.0f}",
-            f"{r.ctas_per_sm} ({r.occupancy_limiter})",
-            r.bound,
+            f"{head.time_s * 1e3:.3f}",
+            f"{head.tflops_per_s:.0f}",
         ]
-        for r in fits
-    ]
+        if compiled is not None:
+            line += [_row_priced_by(head), f"{r.time_s * 1e3:.3f}"]
+        body.append([*line, f"{head.ctas_per_sm} ({head.occupancy_limiter})", head.bound])
+    extra = 2 if compiled is not None else 0
     body += [
-        [r.schedule, f"{r.block_q}x{r.block_kv}", r.warps, *["-"] * 6, "does not fit"]
+        [r.schedule, f"{r.block_q}x{r.block_kv}", r.warps, *["-"] * (6 + extra), "does not fit"]
         for r in rows
         if r.error
     ]
     notes = "".join(f"\n{r.schedule}: {r.error}" for r in rows if r.error)
-    header = [
-        "schedule",
-        "Br x Bc",
-        "warps",
-        "GFLOP",
-        "global GB",
-        "HBM GB",
-        "time ms",
-        "TFLOP/s",
-        "CTAs/SM (limit)",
-        "bound",
-    ]
     if compiled is not None:
-        header.append("compiled ms")
-        for line, r in zip(body, fits, strict=False):
-            c = compiled.get(r.schedule)
-            line.append(f"{c.time_s * 1e3:.3f}" if c is not None and c.compiled_kernels else "-")
-        for line in body[len(fits) :]:
-            line.append("-")
         notes += (
-            "\ncompiled ms: this project's CUDA kernels, each step priced by its compiled main "
-            "loop (the issue model, docs/model.md; - where the instruction census has no such "
-            "kernel at this tiling)"
+            "\ntime ms: the issue model (docs/model.md) where it prices the schedule's kernels: "
+            "this project's CUDA kernels by their compiled main loops, a forward the census "
+            "lacks by its written program; the pipe rates elsewhere (no such kernel: every "
+            "pipe at its peak, faster than any kernel runs). pipe-rate ms: every schedule at "
+            "the pipe rates, the one model of the pictures and the claims"
         )
     return f"{gpu.name}: {_shape_line(shape)}\n\n" + table(header, body) + notes
+
+
+def _row_priced_by(row) -> str:
+    """How a comparison row's time was priced: its kernels' census keys."""
+    keys = [k.census_key for k in row.result.kernels if k.census_key] if row.result else []
+    if not keys:
+        return "pipe rates"
+    return "written program" if any(k.startswith("synthetic") for k in keys) else "compiled loop"
 
 
 def _priced_by(census_key: str) -> str:
