@@ -36,9 +36,9 @@ sized to the head dim) are taken as conflict-free.
 
 Registers come from the same compiled code: a least-squares line in the values a thread keeps
 live in the step (``live_values``: S, P packed two to a register, O, two k-slices' operand
-fragments), over the entries that
-neither spill nor sit at the compiler's per-thread cap (there the compiler fills the budget
-rather than needing it). Occupancy follows from the line, capped at the budget. A tiling whose
+fragments), over the entries that neither spill nor sit at the compiler's per-thread cap
+(there the compiler fills the budget rather than needing it). Occupancy follows from the
+line, capped at the budget. A tiling whose
 line exceeds the budget would spill; its spills are not written (the compiler's choice of what
 to spill does not follow a line: over this project's spilling forwards the spilled registers
 are 0.1 to 1.3 times the line's excess), so its program is priced as if it kept every register
