@@ -132,6 +132,9 @@ def test_written_programs_take_their_occupancy_from_the_register_line():
     res = flashio.simulate(big, GPU, options=ModelOptions(issue_model=True))
     assert "would spill, spills not written" in res.kernels[0].census_key
     assert res.kernels[0].occupancy.spilled_regs_per_thread == 0  # no invented traffic
+    from flashio.analysis.present.report import result_text
+
+    assert "its time is a lower bound" in result_text(big, res, GPU)
 
 
 def test_too_few_tilings_give_no_mix():

@@ -214,4 +214,12 @@ def result_text(sched, res, gpu) -> str:
             "as one store and one reload per outer-loop step (tensor 'local (register "
             "spills)' above; docs/model.md, Register spills)"
         )
+    for k in res.kernels:
+        if "would spill" in k.census_key:
+            lines.append(
+                f"warning: kernel {k.name}'s written program needs more registers than the GPU "
+                "allows (its register line, in 'priced by'); the compiler would spill, the "
+                'program does not, so its time is a lower bound (docs/model.md, "An mma.sync '
+                'forward at a tiling the census lacks")'
+            )
     return "\n".join(lines)
