@@ -4,8 +4,10 @@
     python -m benchmarks.bench_simulate --quick      # N = 4k and 16k only
 
 FlashAttention-2 forward on h200 (B=1, H=32, d=128, 128x64 tiles, fp16) and standard attention at
-N = 16k, each in its own process (peak RSS is its own); then the jitted engine against the
-pure-Python oracle (tests/oracle_sim.py) on one small trace, side by side in one process.
+N = 16k, each in its own process (peak RSS is its own), replayed exactly and sampled
+(``mode="sampled"``: the sampled run's seconds, and its time and HBM bytes against the exact
+run's, with its own error estimates); then the jitted engine against the pure-Python oracle
+(tests/oracle_sim.py) on one small trace, side by side in one process.
 """
 
 from __future__ import annotations
@@ -36,7 +38,14 @@ def measure(name: str, n: int) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     res = simulator.simulate(sched, gpu)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    t0 = time.perf_counter()
+    sampled = simulator.simulate(sched, gpu, mode="sampled")
+    sampled_s = time.perf_counter() - t0
     return {
+        "sampled_seconds": sampled_s,
+        "sampled_time_error": sampled.time_s / res.time_s - 1,
+        "sampled_hbm_error": sampled.hbm_bytes / res.hbm_bytes - 1,
+        "sampled_estimates": [sampled.sampling.time_error, sampled.sampling.hbm_error],
         "schedule": name,
         "seq_len": n,
         "events": events,
@@ -77,7 +86,8 @@ def main() -> None:
     )
     print(
         f"{'schedule':>9} {'N':>7} {'events':>13} {'seconds':>8} {'M ev/s':>7} "
-        f"{'CPU s':>7} {'M ev/CPU s':>10} {'RSS MiB':>8}"
+        f"{'CPU s':>7} {'M ev/CPU s':>10} {'RSS MiB':>8}  {'sampled s':>9} {'time err':>9} "
+        f"{'HBM err':>8} {'estimates':>15}"
     )
     runs = [("flash2", n) for n in ns] + [("standard", STANDARD_N)]
     for name, n in runs:
@@ -86,6 +96,9 @@ def main() -> None:
             f"{name:>9} {n:>7} {r['events']:>13,} {r['seconds']:>8.2f} "
             f"{r['events_per_s'] / 1e6:>7.2f} {r['cpu_seconds']:>7.2f} "
             f"{r['events'] / r['cpu_seconds'] / 1e6:>10.2f} {r['peak_rss_bytes'] / 2**20:>8.0f}"
+            f"  {r['sampled_seconds']:>9.2f} {r['sampled_time_error']:>+9.2%} "
+            f"{r['sampled_hbm_error']:>+8.2%} "
+            f"{r['sampled_estimates'][0]:>7.2%}/{r['sampled_estimates'][1]:.2%}"
         )
     o = oracle_speedup()
     print(

@@ -75,6 +75,9 @@ class SimResult:
     # and a (ctas, 4) array sampled as each CTA ends: its end s, HBM bytes moved so far in the
     # run (read + write), bytes the L2 holds, and how many of them are dirty
     memory_timeline: tuple | None = field(default=None, compare=False, hash=False, repr=False)
+    # with simulate(..., mode="sampled"): what was replayed and the error estimate
+    # (simulator.sampled.Sampling); None for an exact replay
+    sampling: object | None = field(default=None, compare=False, hash=False, repr=False)
 
     @property
     def occupancy(self) -> Occupancy:
@@ -113,6 +116,7 @@ class SimResult:
         d = asdict(self)
         d.pop("timeline")
         d.pop("memory_timeline")
+        d["sampling"] = None if self.sampling is None else self.sampling.to_dict()
         d["bound"] = self.bound
         d["occupancy"] = self.occupancy.to_dict()
         d["waves"] = self.waves

@@ -178,6 +178,21 @@ def as_written(kinfo, params: dict, gpu: GPUSpec, options: ModelOptions, comp):
     return dataclasses.replace(kinfo, regs_per_thread=min(regs, gpu.regs_per_thread_max))
 
 
+def launch_resources(meta, gpu: GPUSpec, options: ModelOptions):
+    """Per kernel of ``meta`` on ``gpu``: its census entry (or None), its launch description
+    with the registers it runs with, and its occupancy. Registers come from the compiler's
+    count where the census has the kernel, from the register line of a written mma.sync
+    program, or from a warp-specialized implementation's register budgets (the trace's
+    launch_registers)."""
+    shared_buffers = tuple(t for t in meta.tensors if t.space != Space.GLOBAL)
+    comps = compiled_kernels(meta, options)
+    kinfos = [
+        as_compiled(as_written(launched(k, meta.params), meta.params, gpu, options, c), c)
+        for k, c in zip(meta.kernels, comps, strict=True)
+    ]
+    return comps, kinfos, [occupancy(k, gpu, shared_buffers) for k in kinfos]
+
+
 def as_compiled(kinfo, comp: Compiled | None):
     """``kinfo`` with the compiled kernel's registers (and shared memory, if known)."""
     if comp is None:
@@ -323,6 +338,7 @@ def simulate(
     progress: Callable[[int, int, int], None] | None = None,
     timeline: bool = False,
     options: ModelOptions = DEFAULT_OPTIONS,
+    mode: str = "exact",
 ) -> SimResult:
     """Replay ``source`` on ``gpu``: bytes through L2 and HBM, time, occupancy.
 
@@ -346,6 +362,11 @@ def simulate(
     options : ModelOptions
         Switches of the time model (shared arithmetic issue, prefetching kernels, per-kernel
         issue efficiency); the default is docs/model.md's model without them.
+    mode : {"exact", "sampled"}
+        "sampled": replay the first waves of the longest kernel exactly and extrapolate the
+        rest from the steady state (``simulator.sampled``; ``SimResult.sampling`` says how much
+        was replayed and estimates the error). A grid of few waves, or of unlike CTAs, is
+        replayed whole.
 
     Returns
     -------
@@ -364,6 +385,14 @@ def simulate(
     The model is described in docs/model.md. With ``gpu.l2_bytes == 0`` every global access is
     an HBM access: ``hbm_*_bytes == global_*_bytes`` (the FlashAttention paper's IO model).
     """
+    if mode not in ("exact", "sampled"):
+        raise FlashioError(f"simulate: mode must be 'exact' or 'sampled', got {mode!r}")
+    if mode == "sampled":
+        if timeline:
+            raise FlashioError("simulate: a sampled replay has no timeline; use mode='exact'")
+        from flashio.simulator.sampled import simulate_sampled
+
+        return simulate_sampled(source, gpu, options)
     if not isinstance(gpu, GPUSpec):
         gpu = load_gpu(gpu)
     meta = source.meta
@@ -372,16 +401,7 @@ def simulate(
     local = len(meta.tensors)
     space = np.array([int(t.space) for t in meta.tensors] + [int(Space.GLOBAL)], np.int64)
     n_tensors = local + 1
-    shared_buffers = tuple(t for t in meta.tensors if t.space != Space.GLOBAL)
-    comps = compiled_kernels(meta, options)
-    # occupancy from the compiler's registers where the census has the kernel, from the
-    # register line of a written mma.sync program, or from a warp-specialized
-    # implementation's register budgets (the trace's launch_registers)
-    kinfos = [
-        as_compiled(as_written(launched(k, meta.params), meta.params, gpu, options, c), c)
-        for k, c in zip(meta.kernels, comps, strict=True)
-    ]
-    occs = [occupancy(k, gpu, shared_buffers) for k in kinfos]  # raises before any work
+    comps, kinfos, occs = launch_resources(meta, gpu, options)  # raises before any work
 
     l2_on = gpu.l2_bytes > 0
     granule = LINES_PER_GRANULE * gpu.l2_line_bytes

@@ -118,7 +118,13 @@ def cmd_simulate(a) -> int:
         from flashio.simulator import perfetto
 
         perfetto.check_size(sum(k.ctas for k in sched.kernels))
-    res = simulator.simulate(sched, gpu, progress=show, timeline=timeline, **_options(a))
+    if a.sampled and timeline:
+        raise simulator.UsageError("--sampled has no timeline: drop --perfetto or --sampled")
+    mode = "sampled" if a.sampled else "exact"
+    progress = None if a.sampled else show  # the sampled runs are short
+    res = simulator.simulate(
+        sched, gpu, progress=progress, timeline=timeline, mode=mode, **_options(a)
+    )
     if a.save_trace:  # after the simulation, so that a tiling that does not fit writes nothing
         sched.trace().save(a.save_trace)
     if timeline:
@@ -233,6 +239,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--num-splits", type=int, default=None, metavar="S",
         help="flash_decode: split the keys S ways (default: flash-attn's heuristic for this "
         "GPU's SMs; the report says what it chose)",
+    )  # fmt: skip
+    p.add_argument(
+        "--sampled", action="store_true",
+        help="replay the first waves of the largest kernel exactly and extend its steady "
+        "state over the rest (simulator.sampled: for long contexts; the report gives the "
+        "replayed share and error estimates; a grid of few waves or unlike CTAs, such as a "
+        "causal one, is replayed whole). Not with --perfetto",
     )  # fmt: skip
     p.add_argument("--save-trace", metavar="FILE.npz", help="also write the trace to this file")
     p.add_argument(

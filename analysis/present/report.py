@@ -214,6 +214,13 @@ def result_text(sched, res, gpu) -> str:
             "as one store and one reload per outer-loop step (tensor 'local (register "
             "spills)' above; docs/model.md, Register spills)"
         )
+    if res.sampling is not None and res.sampling.replayed_fraction < 1:
+        smp = res.sampling
+        lines.append(
+            f"sampled: {smp.replayed_fraction:.1%} of the CTAs replayed (their longest prefix), "
+            f"the rest extended from the steady state; estimated error: time "
+            f"{smp.time_error:.2%}, HBM bytes {smp.hbm_error:.2%} (simulator.sampled)"
+        )
     for k in res.kernels:
         if "would spill" in k.census_key:
             lines.append(
