@@ -129,3 +129,16 @@ def test_pareto_front_keeps_the_gpus_nothing_beats(tmp_path, capsys):
     )
     assert 0 < len(front) < len(rows)
     assert [r.time_s for r in front] == sorted(r.time_s for r in front)
+
+
+def test_a_sampled_sweep_says_so_and_keeps_its_rows_apart(tmp_path, capsys):
+    """--sampled: each row records the mode; these small grids are replayed whole, so the
+    figures equal the exact run's; a resumed sweep in the other mode simulates its points
+    anew (the mode is part of a point's key)."""
+    exact = _run(tmp_path, "exact")
+    sampled = _run(tmp_path, "sampled", "--sampled")
+    rows_e, rows_s = sweep.read_rows(exact), sweep.read_rows(sampled)
+    assert {r.mode for r in rows_e} == {"exact"} and {r.mode for r in rows_s} == {"sampled"}
+    assert [r.time_s for r in rows_e] == [r.time_s for r in rows_s]
+    both = _run(tmp_path, "exact", "--sampled", "--resume")  # the exact rows kept beside
+    assert {r.mode for r in sweep.read_rows(both)} == {"exact", "sampled"}

@@ -89,11 +89,13 @@ def cmd_sweep(a) -> int:
         old = {sweep.row_key(asdict(r)): r for f in (out, partial) for r in sweep.read_rows(f)}
     elif partial.exists():
         partial.unlink()  # a fresh sweep: an interrupted one's points are not reused
-    points = sweep.sweep_points(gpus, a.schedule, shapes, blocks, [a.warps])
+    mode = "sampled" if a.sampled else "exact"
+    points = sweep.sweep_points(gpus, a.schedule, shapes, blocks, [a.warps], mode)
     with _dask_client(a) as client:
         new = sweep.run_sweep(
             gpus, a.schedule, shapes, blocks, [a.warps], progress=None if a.json else _bar,
             client=client, skip=frozenset(old), on_row=lambda r: sweep.append_csv(r, partial),
+            mode=mode,
         )  # fmt: skip
     by_key = old | {sweep.row_key(asdict(r)): r for r in new}
     grid = [p.key() for p in points]
@@ -229,6 +231,11 @@ def add_sweep_command(sub) -> None:
         metavar="ADDRESS",
         help="run the points on an existing Dask cluster, e.g. tcp://host:8786",
     )
+    r.add_argument("--sampled", action="store_true",
+                   help="replay each point's first waves and extend the steady state over the "
+                   "rest (simulate's mode='sampled', docs/model.md 'Speed': the time within "
+                   "a fraction of a percent at long contexts, HBM bytes within a few); the "
+                   "rows say which mode made them")  # fmt: skip
     r.add_argument("--resume", action="store_true",
                    help="keep the points already in --out (or saved by an interrupted run) and "
                    "simulate only the others")  # fmt: skip

@@ -46,6 +46,7 @@ class SweepRow:
     block_kv: int
     warps: int
     options: str  # the schedule's options as built, "key=value;...", e.g. flash_decode's splits
+    mode: str  # simulate()'s mode: "exact", or "sampled" (first waves replayed, rest extended)
     sm_count: int
     smem_per_cta_bytes: int
     hbm_bandwidth_bytes_per_s: float
@@ -116,13 +117,14 @@ class SweepPoint:
     block_kv: int
     warps: int | None
     options: tuple[tuple[str, int], ...] = ()  # given to kernels.schedule (flash_decode: SMs)
+    mode: str = "exact"  # simulate()'s mode
 
     def key(self) -> tuple:
         """What identifies the point's row in an output (:func:`row_key`)."""
         s = self.shape
         return (self.gpu.name, self.schedule, s.batch, s.heads, s.seq_len, s.head_dim,
                 s.dtype, s.causal, mask_text(s), self.block_q, self.block_kv,
-                self.warps)  # fmt: skip
+                self.warps, self.mode)  # fmt: skip
 
 
 RESOURCES = ("sm_count", "smem_per_cta_bytes", "hbm_bandwidth_bytes_per_s", "l2_bytes")
@@ -170,13 +172,15 @@ def row_key(row: dict) -> tuple:
     causal = row["causal"] if isinstance(row["causal"], bool) else row["causal"] == "True"
     return (row["gpu"], row["schedule"], int(row["batch"]), int(row["heads"]),
             int(row["seq_len"]), int(row["head_dim"]), row["dtype"], causal, row["mask"],
-            int(row["block_q"]), int(row["block_kv"]), int(row["warps"]))  # fmt: skip
+            int(row["block_q"]), int(row["block_kv"]), int(row["warps"]),
+            row["mode"])  # fmt: skip
 
 
-def sweep_points(gpus, names, shapes, blocks, warps=(None,)) -> list[SweepPoint]:
+def sweep_points(gpus, names, shapes, blocks, warps=(None,), mode="exact") -> list[SweepPoint]:
     """Every combination; blocks larger than a shape's sequence are clipped to it, and a block
     of None is the seed's rule B = M/(4d) on that GPU (``kernels.default_block`` of its shared
-    memory per CTA), so a hypothetical GPU with more SRAM gets larger blocks."""
+    memory per CTA), so a hypothetical GPU with more SRAM gets larger blocks. ``mode``:
+    simulate()'s, for every point."""
     out = []
     for gpu, name, shape, (bq, bkv), w in itertools.product(gpus, names, shapes, blocks, warps):
         n, nk = shape.seq_len, shape.n_kv
@@ -189,7 +193,9 @@ def sweep_points(gpus, names, shapes, blocks, warps=(None,)) -> list[SweepPoint]
         sched = kernels.schedule(name, shape, block_q=min(bq, n) if bq else rule,
                                  block_kv=min(bkv, nk) if bkv else rule, warps=w,
                                  **dict(opts))  # fmt: skip
-        out.append(SweepPoint(gpu, name, shape, sched.block_q, sched.block_kv, sched.warps, opts))
+        out.append(
+            SweepPoint(gpu, name, shape, sched.block_q, sched.block_kv, sched.warps, opts, mode)
+        )
     return out
 
 
@@ -202,12 +208,13 @@ def simulate_point(p: SweepPoint) -> SweepRow:
                 batch=s.batch, heads=s.heads, seq_len=s.seq_len, head_dim=s.head_dim,
                 dtype=s.dtype, causal=s.causal, mask=mask_text(s), block_q=sched.block_q,
                 block_kv=sched.block_kv, warps=sched.warps,
-                options=";".join(f"{k}={v}" for k, v in sched.options), sm_count=gpu.sm_count,
+                options=";".join(f"{k}={v}" for k, v in sched.options), mode=p.mode,
+                sm_count=gpu.sm_count,
                 smem_per_cta_bytes=gpu.smem_per_cta_bytes,
                 hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
                 l2_bytes=gpu.l2_bytes)  # fmt: skip
     try:
-        res, error = simulator.simulate(sched, gpu), ""
+        res, error = simulator.simulate(sched, gpu, mode=p.mode), ""
     except simulator.CapacityError as exc:
         res, error = None, str(exc)
     return SweepRow(**base, **result_figures(res), error=error)
@@ -223,15 +230,18 @@ def run_sweep(
     client=None,
     skip: frozenset = frozenset(),
     on_row: Callable[[SweepRow], None] | None = None,
+    mode: str = "exact",
 ) -> list[SweepRow]:
     """Simulate every point of :func:`sweep_points` whose key is not in ``skip`` (the rows a
     resumed sweep already has), in grid order.
 
     ``client``: a ``dask.distributed.Client`` to run the points on its workers (None: here,
     one after another); the rows are the same either way. ``progress(done, total, label)`` is
-    called as points finish, ``on_row(row)`` with each row as it arrives (to save it).
+    called as points finish, ``on_row(row)`` with each row as it arrives (to save it);
+    ``mode``: simulate()'s ("sampled": long contexts in a fraction of the time, docs/model.md).
     """
-    points = [p for p in sweep_points(gpus, names, shapes, blocks, warps) if p.key() not in skip]
+    points = sweep_points(gpus, names, shapes, blocks, warps, mode)
+    points = [p for p in points if p.key() not in skip]
     rows: list[SweepRow | None] = [None] * len(points)
 
     def label(p):
