@@ -1,0 +1,133 @@
+"""A tile search's results in words: why each tiling is slower than the fastest, and what the
+ranking says as a whole (``search_notes``); ``analysis.explore.search`` makes the results."""
+
+from __future__ import annotations
+
+__all__ = ["bound_only", "search_notes", "why_slower"]
+
+
+def why_slower(r, best, sm_count: int, kv_seq_len: int) -> str:
+    """Where tiling ``r`` is worse than ``best`` (a ``TileResult`` each), in words."""
+    spill = f"{r.regs_per_thread} regs/thread, {r.spilled_regs_per_thread} spilled to local memory"
+    if bound_only(r):
+        spill = (
+            f"would need {r.regs_per_thread} regs/thread: a lower bound, the written program "
+            "keeps them all"
+        )
+    if r is best:
+        return "fastest" + (f"; {spill}" if r.spilled_regs_per_thread else "")
+    out = []
+    if r.resident_warps_per_sm < best.resident_warps_per_sm:
+        causes = []
+        if r.warps < best.warps:
+            causes.append(f"{r.warps} warps/CTA")
+        if r.ctas_per_sm < best.ctas_per_sm:
+            causes.append(f"{r.ctas_per_sm} CTA/SM, limited by {r.limiter}")
+        slots = r.ctas_per_sm * sm_count
+        if r.ctas < slots:
+            causes.append(f"grid of {r.ctas} CTAs fills {r.ctas / slots:.0%} of the {slots} slots")
+        out.append(
+            f"{r.resident_warps_per_sm:.1f} resident warps/SM vs {best.resident_warps_per_sm:.1f}"
+            + (f" ({'; '.join(causes)})" if causes else "")
+        )
+    if r.spilled_regs_per_thread:
+        out.append(spill)
+    if r.global_bytes > best.global_bytes:
+        out.append(f"global traffic x{r.global_bytes / best.global_bytes:.2f}")
+    if r.hbm_bytes > best.hbm_bytes:
+        out.append(f"HBM traffic x{r.hbm_bytes / best.hbm_bytes:.2f}")
+    if r.waves > best.waves:
+        out.append(f"{r.waves} waves vs {best.waves}")
+    if out:
+        return "; ".join(out)
+    steps = -(-kv_seq_len // r.block_kv), -(-kv_seq_len // best.block_kv)
+    alike = "no more traffic, as many resident warps"
+    if steps[0] != steps[1]:
+        return f"{alike}; {steps[0]} K/V steps per CTA vs {steps[1]}"
+    if r.block_q != best.block_q:  # same steps, larger or smaller Q tiles per CTA
+        tile = f"{r.block_q}x{r.block_kv} tiles vs {best.block_q}x{best.block_kv}"
+        return f"{alike}; {tile} ({r.warps} warps vs {best.warps})"
+    return f"{alike}, same tiles; {r.warps} warps per CTA vs {best.warps}"
+
+
+def bound_only(r) -> bool:
+    """Whether ``r``'s time is only a lower bound (a written program that would spill)."""
+    return "would spill" in r.priced_by
+
+
+def _label(r) -> str:
+    return f"{r.block_q} x {r.block_kv}, {r.warps} warps"
+
+
+def search_notes(results: list) -> tuple[str, ...]:
+    """Plain-language reading of a search: the best, where the rule lands, why big is slow."""
+    ok = [r for r in results if r.feasible]
+    bad = [r for r in results if not r.feasible]
+    if not ok:
+        first = bad[0].error if bad else "no candidates"
+        return (f"No tiling fits: {first}",)
+    best = min(ok, key=lambda r: r.rank_time)
+    out = [f"Fastest: {_label(best)}, {best.time_s * 1e6:.1f} us, {best.bound}-bound."]
+    bounds = [r for r in ok if bound_only(r)]
+    if bounds:
+        out.append(
+            f"{len(bounds)} tilings are priced by written programs whose registers would spill "
+            "(regs(spill): the program's register line and its excess over the limit): their "
+            "spills are not written, so their times are lower bounds, ranked after every "
+            'priced tiling (docs/model.md, "An mma.sync forward at a tiling the census '
+            'lacks").'
+        )
+    clean = [r for r in ok if not r.spilled_regs_per_thread]
+    if best.spilled_regs_per_thread and clean and not bound_only(best):
+        c = min(clean, key=lambda r: r.rank_time)
+        how = (
+            "its compiled loop's local loads and stores"
+            if best.priced_by == "compiled"
+            else "charged as local-memory traffic, a first-order model"
+        )
+        out.append(
+            f"The fastest spills registers ({how}); the fastest without spills is {_label(c)} "
+            f"(rank {c.rank_time}, {c.slowdown:.2f}x)."
+        )
+    least = min(ok, key=lambda r: r.rank_hbm)
+    hbm = [r.hbm_bytes for r in ok]
+    if max(hbm) <= 1.01 * min(hbm):
+        out.append(
+            f"HBM traffic is within 1% for every tiling ({min(hbm) / 1e6:,.1f} to "
+            f"{max(hbm) / 1e6:,.1f} MB): the working set stays in L2, so only global (SM-side) "
+            "traffic depends on the tiling."
+        )
+    else:
+        out.append(
+            f"Least HBM traffic: {_label(least)}, {least.hbm_bytes / 1e6:,.1f} MB "
+            f"(global {least.global_bytes / 1e6:,.1f} MB), time rank {least.rank_time}."
+        )
+    for form in ("seed", "paper", "default"):
+        mine = [r for r in ok if form in r.rule.split(", ")]
+        if mine:
+            r = min(mine, key=lambda r: r.rank_time)
+            what = {
+                "seed": "The seed's B = floor(M/(4d))",
+                "paper": "The paper's Bc = ceil(M/(4d)), Br = min(Bc, d)",
+                "default": "The project's default block (what flashio simulate picks: "
+                + (
+                    "flash-attn's split-KV tiles)"
+                    if any(r.kernel.startswith("flash_decode") for r in results)
+                    else "kernels.default_block, floor(M/(4d)) rounded down to a power of two "
+                    "in [16, 128])"
+                ),
+            }[form]
+            out.append(
+                f"{what}, {_label(r)}: rank {r.rank_time} of {len(ok)}, "
+                f"{r.slowdown:.2f}x the fastest time: {r.why}."
+            )
+    priced = [r for r in ok if not bound_only(r)] or ok
+    biggest = max(priced, key=lambda r: (r.block_q * r.block_kv, -r.rank_time))
+    if biggest is not best:
+        out.append(
+            f"Bigger is not always faster: the largest blocks that fit, {_label(biggest)}, are "
+            f"{biggest.slowdown:.2f}x slower: {biggest.why}."
+        )
+    if bad:
+        out.append(f"{len(bad)} tiling(s) do not fit; e.g. {_label(bad[-1])}: {bad[-1].error}")
+    return tuple(out)
