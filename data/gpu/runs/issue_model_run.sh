@@ -2,6 +2,8 @@
 # One device call: our kernels re-timed (gpu_measure) and profiled (bytes; instructions, stall
 # reasons and shared-memory bank conflicts), then PyTorch's flash kernels' resource usage and
 # SASS (impl_measure --mode resources sass). Run from the repository root; writes $OUT/r.tgz.
+# The two profiling launches' scratch folders were machine temporaries when this ran; they are
+# written as $OUT/n0 and $OUT/n1 here (only n0's ncu_launches.json is kept).
 export PYTHONUNBUFFERED=1
 python3 -m pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
 R=$OUT/r; mkdir -p $R/impl_res; L=$R/extra.log
@@ -11,9 +13,9 @@ echo "measure rc=$?" >> $L
 B=l1tex__m_xbar2l1tex_read_bytes.sum,l1tex__m_l1tex2xbar_write_bytes.sum,dram__bytes_read.sum
 B=$B,dram__bytes_write.sum,lts__t_bytes.sum,gpu__time_duration.sum
 timeout 90 ncu --clock-control none --print-units base --csv --log-file $R/ncu.csv --metrics $B \
-  -k regex:"^(flash2|std_)" python3 -m benchmarks.gpu_measure --mode ncu --out /tmp/n0 >> $L 2>&1
+  -k regex:"^(flash2|std_)" python3 -m benchmarks.gpu_measure --mode ncu --out $OUT/n0 >> $L 2>&1
 echo "ncu rc=$?" >> $L
-cp /tmp/n0/ncu_launches.json $R/
+cp $OUT/n0/ncu_launches.json $R/
 S=smsp__average_warps_issue_stalled
 M=smsp__inst_executed.sum,sm__inst_executed_pipe_tensor_op_hmma.sum,sm__cycles_elapsed.avg.per_second
 M=$M,gpu__time_duration.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
@@ -24,7 +26,7 @@ done
 M=$M,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__inst_executed_op_ldsm.sum
 timeout 100 ncu --clock-control none --print-units base --csv --log-file $R/ncu_inst.csv \
   --metrics $M -k regex:"^(flash2_fwd|flash2_bwd|std_qk|std_pv)$" \
-  python3 -m benchmarks.gpu_measure --mode ncu --out /tmp/n1 >> $L 2>&1
+  python3 -m benchmarks.gpu_measure --mode ncu --out $OUT/n1 >> $L 2>&1
 echo "ncu2 rc=$?" >> $L
 timeout 300 python3 -m benchmarks.impl_measure --out $R/impl_res --mode resources sass \
   --sass-parts torch --cuobjdump-budget-s 260 > $R/impl_res/resources.log 2>&1
