@@ -5,8 +5,6 @@ achieved errors rounded up, on grids small enough for a test (8 SMs, many waves)
 larger runs of docs/model.md ("Speed") are measured by benchmarks/bench_simulate.py.
 """
 
-import dataclasses
-
 import pytest
 
 from flashio import kernels, simulator
@@ -47,22 +45,21 @@ def test_unlike_ctas_are_replayed_whole():
 )
 def test_sampled_extends_the_steady_waves(name, kv_heads, tiles):
     """Many waves on 8 SMs (4 x 8 heads, N = 4096): a prefix of each grid replayed, the rest
-    extended. Counted work is exact (alike CTAs move alike bytes); the time is within 1.2%
-    (achieved: 0.13-1.17%) and within 1.05 times its own estimate; HBM reads, which depend on
-    how waves straddle heads in the L2, within 25% here, where the L2 holds most of the
-    working set (larger runs: 1.5-2.2%, docs/model.md)."""
+    extended. Counted work is exact (alike CTAs move alike bytes); the time is within 0.5%
+    (achieved: 0.40%, 0.12%, 0.03%), HBM reads within 20% (achieved: 0, 2.1%, 19.6%, the
+    backward's: there the L2 holds most of the working set and the prefix's hits are not the
+    grid's; larger runs: 1.5-2.2%, docs/model.md). The error estimate is not a bound (the
+    backward's time error, 0.027%, exceeds its estimate, 0.019%), so it is not asserted."""
     shape = kernels.AttentionShape(4, 8, 4096, 64, "fp16", kv_heads=kv_heads)
     exact, sampled = _pair(name, shape, tiles, saving=1.0)
-    s = sampled.sampling
-    assert s.replayed_fraction < 1.0
+    assert sampled.sampling.replayed_fraction < 1.0
     for f in ("global_read_bytes", "global_write_bytes", "mma_flops", "exps"):
         assert getattr(sampled, f) == getattr(exact, f), f
     assert [t.global_read_bytes for t in sampled.tensors] == [
         t.global_read_bytes for t in exact.tensors
     ]
-    err = abs(sampled.time_s / exact.time_s - 1)
-    assert err <= 0.012 and err <= 1.05 * s.time_error + 1e-4
-    assert abs(sampled.hbm_read_bytes / exact.hbm_read_bytes - 1) <= 0.25
+    assert abs(sampled.time_s / exact.time_s - 1) <= 0.005
+    assert abs(sampled.hbm_read_bytes / exact.hbm_read_bytes - 1) <= 0.20
     assert sampled.kernels[-1].ctas == exact.kernels[-1].ctas
 
 
@@ -75,7 +72,6 @@ def test_mode_is_checked():
     res = simulator.simulate(sched, H200, mode="sampled")
     assert res.to_dict()["sampling"]["replayed_fraction"] == 1.0
     assert simulator.simulate(sched, H200).sampling is None
-    assert dataclasses.replace(res).time_s == res.time_s
 
 
 def test_cli_sampled(capsys):
