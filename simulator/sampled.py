@@ -28,6 +28,12 @@ import numpy as np
 
 from flashio.simulator.gpu import GPUSpec
 from flashio.simulator.result import SimResult, TensorTraffic
+from flashio.simulator.simulate import (
+    DEFAULT_OPTIONS,
+    busy_fractions,
+    launch_resources,
+    simulate,
+)
 from flashio.simulator.specfiles import load_gpu
 from flashio.simulator.trace import TraceSource
 
@@ -94,8 +100,6 @@ def simulate_sampled(
     """``simulator.simulate(source, gpu, options=options, mode="sampled")``: see the module
     docstring. The kernel is sampled where its three runs replay less than 1 / ``saving`` of
     the events of an exact replay. The result carries ``sampling`` (``Sampling``)."""
-    from flashio.simulator.simulate import DEFAULT_OPTIONS, launch_resources, simulate
-
     if waves < 2:
         raise ValueError(f"a sampled replay replays at least 2 waves first, got {waves}")
     gpu = gpu if isinstance(gpu, GPUSpec) else load_gpu(gpu)
@@ -191,9 +195,7 @@ def _extrapolate(runs, full, k, start, slot, period) -> SimResult:
         for key, v in base.breakdown.items()
     }
     span = max(t_now, 1e-30)
-    utilization = {
-        key[: -len("_busy_s")]: v / span for key, v in breakdown.items() if "busy" in key
-    }
+    utilization = busy_fractions(breakdown, t_now)
     hbm = [r.hbm_read_bytes + r.hbm_write_bytes for r in runs]
     hbm_err = abs((hbm[1] - hbm[0]) * left / slot - (hbm[2] - hbm[0]) * periods)
     res = dataclasses.replace(

@@ -526,6 +526,12 @@ def _replay_kernel(
     return float(kernel_end[0]), span
 
 
+def busy_fractions(breakdown: dict[str, float], total_s: float) -> dict[str, float]:
+    """``SimResult.utilization``: each resource's busy seconds (``breakdown``) over the run."""
+    span = max(total_s, 1e-30)
+    return {k[: -len("_busy_s")]: v / span for k, v in breakdown.items() if "busy" in k}
+
+
 def _result(meta, gpu, tstat, busy, cnt, kernel_results, total_s, l2) -> SimResult:
     total = tstat.sum(axis=0)
     sms = gpu.sm_count
@@ -539,8 +545,7 @@ def _result(meta, gpu, tstat, busy, cnt, kernel_results, total_s, l2) -> SimResu
         "sfu_busy_s": float(busy[E.B_SFU]) / sms,
         "smem_busy_s": float(busy[E.B_SMEM]) / sms,
     }
-    span = max(total_s, 1e-30)
-    utilization = {k[: -len("_busy_s")]: v / span for k, v in breakdown.items() if "busy" in k}
+    utilization = busy_fractions(breakdown, total_s)
     return SimResult(
         schedule=meta.schedule,
         gpu=gpu.name,
