@@ -50,10 +50,14 @@ __all__ = [
     "sync_mix",
     "synthetic_step_costs",
     "synthetic_sync_step_costs",
+    "would_spill",
     "written_registers",
 ]
 
 CENSUS_DIR = Path(__file__).resolve().parent.parent / "data" / "sass"
+# what a written program's step key says when its register line exceeds the limit: its spills
+# are not written, so its time is a lower bound (``would_spill``)
+WOULD_SPILL = "would spill"
 DEFAULT_IMPL = "flashio"
 
 # Instruction timing of Hopper SMs beyond the spec's per-SM rates, in cycles of the SM clock:
@@ -362,6 +366,11 @@ def _writable_mix(impl, block_q, block_kv, head_dim, warps, hold_out):
     return sync_mix(impl, exclude=held) or sync_mix(DEFAULT_IMPL, exclude=held)
 
 
+def would_spill(census_key: str) -> bool:
+    """Whether a step priced under ``census_key`` is a written program that would spill."""
+    return WOULD_SPILL in census_key
+
+
 def written_registers(
     impl: str, block_q: int, block_kv: int, head_dim: int, warps: int, hold_out: bool = False
 ) -> int | None:  # fmt: skip
@@ -398,7 +407,7 @@ def synthetic_sync_step_costs(
     spills = demand > gpu.regs_per_thread_max
     return StepCost(
         key=prog.name
-        + (f", {demand} registers: would spill, spills not written" if spills else ""),
+        + (f", {demand} registers: {WOULD_SPILL}, spills not written" if spills else ""),
         occupancy_s=gpu.cycles_to_s(st.together / st.ctas),
         duration_s=gpu.cycles_to_s(st.alone),
         replay=st,

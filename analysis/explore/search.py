@@ -296,8 +296,8 @@ def search_tiles(
             # estimate of registers beyond the limit
             comp = issue.lookup(sched.meta.params, main.name, c.warps) if compiled else None
             spilled = comp.static_spill_store_bytes // 4 if comp else occ.spilled_regs_per_thread
-            if "would spill" in main.census_key:  # a written program: spills not written
-                priced += ", would spill"
+            if issue.would_spill(main.census_key):  # a written program: spills not written
+                priced += ", " + issue.WOULD_SPILL
                 p = sched.meta.params
                 demand = issue.written_registers(
                     str(p.get("impl", "flashio")), c.block_q, c.block_kv, shape.head_dim, c.warps

@@ -3,6 +3,8 @@ ranking says as a whole (``search_notes``); ``analysis.explore.search`` makes th
 
 from __future__ import annotations
 
+from flashio.simulator import issue
+
 __all__ = ["bound_only", "search_notes", "why_slower"]
 
 
@@ -52,7 +54,7 @@ def why_slower(r, best, sm_count: int, kv_seq_len: int) -> str:
 
 def bound_only(r) -> bool:
     """Whether ``r``'s time is only a lower bound (a written program that would spill)."""
-    return "would spill" in r.priced_by
+    return issue.would_spill(r.priced_by)
 
 
 def _label(r) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from flashio.simulator import issue
+
 GB = 1e9
 
 
@@ -123,18 +125,23 @@ def comparison_table(rows, shape, gpu, compiled=None) -> str:
 
 def _row_priced_by(row) -> str:
     """How a comparison row's time was priced: its kernels' census keys."""
-    keys = [k.census_key for k in row.result.kernels if k.census_key] if row.result else []
-    if not keys:
+    kinds = {_priced_kind(k.census_key) for k in row.result.kernels} if row.result else set()
+    for kind in ("written program", "compiled loop"):
+        if kind in kinds:
+            return kind
+    return "pipe rates"
+
+
+def _priced_kind(census_key: str) -> str:
+    """What priced a kernel's steps: its compiled loop, a written program or the pipe rates."""
+    if not census_key:
         return "pipe rates"
-    return "written program" if any(k.startswith("synthetic") for k in keys) else "compiled loop"
+    return "written program" if census_key.startswith("synthetic") else "compiled loop"
 
 
 def _priced_by(census_key: str) -> str:
-    if not census_key:
-        return "pipe rates"
-    if census_key.startswith("synthetic"):
-        return f"written program ({census_key})"
-    return f"compiled loop ({census_key})"
+    kind = _priced_kind(census_key)
+    return kind if not census_key else f"{kind} ({census_key})"
 
 
 def options_line(sched) -> str:
@@ -222,7 +229,7 @@ def result_text(sched, res, gpu) -> str:
             f"{smp.time_error:.2%}, HBM bytes {smp.hbm_error:.2%} (simulator.sampled)"
         )
     for k in res.kernels:
-        if "would spill" in k.census_key:
+        if issue.would_spill(k.census_key):
             lines.append(
                 f"warning: kernel {k.name}'s written program needs more registers than the GPU "
                 "allows (its register line, in 'priced by'); the compiler would spill, the "
