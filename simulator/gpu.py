@@ -21,6 +21,10 @@ from flashio.simulator.errors import GPUSpecError
 
 __all__ = ["GPUSpec", "GPUSpecError"]
 
+# Shared-memory carve-outs of the unified L1 (KiB) that Ampere and Hopper offer (CUDA C++
+# Programming Guide, compute capabilities 8.0 and 9.0; the A100's list ends at 164)
+SMEM_CARVEOUTS_KIB = (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)
+
 
 # Chip totals that earlier spec files stored; now derived. For each: the stored field it
 # comes from, and what the stored field is multiplied by (besides clock_hz).
@@ -65,7 +69,8 @@ class GPUSpec:
     """One GPU, real or hypothetical. Counts and sizes are ints, rates are floats.
 
     Every field is positive except ``l2_bytes``, which may be 0 ("no L2", the FlashAttention
-    paper's model where every global access reaches HBM) and ``description`` (may be empty).
+    paper's model where every global access reaches HBM), ``l1_bytes_per_sm``, 0 where not known
+    (the one field a spec file may leave out), and ``description`` (may be empty).
     ``docs/gpus.md`` gives each field's meaning and what the simulator uses it for.
     """
 
@@ -113,6 +118,10 @@ class GPUSpec:
     fp32_flops_per_cycle_per_sm: float
     fp64_flops_per_cycle_per_sm: float
     sfu_ops_per_cycle_per_sm: float  # special-function unit (exp) results
+    # the SM's unified L1 data cache and shared memory; the L1 is what the shared-memory
+    # carve-out leaves, and holds spilled registers where they fit. 0: not known (no spill
+    # reload then hits L1). Last, with a default, so spec files without it still load.
+    l1_bytes_per_sm: int = 0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -179,6 +188,15 @@ class GPUSpec:
         """Achievable HBM bandwidth: datasheet bandwidth times ``hbm_efficiency``."""
         return self.hbm_bandwidth_bytes_per_s * self.hbm_efficiency
 
+    def l1_free_bytes(self, smem_bytes: int) -> int:
+        """L1 bytes an SM has beside ``smem_bytes`` of shared memory in use: the unified array
+        less the carve-out the driver picks, the smallest of the architecture's carve-out steps
+        (:data:`SMEM_CARVEOUTS_KIB`) that holds ``smem_bytes``; 0 where ``l1_bytes_per_sm`` is
+        not known."""
+        steps = [k * 1024 for k in SMEM_CARVEOUTS_KIB if k * 1024 >= smem_bytes]
+        carve = steps[0] if steps else smem_bytes
+        return max(0, self.l1_bytes_per_sm - carve)
+
     def cycles_to_s(self, cycles: float) -> float:
         """Convert SM clock cycles to seconds at ``clock_hz``."""
         return cycles / self.clock_hz
@@ -193,6 +211,11 @@ class GPUSpec:
 
 
 _FIELD_NAMES: tuple[str, ...] = GPUSpec.field_names()
+# fields a spec file may leave out (they take their default) and the fields that may be 0
+OPTIONAL_FIELDS = {
+    f.name: f.default for f in dataclasses.fields(GPUSpec) if f.default is not dataclasses.MISSING
+}
+ZERO_ALLOWED = ("l2_bytes", "l1_bytes_per_sm")
 _MMA_FIELDS = {
     "fp16": "tensor_fp16_flops_per_cycle_per_sm",
     "bf16": "tensor_bf16_flops_per_cycle_per_sm",
@@ -229,7 +252,8 @@ def _checked(name: str, kind: type, value: Any) -> Any:
         if name == "name" and not value.strip():
             raise GPUSpecError(f"name must be a non-empty string, got {value!r}", key=name)
         return value
-    lowest = "an integer >= 0" if name == "l2_bytes" else "a positive integer"
+    may_be_zero = name in ZERO_ALLOWED
+    lowest = "an integer >= 0" if may_be_zero else "a positive integer"
     if kind is int:
         if isinstance(value, float) and value.is_integer():
             raise GPUSpecError(
@@ -240,8 +264,8 @@ def _checked(name: str, kind: type, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise GPUSpecError(f"{got} must be {lowest}{_unit(name)}", key=name)
         value = int(value)
-        if value < 0 or (value == 0 and name != "l2_bytes"):
-            hint = " (only l2_bytes may be 0)" if value == 0 else ""
+        if value < 0 or (value == 0 and not may_be_zero):
+            hint = f" (only {' and '.join(ZERO_ALLOWED)} may be 0)" if value == 0 else ""
             raise GPUSpecError(f"{got} must be {lowest}{_unit(name)}{hint}", key=name)
         if value >= 2**62:  # the engine and the outputs hold sizes in 64-bit integers
             raise GPUSpecError(f"{got} is too large: at most 2**62 - 1{_unit(name)}", key=name)

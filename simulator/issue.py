@@ -97,10 +97,6 @@ HOPPER_ISA = {
     "mio_queue": 10,
     # a register-spill reload that hits L1 (mio.json's local-memory pointer chase)
     "ldl_latency": 29.1,
-    # L1 and shared memory are one SRAM of 256 KiB per SM (NVIDIA H100 Tensor Core GPU
-    # Architecture whitepaper), split by a carve-out the driver picks among these sizes for
-    # compute capability 9.0 (CUDA C++ Programming Guide, "Shared Memory", cc 9.0), KiB
-    "l1_smem_bytes_per_sm": 256 * 1024,
     # the fraction of its rate a class keeps while the SMSP's tensor pipe runs wgmma (hgmma)
     # or mma.sync (hmma): data/gpu/probe/overlap.py --fit (overlap.json, run 5), each rate the
     # one with which the warp replay reproduces a measured mix of tensor work and that class
@@ -124,7 +120,6 @@ HOPPER_ISA = {
         # FFMA keeps less (hsamed_ffma); other classes keep "hmma"'s rates (an assumption)
         "hmma_fresh/fma/own": 0.236,
     },
-    "smem_carveouts_kib": (0, 8, 16, 32, 64, 100, 132, 164, 196, 228),
 }
 
 
@@ -296,18 +291,16 @@ def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
     )
 
 
-def spills_fit_l1(
-    comp: Compiled, ctas_per_sm: int, threads_per_cta: int, smem_per_sm: int, isa=HOPPER_ISA
-) -> bool:
+def spills_fit_l1(comp: Compiled, ctas_per_sm: int, threads_per_cta: int, smem_per_sm: int,
+                  gpu: GPUSpec) -> bool:  # fmt: skip
     """Whether the local memory of ``ctas_per_sm`` resident CTAs fits the L1 the shared-memory
-    carve-out leaves: the smallest carve-out holding ``smem_per_sm`` bytes (the driver's
-    choice), or the largest where the launcher asks for it. Where it does not, spill reloads
-    miss L1 (Triton's d = 128, 128x64, 4-warp forward: 40 KiB of local memory beside a 228 KiB
-    carve-out, 36% hits; data/impl/triton_ncu.csv)."""
-    sizes = [k * 1024 for k in isa["smem_carveouts_kib"]]
-    fits = [c for c in sizes if c >= smem_per_sm] or sizes[-1:]
-    carve = sizes[-1] if comp.carveout_max else fits[0]
-    return comp.local_bytes * threads_per_cta * ctas_per_sm <= isa["l1_smem_bytes_per_sm"] - carve
+    carve-out leaves (``GPUSpec.l1_free_bytes``): the smallest carve-out holding
+    ``smem_per_sm`` bytes (the driver's choice), or the largest where the launcher asks for it.
+    Where it does not, spill reloads miss L1 (Triton's d = 128, 128x64, 4-warp forward: 40 KiB
+    of local memory beside a 228 KiB carve-out, 36% hits; data/impl/triton_ncu.csv)."""
+    used = gpu.smem_per_sm_bytes if comp.carveout_max else smem_per_sm
+    frame = comp.local_bytes * threads_per_cta * ctas_per_sm
+    return frame <= gpu.l1_free_bytes(used)
 
 
 @dataclass(frozen=True)

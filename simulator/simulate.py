@@ -53,10 +53,6 @@ class ModelOptions:
     prefetch_kernels : tuple of str
         Kernels whose CTAs issue the LOADs that open outer-loop step s+1 when they begin step
         s's arithmetic (``cp.async`` double buffering).
-    issue_efficiency : tuple of (str, float)
-        Per kernel name, the fraction in (0, 1] of the arithmetic rates (tensor, FP32, SFU,
-        shared memory) that the kernel's instruction stream achieves; kernels not named get 1.
-        A dict is accepted and stored as sorted pairs.
     issue_model : bool
         Price each kernel's main-loop step by replaying its instructions (simulator.issue,
         docs/model.md "Issue model") where the instruction census has the kernel's compiled
@@ -71,7 +67,6 @@ class ModelOptions:
 
     shared_issue: bool = False
     prefetch_kernels: tuple[str, ...] = ()
-    issue_efficiency: tuple[tuple[str, float], ...] = ()
     issue_model: bool = False
     written_programs: bool = False
 
@@ -83,20 +78,6 @@ class ModelOptions:
                 f"('flash2_fwd',), got {names!r}"
             )
         object.__setattr__(self, "prefetch_kernels", tuple(names))
-        eff = self.issue_efficiency
-        pairs = sorted(eff.items() if isinstance(eff, dict) else eff)
-        for name, value in pairs:
-            ok = isinstance(value, int | float) and not isinstance(value, bool)
-            if not isinstance(name, str) or not ok or not 0 < value <= 1:
-                raise FlashioError(
-                    "ModelOptions.issue_efficiency maps kernel names to fractions in (0, 1], "
-                    f"e.g. {{'flash2_fwd': 0.55}}; got {name!r}: {value!r}"
-                )
-        object.__setattr__(self, "issue_efficiency", tuple((n, float(v)) for n, v in pairs))
-
-    def efficiency(self, kernel: str) -> float:
-        """The issue efficiency of ``kernel`` (1.0 when not named)."""
-        return dict(self.issue_efficiency).get(kernel, 1.0)
 
 
 DEFAULT_OPTIONS = ModelOptions()
@@ -206,10 +187,9 @@ def arithmetic_cost(
 ) -> ArithmeticCost:
     """The ArithmeticCost of kernel ``k`` of ``source`` on ``gpu`` under ``options``;
     ``comp``: its census entry (``compiled_kernels``), which the issue model replays."""
-    eff = options.efficiency(kinfo.name)
     # a CTA with fewer warps than sub-partitions cannot use the whole pipe
     frac = min(1.0, kinfo.warps / gpu.sm_sub_partitions)
-    base = ArithmeticCost(1.0 / eff, 1.0 / (eff * frac), gpu.cycles_to_s(gpu.smem_latency_cycles))
+    base = ArithmeticCost(1.0, 1.0 / frac, gpu.cycles_to_s(gpu.smem_latency_cycles))
     params = source.meta.params
     if comp is not None:
         hit = spill_reloads_hit(kinfo, occ, gpu, comp)
@@ -267,12 +247,15 @@ def prefetches(kinfo, options: ModelOptions, comp: Compiled | None) -> bool:
 
 
 def spill_reloads_hit(kinfo, occ, gpu: GPUSpec, comp: Compiled | None) -> bool:
-    """Whether a compiled kernel's spill reloads hit L1: its resident CTAs' local memory fits
-    the L1 their shared memory leaves (``simulator.issue.spills_fit_l1``)."""
-    if comp is None:
-        return True
+    """Whether a kernel's spill reloads hit L1: its resident CTAs' local memory fits the L1
+    their shared memory leaves (``simulator.issue.spills_fit_l1``). Without the census the
+    local memory is the registers beyond the per-thread limit."""
     smem = occ.ctas_per_sm * (kinfo.smem_bytes + gpu.smem_reserved_per_cta_bytes)
-    return spills_fit_l1(comp, occ.ctas_per_sm, kinfo.warps * gpu.warp_size, smem)
+    threads = kinfo.warps * gpu.warp_size
+    if comp is None:
+        frame = occ.spilled_regs_per_thread * 4 * threads * occ.ctas_per_sm
+        return frame <= gpu.l1_free_bytes(smem)
+    return spills_fit_l1(comp, occ.ctas_per_sm, threads, smem, gpu)
 
 
 class Spills(NamedTuple):
@@ -290,15 +273,16 @@ def spill_bytes(kinfo, occ, gpu: GPUSpec, comp: Compiled | None) -> Spills:
     writes local memory through to the L2), the code's static spill stores outside the loop
     once per thread, and no loads where they hit L1 (the warp replay prices them; else the
     loop's local loads at every step: ``spill_reloads_hit``). Without the census, every
-    register beyond the per-thread limit, stored and reloaded at every step."""
+    register beyond the per-thread limit, stored at every step and reloaded unless it stays in
+    L1."""
+    hit = spill_reloads_hit(kinfo, occ, gpu, comp)
     if comp is not None:
         threads = kinfo.warps * gpu.warp_size
         outside = max(0, comp.static_spill_store_bytes - comp.spill_store_bytes // gpu.warp_size)
-        hit = spill_reloads_hit(kinfo, occ, gpu, comp)
         load = 0 if hit else comp.spill_load_bytes * kinfo.warps
         return Spills(outside * threads, comp.spill_store_bytes * kinfo.warps, load)
     b = occ.spilled_regs_per_thread * 4 * kinfo.warps * gpu.warp_size
-    return Spills(0, b, b)
+    return Spills(0, b, 0 if hit else b)
 
 
 def _config(
@@ -360,8 +344,8 @@ def simulate(
         memory system as each CTA ends (``SimResult.memory_timeline``: end seconds, HBM bytes
         moved so far, bytes held by the L2 and dirty among them), for ``perfetto.write``.
     options : ModelOptions
-        Switches of the time model (shared arithmetic issue, prefetching kernels, per-kernel
-        issue efficiency); the default is docs/model.md's model without them.
+        Switches of the time model (shared arithmetic issue, prefetching kernels, the issue
+        model); the default is docs/model.md's model without them.
     mode : {"exact", "sampled"}
         "sampled": replay the first waves of the longest kernel exactly and extrapolate the
         rest from the steady state (``simulator.sampled``; ``SimResult.sampling`` says how much

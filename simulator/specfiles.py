@@ -15,7 +15,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from flashio.simulator.gpu import _FIELD_NAMES, DERIVED, GPUSpec, GPUSpecError, _unknown_key
+from flashio.simulator.gpu import (
+    _FIELD_NAMES,
+    DERIVED,
+    OPTIONAL_FIELDS,
+    GPUSpec,
+    GPUSpecError,
+    _unknown_key,
+)
 
 __all__ = ["builtin_gpus", "load_gpu"]
 
@@ -90,7 +97,7 @@ def _load_builtin(name: str) -> GPUSpec:
 
 def _load(top: _Source) -> GPUSpec:
     values, origin = _merged(top, ())
-    missing = [k for k in _FIELD_NAMES if k not in values]
+    missing = [k for k in _FIELD_NAMES if k not in values and k not in OPTIONAL_FIELDS]
     if missing:
         raise GPUSpecError(
             f"{top.label}: missing keys {', '.join(missing)}. A file without base sets every key;"

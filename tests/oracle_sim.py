@@ -197,7 +197,7 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
     """Replay ``trace`` on ``gpu`` as docs/model.md says; return SimResult's quantities.
 
     ``options`` (simulator.simulate.ModelOptions) switches on the model options of
-    docs/model.md: one arithmetic server per SM, prefetching kernels, issue efficiency.
+    docs/model.md: one arithmetic server per SM, prefetching kernels.
 
     Returns
     -------

@@ -57,9 +57,9 @@ VERBS = {
         },
     ),
     "gpus": (["gpus"], {}),
-    "crosscheck": (["crosscheck"], {"--jobs": "1", "--efficiency": "0.5"}),
+    "crosscheck": (["crosscheck"], {"--jobs": "1"}),
 }
-FLOAT_FLAGS = {"--sram-scale", "--hbm-scale", "--sm-scale", "--efficiency"}
+FLOAT_FLAGS = {"--sram-scale", "--hbm-scale", "--sm-scale"}
 OUT_FLAG = {"simulate": "--save-trace", "sweep": "--out", "crosscheck": "--plot"}
 OUT_NAME = {"simulate": "trace.npz", "sweep": "sweep.csv", "crosscheck": "plot.png"}
 

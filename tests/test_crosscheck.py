@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from flashio.analysis.validation import calibrate
 from flashio.analysis.validation import crosscheck as cc
 from flashio.analysis.validation.calibration import DEFAULT_PATH, Harness, load_calibration
 from flashio.analysis.validation.doc import BOUNDS, bounds_lines, row_lines
+from flashio.simulator.errors import FileError
 from flashio.simulator.simulate import ModelOptions
 from flashio.simulator.trace import EVENT_DTYPE, Op, Trace
 from tests._sim_common import attention_schedules, gpu_specs, random_traces
@@ -35,11 +35,8 @@ from tests.test_simulator_oracle import assert_agrees
 # ------------------------------------------------------------------ 1. model options vs oracle
 @st.composite
 def model_options(draw, kernel_names):
-    eff = {k: draw(st.sampled_from([1.0, 0.5, 0.13])) for k in kernel_names if draw(st.booleans())}
     pf = tuple(k for k in kernel_names if draw(st.booleans()))
-    return ModelOptions(
-        shared_issue=draw(st.booleans()), prefetch_kernels=pf, issue_efficiency=eff
-    )
+    return ModelOptions(shared_issue=draw(st.booleans()), prefetch_kernels=pf)
 
 
 @st.composite
@@ -120,9 +117,8 @@ def test_prefetch_hides_the_next_steps_loads():
 def test_model_options_reject_bad_values():
     with pytest.raises(ValueError, match="tuple of kernel names"):
         ModelOptions(prefetch_kernels="flash2_fwd")
-    with pytest.raises(ValueError, match=r"fractions in \(0, 1\]"):
-        ModelOptions(issue_efficiency={"qk": 1.5})
-    assert ModelOptions(issue_efficiency={"qk": 0.5}).efficiency("pv") == 1.0
+    with pytest.raises(TypeError):  # the fitted per-kernel efficiency is gone
+        ModelOptions(issue_efficiency={"qk": 0.5})
 
 
 # ------------------------------------------------------------------------ 2. the calibration
@@ -137,20 +133,17 @@ def test_measured_constants_are_what_the_probe_data_give():
         assert getattr(cal.gpu, key) == pytest.approx(value, rel=1e-3), key
     assert cal.options.issue_model and cal.options.shared_issue
     assert cal.options.prefetch_kernels == calibrate.PREFETCH_KERNELS
-    assert cal.training == cc.TRAINING
 
 
-def test_the_committed_calibration_fits_nothing():
+def test_the_committed_calibration_fits_nothing(tmp_path):
     cal = load_calibration()
-    assert cal.efficiency == ()
     assert "[fit" not in Path(cal.path).read_text()
-    for cfg, _ in cc.read_timings(cc.DATA_DIR / "gpu_measure.json"):
-        assert cfg.subset == "held-out"
-        assert cal.options_for(cfg.variants()).issue_model
-    # a user's efficiency table: an unlisted variant of a listed kernel takes their median
-    mine = dataclasses.replace(cal, efficiency=(("qk d=64 64x64 w=4", 0.5),))
-    assert mine.efficiency_of("qk d=128 128x64 w=8") == 0.5
-    assert mine.efficiency_of("no_such_kernel d=64") == 1.0
+    # a file of the earlier format, with a per-kernel efficiency fitted to timings, is refused
+    old = tmp_path / "old.toml"
+    fit = '\n[fit.issue_efficiency]\n"qk d=64 64x64 w=4" = 0.5\n'
+    old.write_text(Path(cal.path).read_text() + fit)
+    with pytest.raises(FileError, match=r"\[fit\] table .* no longer read"):
+        load_calibration(old)
 
 
 def test_harness_model():
@@ -289,9 +282,6 @@ def test_cli_checks_a_users_ncu_csv(tmp_path, capsys):
     assert row["error"]["global_bytes"] == pytest.approx(0, abs=1e-6)
     assert row["error"]["hbm_bytes"] == pytest.approx(-0.5, rel=1e-6)
     assert out["summary"]["hbm_bytes_mape"] == pytest.approx(0.5, rel=1e-6)
-    assert main([*args, "--efficiency", "0.25"]) == 0
-    slower = json.loads(capsys.readouterr().out)["rows"][0]["predicted"]["kernel_time_s"]
-    assert slower > row["predicted"]["kernel_time_s"]
 
 
 @pytest.mark.parametrize(
@@ -300,7 +290,6 @@ def test_cli_checks_a_users_ncu_csv(tmp_path, capsys):
         (["--schedule", "flash2"], "needs the ncu CSV"),
         (["no/such/file.csv"], "no such measurement file"),
         (["--jobs", "0"], "--jobs must be at least 1"),
-        (["--efficiency", "0.5"], "give --schedule too"),
         (["pyproject.toml"], "neither gpu_measure output"),
     ],
 )

@@ -71,6 +71,8 @@ def test_hypothetical_specs_inherit_from_h200(h200):
         "description": sram.description,
         "smem_per_sm_bytes": 2 * 233_472,
         "smem_per_cta_bytes": 2 * 232_448,
+        # the unified L1 grows with it: the h200's 28 KiB beside its largest carve-out stay
+        "l1_bytes_per_sm": 2 * 233_472 + 256 * 1024 - 228 * 1024,
     }
     hbm = load_gpu("h200-8tbs")
     assert differences(hbm, h200) == {
@@ -144,14 +146,28 @@ def test_replace_rejects_unknown_field(h200):
         h200.replace(bogus=1)
 
 
-def test_l2_bytes_zero_is_the_only_zero(h200):
+def test_l2_and_l1_bytes_are_the_only_zeros(h200):
     assert h200.replace(l2_bytes=0).l2_bytes == 0
+    assert h200.replace(l1_bytes_per_sm=0).l1_bytes_per_sm == 0
     with pytest.raises(GPUSpecError, match=r"l2_bytes = -128 .*integer >= 0"):
         h200.replace(l2_bytes=-128)
-    with pytest.raises(GPUSpecError, match=r"sm_count = 0 .*only l2_bytes may be 0"):
+    with pytest.raises(GPUSpecError, match=r"sm_count = 0 .*only l2_bytes and l1_bytes_per_sm"):
         h200.replace(sm_count=0)
     with pytest.raises(GPUSpecError, match=r"kernel_launch_s = 0.0 .*positive"):
         h200.replace(kernel_launch_s=0.0)
+
+
+@pytest.mark.parametrize(
+    ("smem_kib", "free_kib"),
+    [(0, 256), (1, 248), (48, 192), (97.5, 156), (100, 156), (100.5, 124), (228, 28), (240, 16)],
+)
+def test_l1_left_beside_shared_memory(h200, smem_kib, free_kib):
+    """The driver's carve-out is the smallest step of cc 9.0 (0, 8, 16, 32, 64, 100, 132, 164,
+    196, 228 KiB) holding the shared memory; beyond the last (a hypothetical SM), the shared
+    memory itself. The L1 is the rest of the 256 KiB; none where the spec gives no L1."""
+    used = int(smem_kib * 1024)
+    assert h200.l1_free_bytes(used) == free_kib * 1024
+    assert h200.replace(l1_bytes_per_sm=0).l1_free_bytes(used) == 0
 
 
 @pytest.mark.parametrize(

@@ -116,6 +116,31 @@ def test_spills_are_their_own_term(name, n, d, bq, bkv, dtype):
     assert d["spill_read_bytes"] == counts.spill_read_bytes and d["gpu"] == "h200"
 
 
+def test_spill_reloads_stay_in_l1_where_the_frame_fits():
+    """flash2_bwd at d = 128, 64x128, 8 warps spills 9 registers a thread: 9 KiB per CTA (one
+    per SM), inside the 156 KiB of L1 the 100 KiB carve-out leaves beside its 97.5 KiB of
+    shared memory. Its reloads stay on the SM: the replay and the closed form read what the
+    spill-free schedule reads and write the spills. On a spec that gives no L1 they reload."""
+    sched = kernels.schedule("flash2_bwd", kernels.AttentionShape(1, 2, 2048, 128, "bf16"),
+                             64, 128, 8)  # fmt: skip
+    gpu = simulator.load_gpu("h200").replace(l2_bytes=0)
+    main = sched.kernels[1]
+    assert gpu.l1_free_bytes(main.smem_bytes + 1024) == (256 - 100) * 1024
+    plain = io_counts_of(sched)
+    for l1, reloads in ((gpu.l1_bytes_per_sm, False), (0, True)):
+        spec = gpu.replace(l1_bytes_per_sm=l1)
+        res, counts = simulator.simulate(sched, spec), io_counts_of(sched, spec)
+        occ = res.kernels[1].occupancy
+        assert (occ.spilled_regs_per_thread, occ.ctas_per_sm) == (9, 1)
+        local = res.tensor(LOCAL_NAME)
+        steps = 2 * sched.t_kv * sched.t_q
+        assert local.global_write_bytes == counts.spill_write_bytes == steps * 9 * 4 * 256
+        assert local.global_read_bytes == counts.spill_read_bytes
+        assert counts.spill_read_bytes == (counts.spill_write_bytes if reloads else 0)
+        assert res.global_read_bytes == counts.read_bytes
+        assert counts.read_bytes == plain.read_bytes + counts.spill_read_bytes
+
+
 def test_flash2_spill_steps_are_visited_pairs():
     """FA2's CTAs spill once per visited K/V block; causal skips the blocks above the
     diagonal, and so do its spills."""

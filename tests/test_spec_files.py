@@ -49,6 +49,7 @@ def test_base_paths_are_relative_to_the_file_naming_them(tmp_path, monkeypatch, 
 _NEW_KEYS = {stored for stored, _ in DERIVED.values()} | {
     "l2_partitions",
     "sm_memory_bytes_per_cycle_per_sm",
+    "l1_bytes_per_sm",
 }
 
 
@@ -76,6 +77,7 @@ def test_old_full_file_converts_chip_totals_with_a_warning(tmp_path, h200):
         scale = h200.l2_partitions if count == "l2_partitions" else 1
         assert getattr(gpu, stored) == approx(getattr(h200, stored) * scale), stored
     assert not any(k in message for k in ("l2_bytes", "hbm_"))
+    assert gpu.l1_bytes_per_sm == 0  # optional: not known, no spill reload hits L1
 
 
 def test_old_keys_over_a_base_convert_with_the_files_own_counts(tmp_path, h200):

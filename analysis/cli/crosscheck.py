@@ -117,14 +117,6 @@ def add_crosscheck_command(subparsers) -> argparse.ArgumentParser:
         help="schedule option, e.g. softmax_passes=2 (repeatable; default: the schedule's)",
     )
     u.add_argument("--kernel", default=None, help="compare every profiled launch with this kernel")
-    u.add_argument(
-        "--efficiency",
-        type=float,
-        default=None,
-        help="issue efficiency of your kernel in (0, 1] for its time: its arithmetic at that "
-        "fraction of the pipe rates, instead of the issue model's replay of this project's "
-        "kernel of that name (default: the issue model)",
-    )
     p.set_defaults(func=cmd_crosscheck)
     return p
 
@@ -232,15 +224,7 @@ def cmd_crosscheck(a) -> int:
         log = lambda m: print(m, file=sys.stderr)  # noqa: E731
         calibrate.fit_calibration(a.calibration, log=log)
     cal = load_calibration(a.calibration)
-    if a.efficiency is not None:
-        if not 0 < a.efficiency <= 1:
-            raise UsageError(f"--efficiency must be in (0, 1], got {a.efficiency}")
-        if a.schedule is None:
-            raise UsageError("--efficiency is for your own kernel: give --schedule too")
     configs = _configs(a)
-    if a.efficiency is not None:
-        variants = {v for c, _ in configs for v in c.variants().values()}
-        cal = _with_efficiency(cal, variants, a.efficiency)
 
     def progress(done, total):
         if a.json:
@@ -262,14 +246,6 @@ def cmd_crosscheck(a) -> int:
     else:
         print(text_table(report))
     return 0
-
-
-def _with_efficiency(cal, variants, value):
-    """``cal`` pricing ``variants`` at efficiency ``value``: a user's kernel is not the
-    project's, so the issue model (which replays the project's code) is switched off."""
-    table = dict(cal.efficiency) | dict.fromkeys(variants, value)
-    options = dataclasses.replace(cal.options, issue_model=False)
-    return dataclasses.replace(cal, options=options, efficiency=tuple(sorted(table.items())))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -125,9 +125,9 @@ def io_counts_of(sched: kernels.Schedule, gpu: simulator.GPUSpec | str | None = 
     rows = spec(sched.name).traffic(sched)
     if gpu is not None:
         gpu = gpu if isinstance(gpu, simulator.GPUSpec) else simulator.load_gpu(gpu)
-        regs = spilled_registers(sched, gpu, bs)
-        if regs:  # each spilled register is stored, then loaded back (docs/model.md)
-            rows.append((LOCAL_NAME, REG_BYTES, regs, regs))
+        stored, reloaded = spilled_registers(sched, gpu, bs)
+        if stored:  # stored, then loaded back unless it stays in L1 (docs/model.md)
+            rows.append((LOCAL_NAME, REG_BYTES, reloaded, stored))
     return IOCounts(
         sched.name,
         sh,

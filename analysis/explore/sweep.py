@@ -93,11 +93,15 @@ def gpu_variants(
             + (f"-sms{sms}" if sms != gpu.sm_count else "")
             + (f"-l2x{c:g}" if c != 1 else "")
         )
+        smem = int(gpu.smem_per_sm_bytes * s)
+        # the unified L1 grows with shared memory: the L1 beside it stays as it was
+        l1 = gpu.l1_bytes_per_sm and gpu.l1_bytes_per_sm + smem - gpu.smem_per_sm_bytes
         out.append(
             gpu.replace(
                 name=name,
                 sm_count=sms,
-                smem_per_sm_bytes=int(gpu.smem_per_sm_bytes * s),
+                smem_per_sm_bytes=smem,
+                l1_bytes_per_sm=max(0, l1),
                 smem_per_cta_bytes=int(gpu.smem_per_cta_bytes * s),
                 hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s * h,
                 l2_bytes=int(gpu.l2_bytes * c),

@@ -122,8 +122,8 @@ def fit_harness(cal: Calibration, probe_dir: Path = PROBE_DIR) -> dict:
             continue
         shape = kernels.AttentionShape(1, 1, r["seq_len"], r["head_dim"], "bf16")
         cfg = Config(r["schedule"], shape, *r["tiles"])
-        opts = cal.options_for(cfg.variants())
-        t = [k.time_s for k in simulator.simulate(cfg.build(), cal.gpu, options=opts).kernels]
+        res = simulator.simulate(cfg.build(), cal.gpu, options=cal.options)
+        t = [k.time_s for k in res.kernels]
         parts = [p * 1e-3 for p in r["parts_median_ms"]]
         first.append(parts[0] - t[0])
         later += [parts[i] - t[i] + t[i - 1] for i in range(1, len(parts))]

@@ -3,18 +3,17 @@
 ``calibration.toml`` (beside this module) names the spec (``h200-measured``: microbenchmarks of
 the H200, ``data/gpu/probe/``), the switches of the time model (the issue model among them) and the
 host-side costs of the timing loop the measurements were taken with. Nothing in it is fitted
-to an attention kernel's timing. A user's file may add ``[spec]`` overrides and, under
-``[fit.issue_efficiency]``, a per-variant efficiency (``ModelOptions.issue_efficiency``).
+to an attention kernel's timing, and a file cannot hold such a constant: a ``[fit]`` table (an
+issue efficiency per kernel, in earlier files) is refused. A user's file may add ``[spec]``
+overrides.
 
     cal = load_calibration()
-    opts = cal.options_for({"flash2_fwd": "flash2_fwd d=64 128x128 w=8"})
-    res = simulator.simulate(schedule, cal.gpu, options=opts)
+    res = simulator.simulate(schedule, cal.gpu, options=cal.options)
     t = cal.harness.event_time([k.time_s for k in res.kernels])  # what CUDA events measure
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import tomllib
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from flashio.simulator.specfiles import load_gpu
 __all__ = ["DEFAULT_PATH", "NOTHING_FITTED", "Calibration", "Harness", "load_calibration"]
 
 DEFAULT_PATH = Path(__file__).with_name("calibration.toml")
-# what a calibration file without a [fit] table says it was trained on
+# what the cross-check says its model was trained on
 NOTHING_FITTED = "none: nothing is fitted to an attention kernel's timing; every row is held out"
 
 
@@ -76,31 +75,12 @@ class Harness:
 @dataclass(frozen=True, slots=True)
 class Calibration:
     """A calibrated GPU: ``gpu`` (the base spec with any overrides), ``options`` (model
-    switches), ``harness``, ``efficiency`` (a user's issue efficiency per compiled kernel
-    variant, keyed ``"<kernel> d=<head_dim> <block_q>x<block_kv> w=<warps>[ <option>=<v>]"``;
-    empty in the committed file) and ``training`` (what any such constants were fitted on, in
-    words; the committed file says nothing is)."""
+    switches, the same for every kernel), ``harness`` and the file it was read from."""
 
     gpu: GPUSpec
     options: ModelOptions
     harness: Harness
-    efficiency: tuple[tuple[str, float], ...]
-    training: str
     path: str
-
-    def efficiency_of(self, variant: str) -> float:
-        """The efficiency of ``variant``; for a variant not in the table, the median of the
-        table's variants of the same kernel (the key's first word), else 1."""
-        table = dict(self.efficiency)
-        if variant in table:
-            return table[variant]
-        same = sorted(v for k, v in table.items() if k.split()[0] == variant.split()[0])
-        return same[len(same) // 2] if same else 1.0
-
-    def options_for(self, variants: dict[str, str]) -> ModelOptions:
-        """``options`` with the issue efficiency of each kernel (name -> variant key)."""
-        eff = {name: self.efficiency_of(key) for name, key in variants.items()}
-        return dataclasses.replace(self.options, issue_efficiency=eff)
 
 
 def load_calibration(path: str | os.PathLike | None = None) -> Calibration:
@@ -121,20 +101,23 @@ def load_calibration(path: str | os.PathLike | None = None) -> Calibration:
     for key, kind in need.items():
         if not isinstance(data.get(key), kind):
             raise FileError(f"{p}: missing {kind.__name__} '{key}' (see docs/validation.md)")
-    for key in ("spec", "fit"):
-        if not isinstance(data.get(key, {}), dict):
-            raise FileError(f"{p}: '{key}' must be a table (see docs/validation.md)")
+    if "fit" in data:
+        raise FileError(
+            f"{p}: a [fit] table (an issue efficiency per kernel) is no longer read: the time "
+            "model has no constant fitted to a kernel's timing. Remove it; describe a kernel "
+            "of your own by its implementation (kernels.Implementation, docs/implementations.md)"
+        )
+    if not isinstance(data.get("spec", {}), dict):
+        raise FileError(f"{p}: 'spec' must be a table (see docs/validation.md)")
     try:
         gpu = load_gpu(data["base"]).replace(**data.get("spec", {}))
-        model, fit = data["model"], data.get("fit", {})
+        model = data["model"]
         options = ModelOptions(
             shared_issue=bool(model.get("shared_issue", False)),
             prefetch_kernels=tuple(model.get("prefetch_kernels", ())),
             issue_model=bool(model.get("issue_model", False)),
         )
-        efficiency = ModelOptions(issue_efficiency=fit.get("issue_efficiency", {}))
         harness = Harness(**data["harness"])
     except (TypeError, ValueError) as err:
         raise FileError(f"{p}: {err}") from None
-    training = str(fit.get("training", NOTHING_FITTED))
-    return Calibration(gpu, options, harness, efficiency.issue_efficiency, training, str(p))
+    return Calibration(gpu, options, harness, str(p))

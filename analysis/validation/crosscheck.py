@@ -86,7 +86,7 @@ class _OneKernel:
 def predict(config: Config, cal: Calibration) -> dict:
     """The simulator's prediction for one configuration (see the module docstring)."""
     sched = config.build()
-    opts = cal.options_for(config.variants())
+    opts = cal.options
     if config.kernel is None:
         res = simulator.simulate(sched, cal.gpu, options=opts)
         kt = [k.time_s for k in res.kernels]
@@ -121,7 +121,7 @@ def datasheet_calibration() -> Calibration:
     from flashio.simulator.simulate import ModelOptions
 
     return Calibration(
-        simulator.load_gpu("h200"), ModelOptions(), Harness(0.0, 0.0), (), "", "h200 datasheet"
+        simulator.load_gpu("h200"), ModelOptions(), Harness(0.0, 0.0), "h200 datasheet"
     )
 
 

@@ -166,9 +166,6 @@ def calibration_lines(cal) -> list[str]:
         f"{h.first_launch_s * 1e6:.1f} us, then one every {h.launch_interval_s * 1e6:.1f} us "
         "(harness.json, N = 128, less the simulated kernels).",
     ]
-    if cal.efficiency:
-        out += ["", "| compiled variant | issue efficiency |", "|---|---|"]
-        out += [f"| `{k}` | {v:.3f} |" for k, v in cal.efficiency]
     return out
 
 

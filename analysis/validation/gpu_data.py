@@ -23,9 +23,6 @@ TRAINING = NOTHING_FITTED
 NCU_GLOBAL = ("l1tex__m_xbar2l1tex_read_bytes.sum", "l1tex__m_l1tex2xbar_write_bytes.sum")
 NCU_HBM = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 NCU_TIME = "gpu__time_duration.sum"
-# kernels whose CUDA code the schedule's options change (standard.cu: SOFTMAX_PASSES and
-# SOFTMAX_ROWS shape std_softmax only)
-OPTION_KERNELS = ("softmax",)
 EVENTS = "CUDA events, median of 20, inputs rotated (warm GPU, inputs not in L2)"
 NCU = "Nsight Compute, one launch, caches flushed before the kernel (cold L2)"
 
@@ -57,17 +54,6 @@ class Config:
     def subset(self) -> str:
         """``held-out``: no configuration is trained on (:data:`TRAINING`)."""
         return "held-out"
-
-    def variants(self) -> dict[str, str]:
-        """Kernel name -> compiled-variant key (calibration.toml's issue efficiency keys): the
-        kernel, head dim, tiling, warps and the schedule's options (dtype and causal are
-        runtime or type choices of the same code and are left out)."""
-        tail = "".join(f" {k}={v}" for k, v in self.options)
-        return {
-            k.name: f"{k.name} d={self.shape.head_dim} {self.block_q}x{self.block_kv} "
-            f"w={self.warps}{tail if k.name in OPTION_KERNELS else ''}"
-            for k in self.build().kernels
-        }
 
     def label(self) -> str:
         sh = self.shape
