@@ -6,10 +6,15 @@ for decoding. Before timing, each pair of implementations is run on the same inp
 largest difference of their outputs recorded (both compute the same masked attention).
 
     python3 -m benchmarks.masks_measure --out $OUT/masks [--budget-s 300]
+    python3 -m benchmarks.masks_measure --out $OUT/masks --backward
 
 Writes masks.json: provenance, the copy bandwidth, and a row per (implementation, case) with
 the shape, the tiling (ours), the median/min/max of CUDA-event timings over inputs rotated
-among sets larger than 3x the L2, and the output difference.
+among sets larger than 3x the L2, and the output difference. ``--backward`` writes
+masks_bwd.json the same way for the backward pass: this project's flash2_bwd (the MASKED build
+of kernels/cuda/flash2_bwd.cu; its three kernels, after a forward that made O and L) against
+flex_attention's backward (the gradients of its forward with the same mask), and the largest
+difference of dQ, dK and dV.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from flashio.kernels import gpu
 DTYPE = "bf16"
 TILES = {64: (128, 128, 8), 128: (128, 64, 8)}  # ours, prefill; no spills in the MASKED build
 DECODE_TILES = (64, 128, 4)  # ours for one query: a 64-row tile, 4 warps
+BWD_TILES = (64, 128, 8)  # ours, backward, d = 64 and 128: 12-32 bytes of spills (ptxas)
 REPS = 20
 
 
@@ -46,6 +52,18 @@ def cases() -> list[tuple[str, dict]]:
         out.append((f"decode {cache}", {"batch": 1, "heads": 32, "kv_heads": 8, "seq_len": 1,
                                          "kv_seq_len": cache, "head_dim": 128,
                                          "dtype": DTYPE}))  # fmt: skip
+    return out
+
+
+def backward_cases() -> list[tuple[str, dict]]:
+    """(case, shape fields) of the backward: a window and packed documents at 16k tokens next
+    to full causal attention, d = 64 and 128."""
+    out = []
+    for d in (64, 128):
+        base = {"batch": 1, "heads": 16, "head_dim": d, "dtype": DTYPE, "causal": True,
+                "seq_len": 16384}  # fmt: skip
+        out += [("causal", base), ("window 4096", {**base, "window": 4096}),
+                ("4 documents", {**base, "segments": (4096,) * 4})]  # fmt: skip
     return out
 
 
@@ -148,6 +166,52 @@ def measure(case: str, fields: dict, l2: int, flex_fn) -> list[dict]:
     return rows
 
 
+def measure_backward(case: str, fields: dict, l2: int, flex_fn) -> list[dict]:
+    import cupy
+    import torch
+
+    shape = kernels.AttentionShape(**fields)
+    sched = kernels.schedule("flash2_bwd", shape, *BWD_TILES)
+    c = gpu.compile_schedule(sched)
+    q_elems = shape.batch * shape.heads * shape.seq_len * shape.head_dim
+    kv_elems = shape.batch * shape.n_kv_heads * shape.n_kv * shape.head_dim
+    n_sets = n_sets_for(2 * (4 * q_elems + 2 * kv_elems), l2)
+    data = []
+    for _ in range(n_sets):
+        (q, tq), (k, tk), (v, tv) = _bits(shape)
+        do_bits, tdo = _bits(shape)[0]
+        data.append(((q, k, v, do_bits), (tq, tk, tv, tdo)))
+    ours = [c.alloc(*bits) for bits, _ in data]  # runs our forward for O and L
+    bm = _flex_mask(shape)
+    flex = []
+    for _, (tq, tk, tv, tdo) in data:
+        leaves = [x.detach().requires_grad_() for x in (tq, tk, tv)]
+        flex.append((leaves, flex_fn(*leaves, block_mask=bm), tdo))
+
+    def other(i):
+        leaves, out, tdo = flex[i]
+        return torch.autograd.grad(out, leaves, tdo, retain_graph=True)
+
+    c.launch(ours[0])
+    grads = other(0)
+    torch.cuda.synchronize()
+    diff = 0.0
+    for name, g in zip(("dq", "dk", "dv"), grads, strict=True):
+        mine = torch.from_dlpack(ours[0][name].view(cupy.int16)).view(torch.bfloat16)
+        diff = max(diff, float((mine.float() - g.float()).abs().max()))
+    rows = []
+    # an event before each of our three kernels and after the last: their times as well
+    n_events = len(c.launches) + 1
+    t = time_events(lambda i, ev: c.launch(ours[i], events=ev), n_sets, REPS, n_events)
+    rows.append({"impl": "flashio", "block_q": sched.block_q, "block_kv": sched.block_kv,
+                 "warps": sched.warps, "defines": dict(gpu.defines(sched)), **t})  # fmt: skip
+    t = time_events(lambda i, ev: _timed(ev, lambda: other(i)), n_sets, REPS)
+    rows.append({"impl": "flex", **t, **_kernel_times(other, n_sets)})
+    for r in rows:
+        r.update(case=case, shape=shape.to_dict(), rotate_buffers=n_sets, max_abs_diff=diff)
+    return rows
+
+
 def _kernel_times(run, n_sets: int, calls: int = 10) -> dict:
     """The kernels one call launches (torch.profiler), each one's median duration over
     ``calls`` calls, and their grids: GPU time without the host's share of a short call."""
@@ -173,6 +237,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--budget-s", type=float, default=300.0)
+    ap.add_argument("--backward", action="store_true",
+                    help="the backward pass (masks_bwd.json) instead of the forward")  # fmt: skip
     args = ap.parse_args(argv)
     import cupy
     import torch
@@ -189,18 +255,20 @@ def main(argv=None) -> None:
     flex_fn = torch.compile(flex_attention, dynamic=False)
     doc = {"provenance": provenance(), "ceilings": ceilings(REPS), "rows": [], "skipped": []}
     t0 = time.time()
-    for case, fields in cases():
+    todo, run = (backward_cases(), measure_backward) if args.backward else (cases(), measure)
+    for case, fields in todo:
         if time.time() - t0 > args.budget_s:
             doc["skipped"].append({"case": case, "shape": fields, "why": "time budget"})
             continue
-        rows = measure(case, fields, l2, flex_fn)
+        rows = run(case, fields, l2, flex_fn)
         doc["rows"] += rows
         print(case, fields.get("seq_len"), fields.get("head_dim"),
               *(f"{r['impl']} {r['median_ms']:.4f} ms" for r in rows),
               f"diff {rows[0]['max_abs_diff']:.2e}", flush=True)  # fmt: skip
     doc["wall_s"] = round(time.time() - t0, 1)
-    (args.out / "masks.json").write_text(json.dumps(doc, indent=1, default=str))
-    print(f"wrote {args.out / 'masks.json'} ({doc['wall_s']} s)")
+    path = args.out / ("masks_bwd.json" if args.backward else "masks.json")
+    path.write_text(json.dumps(doc, indent=1, default=str))
+    print(f"wrote {path} ({doc['wall_s']} s)")
 
 
 if __name__ == "__main__":

@@ -47,9 +47,9 @@ CONFIGS = tuple(
        ("standard", 128, 64, 64, 4), ("standard", 64, 128, 128, 4)]
 )  # fmt: skip
 DTYPES = ("bf16", "fp16")
-# the forward's MASKED build (windows, segments, kv_seq_len), at the tilings
-# benchmarks/masks_measure.py times and those of the forward above
-MASKED_CONFIGS = tuple(c for c in CONFIGS if c[0] == "flash2")
+# the MASKED builds of the forward and the backward (windows, segments, kv_seq_len), at the
+# tilings above (benchmarks/masks_measure.py times some of them)
+MASKED_CONFIGS = tuple(c for c in CONFIGS if c[0] in ("flash2", "flash2_bwd"))
 # kernels with a main loop of MMA steps; of the others, standard attention's softmax is in the
 # census as one iteration of each of its two chunk loops (simulator.sass.parts, every_loop),
 # per number of passes over S, which stands for that many of the trace's steps
@@ -89,8 +89,11 @@ def compile_sass(sched, workdir: Path) -> tuple[str, dict]:
     cubin, log = nvrtc.compile_cubin(source(sched), options)
     path = workdir / "k.cubin"
     path.write_bytes(cubin)
+    tool = _tool("cuobjdump")
+    # cuobjdump runs nvdisasm, which the pip wheels put beside it
+    env = {**os.environ, "PATH": f"{Path(tool).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     out = subprocess.run(
-        [_tool("cuobjdump"), "-sass", str(path)], check=True, capture_output=True, text=True
+        [tool, "-sass", str(path)], check=True, capture_output=True, text=True, env=env
     )
     return out.stdout, parse_ptxas(log)
 
@@ -101,11 +104,14 @@ def census(configs=CONFIGS, dtypes=DTYPES, log=print, masked=MASKED_CONFIGS) -> 
     with tempfile.TemporaryDirectory() as tmp:
         for dtype in dtypes:
             for (name, d, bq, bk, w), is_masked in todo:
-                # a K/V length of its own is a mask beyond causal: the MASKED build
-                more = {"kv_seq_len": 4096} if is_masked else {}
+                # a K/V length of its own (one that differs from the queries') is a mask beyond
+                # causal: the MASKED build
+                more = {"kv_seq_len": 8192} if is_masked else {}
                 shape = AttentionShape(batch=1, heads=1, seq_len=4096, head_dim=d, dtype=dtype,
                                        **more)  # fmt: skip
                 sched = schedule(name, shape, block_q=bq, block_kv=bk, warps=w)
+                if dict(defines(sched)).get("MASKED", 0) != is_masked:
+                    raise SystemExit(f"{sched.name} {shape}: not the build it is filed under")
                 try:
                     text, report = compile_sass(sched, Path(tmp))
                 except nvrtc.NvrtcError as e:  # e.g. too much shared memory

@@ -79,10 +79,10 @@ def tiling_errors(sched: Schedule) -> list[str]:
     errs = []
     if sched.name not in GPU_SCHEDULES:
         return [f"schedule {sched.name!r} has no GPU version; choose one of {GPU_SCHEDULES}"]
-    if sh.variant and sched.name != "flash2":
+    if sh.variant and sched.name == "standard":
         errs.append(
-            "of the CUDA kernels only flash2's forward runs a window, segments or another "
-            "kv_seq_len (MASKED); the others run full and causal attention of equal lengths"
+            "of the CUDA kernels only flash2's forward and backward run a window, segments or "
+            "another kv_seq_len (MASKED); standard runs full and causal attention of equal lengths"
         )
         return errs
     if sh.dtype not in _NAN_BITS:
@@ -117,13 +117,15 @@ def launches(sched: Schedule) -> tuple[Launch, ...]:
     """The launches of ``sched``, taken from ``sched.kernels``: grid = ctas, block = warps * 32,
     dynamic shared memory = the schedule's ``smem_bytes``, plus, for ``flash2_bwd``'s main
     kernel, the dS^T tile (block_kv * block_q * elem bytes) that the schedule keeps in
-    registers and the kernel passes through shared memory (kernels/cuda/flash2_bwd.cu)."""
+    registers and the kernel passes through shared memory (kernels/cuda/flash2_bwd.cu) and,
+    in its masked build, each Q row's key interval (two int32 a row)."""
     if sched.name not in _FUNCTIONS:
         raise NotImplementedError(
             f"schedule {sched.name!r} has no GPU version; "
             f"GPU schedules: {', '.join(GPU_SCHEDULES)}"
         )
-    extra = {"flash2_bwd": sched.block_kv * sched.block_q * sched.shape.elem_bytes}
+    intervals = 8 * sched.block_q if sched.shape.variant else 0
+    extra = {"flash2_bwd": sched.block_kv * sched.block_q * sched.shape.elem_bytes + intervals}
     out = []
     for fn, k in zip(_FUNCTIONS[sched.name], sched.kernels, strict=True):
         smem = k.smem_bytes + (extra.get(fn, 0))
@@ -140,7 +142,7 @@ def defines(sched: Schedule) -> tuple[tuple[str, int], ...]:
         "WARPS": sched.warps,
         "DTYPE_BF16": int(sched.shape.dtype == "bf16"),
     }
-    if sched.shape.variant:  # kernels/cuda/flash2_fwd.cu's masked build
+    if sched.shape.variant:  # the masked builds of flash2_fwd.cu and flash2_bwd.cu
         d["MASKED"] = 1
     if sched.name == "standard":
         d["SOFTMAX_ROWS"] = sched.option("softmax_rows")
@@ -229,8 +231,8 @@ class CompiledSchedule:
                 dvec=poison32((b, h, n)),
                 dq_acc=poison32((b, h, n, d)),
                 dq=poison16((b, h, n, d)),
-                dk=poison16((b, kh, n, d)),
-                dv=poison16((b, kh, n, d)),
+                dk=poison16((b, kh, sh.n_kv, d)),
+                dv=poison16((b, kh, sh.n_kv, d)),
             )
         return bufs
 
@@ -245,7 +247,7 @@ class CompiledSchedule:
         heads, kvh, n = i32(sh.heads), i32(sh.n_kv_heads), i32(sh.seq_len)
         scale, causal = f32(sh.scale), i32(sh.causal)
         masked = ()
-        if sh.variant:  # flash2_fwd.cu's MASKED build: kv length, window, segments
+        if sh.variant:  # the MASKED builds: kv length, window, segments
             left, right = sh.window_bounds or (-1, -1)
             n_segs = len(sh.segments) if sh.segments else 0
             masked = (i32(sh.n_kv), i32(left), i32(right), "seg_ends", i32(n_segs))
@@ -267,6 +269,7 @@ class CompiledSchedule:
                 n,
                 scale,
                 causal,
+                *masked,
             ),
             "flash2_bwd_post": ("dq_acc", "dq", n),
             "std_qk": ("q", "k", "s", heads, kvh, n, scale),

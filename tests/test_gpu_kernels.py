@@ -63,8 +63,9 @@ def test_flash2_forward(dtype, tiles, case):
     np.testing.assert_allclose(lse, m + np.log(l), rtol=0, atol=1e-4, err_msg=f"seed {seed}")
 
 
-# masks beyond causal (kernels/mask.py) in flash2_fwd.cu's MASKED build: windows, packed
-# documents, a K/V length of its own (chunked prefill, decoding, queries that see no key)
+# masks beyond causal (kernels/mask.py) in the MASKED builds of flash2_fwd.cu and flash2_bwd.cu:
+# windows, packed documents, a K/V length of its own (chunked prefill, decoding, queries that
+# see no key)
 MASKS = [
     {"seq_len": 1000, "causal": True, "window": 200},
     {"seq_len": 333, "window": (40, 7), "kv_heads": 2},
@@ -72,6 +73,7 @@ MASKS = [
     {"seq_len": 130, "causal": True, "kv_seq_len": 1111},
     {"seq_len": 1, "kv_seq_len": 2000, "kv_heads": 2},
     {"seq_len": 300, "causal": True, "kv_seq_len": 120, "window": 50},
+    {"seq_len": 100, "causal": True, "kv_seq_len": 1000, "window": 64},  # keys no query sees
 ]
 
 
@@ -185,6 +187,34 @@ def test_flash2_backward(dtype, tiles, case):
     same = kernels.attention_backward(*arrays, causal=causal, dtype=dtype)
     for name, g, e, p in zip(("dQ", "dK", "dV"), got, exact, same, strict=True):
         _check_rule(name, g, e, p, dtype, seed)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("tiles", BWD_TILES)
+@pytest.mark.parametrize("fields", MASKS, ids=lambda f: ",".join(f"{k}={v}" for k, v in f.items()))
+def test_flash2_backward_masked(dtype, tiles, fields):
+    """flash2_bwd.cu's MASKED build against the dense masked reference: the error rule on
+    dQ, dK and dV; a query that sees no key gets dQ = 0, a key no query sees dK = dV = 0."""
+    d, bq, bkv, w = tiles
+    shape = kernels.AttentionShape(**{"batch": 2, "heads": 4, "head_dim": d, "dtype": dtype,
+                                      **fields})  # fmt: skip
+    sched = kernels.schedule("flash2_bwd", shape, bq, bkv, w)
+    assert gpu.tiling_errors(sched) == [] and dict(gpu.defines(sched))["MASKED"] == 1
+    seed = _fresh_seed()
+    arrays = random_inputs(shape, seed=seed, backward=True)
+    got = gpu.run_schedule(sched, *arrays)
+    exact = kernels.attention_backward(*arrays, mask=shape)
+    same = kernels.attention_backward(*arrays, mask=shape, dtype=dtype)
+    for name, g, e, p in zip(("dQ", "dK", "dV"), got, exact, same, strict=True):
+        _check_rule(name, g, e, p, dtype, seed)
+    kmin, kmax = kernels.mask.key_ranges(shape)
+    unseen_q = kmax < kmin
+    unseen_k = np.ones(shape.n_kv, bool)
+    for lo, hi in zip(kmin[~unseen_q], kmax[~unseen_q], strict=True):
+        unseen_k[lo : hi + 1] = False
+    assert np.all(got[0][:, :, unseen_q] == 0), f"dQ of rows that see no key, seed {seed}"
+    for g in got[1:]:
+        assert np.all(g[:, :, unseen_k] == 0), f"dK, dV of keys no row sees, seed {seed}"
 
 
 SMEM_CASES = [

@@ -1,5 +1,8 @@
 """The model against the committed GPU measurements of masked attention (data/gpu/masks/,
-analysis.validation.masks): bytes to the sector, flash-attn's split count exactly."""
+analysis.validation.masks): bytes to the sector, flash-attn's split count exactly, the masked
+kernels' times within the time model's targets."""
+
+import numpy as np
 
 from flashio import simulator
 from flashio.analysis.validation import masks
@@ -29,3 +32,28 @@ def test_flash_decode_splits_as_pytorchs_kernel_did():
     rows = masks.decode_rows()
     assert len(rows) == 3
     assert all(r["splits_model"] == r["splits_measured"] for r in rows)
+
+
+def test_backward_bytes_are_the_replays():
+    """The masked backward's three kernels read what the trace reads (the main kernel also the
+    segment table, one sector per SM) and write it, but that the main kernel's dK and dV leave
+    the SM in 16-byte halves of 32-byte sectors (each lane stores 4 bytes, four lanes a row's
+    16), which the memory system counts as whole sectors: up to their bytes once more."""
+    rows = masks.bwd_byte_rows()
+    assert len(rows) == 3 * len(masks.NCU_BWD_CASES)
+    assert [r["profiled"] for r in rows] == [r["kernel"] for r in rows]
+    for r in rows:
+        segs = len(r["shape"].segments or ())
+        table = SMS * masks.SECTOR * -(-4 * segs // masks.SECTOR) if segs else 0
+        assert 0 <= r["read"] - r["trace_read"] <= table, (r["case"], r["kernel"])
+        assert 0 <= r["write"] - r["trace_write"] <= r["dkdv"], (r["case"], r["kernel"])
+    assert all(r["write"] == r["trace_write"] for r in rows if r["kernel"] != "flash2_bwd")
+
+
+def test_masked_times_within_the_time_models_targets():
+    """Nothing is fitted to these timings. The issue's targets: forward within 10% MAPE,
+    backward within 15% (each row of the backward too); measured 9.8% and 5.0%."""
+    for rows, target in ((masks.time_rows(), 0.10), (masks.bwd_time_rows(), 0.15)):
+        err = np.abs([r["error"] for r in rows])
+        assert len(rows) >= 6 and err.mean() <= target, err
+    assert max(abs(r["error"]) for r in masks.bwd_time_rows()) <= 0.15

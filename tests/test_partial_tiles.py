@@ -172,3 +172,30 @@ def test_cuda_launcher_takes_n_below_the_block(name, warps):
     assert [ln.smem_bytes for ln in gpu.launches(one)] == [
         ln.smem_bytes for ln in gpu.launches(long)
     ]
+
+
+def test_masked_builds_run_flash2_forward_and_backward():
+    """A window, segments or its own K/V length build flash2's forward and backward with
+    MASKED (kernels/cuda/flash2_fwd.cu, flash2_bwd.cu); the backward's main kernel asks for
+    each Q row's key interval (two int32) beside its dS^T tile, and its gradients of K and V
+    have the K/V length. Standard attention's kernels run no such mask."""
+    from flashio.kernels import gpu
+
+    shape = kernels.AttentionShape(1, 4, 300, 64, "bf16", causal=True, kv_seq_len=700, window=50)
+    fwd, bwd = (kernels.schedule(n, shape, 64, 64, 4) for n in ("flash2", "flash2_bwd"))
+    plain = kernels.schedule("flash2_bwd", kernels.AttentionShape(1, 4, 300, 64, "bf16"),
+                             64, 64, 4)  # fmt: skip
+    for s in (fwd, bwd):
+        assert gpu.tiling_errors(s) == [] and dict(gpu.defines(s))["MASKED"] == 1
+    assert "MASKED" not in dict(gpu.defines(plain))
+
+    def extra(sched):  # shared memory the launches ask for beyond the schedule's
+        return [ln.smem_bytes - k.smem_bytes
+                for ln, k in zip(gpu.launches(sched), sched.kernels, strict=True)]  # fmt: skip
+
+    assert extra(bwd) == [0, 64 * 64 * 2 + 8 * 64, 0]
+    assert extra(plain) == [0, 64 * 64 * 2, 0]
+    assert [ln.grid for ln in gpu.launches(bwd)] == [k.ctas for k in bwd.kernels]
+    assert bwd.kernels[1].ctas == 4 * -(-700 // 64)  # one CTA per K/V block of 700 keys
+    std = kernels.schedule("standard", shape, 64, 64, 4)
+    assert any("MASKED" in e for e in gpu.tiling_errors(std))

@@ -1,9 +1,11 @@
 """Masks on the GPU against the model: this project's masked flash2 forward (windows, packed
-documents, decoding over a KV cache) and PyTorch SDPA's split-KV decoding, measured on the H200
-(data/gpu/masks/, ``bash data/gpu/runs/masks_run.sh measure``), next to flex_attention.
+documents, decoding over a KV cache) and backward, and PyTorch SDPA's split-KV decoding,
+measured on the H200 (data/gpu/masks/, ``bash data/gpu/runs/masks_run.sh measure`` and
+``measure-bwd``), next to flex_attention.
 
 - Bytes: Nsight Compute's bytes in and out of the SMs for the launches of
-  ``benchmarks/masks_ncu.py`` (``NCU_CASES``) against the replay's global reads and writes.
+  ``benchmarks/masks_ncu.py`` (``NCU_CASES``; the backward's ``NCU_BWD_CASES``, per kernel)
+  against the replay's global reads and writes.
 - Time: this project's kernels (event-timed, through the launch harness of
   analysis/validation/calibration.toml) against the issue model on ``h200-measured``; PyTorch's
   flash-attn 2 decoding (its kernels' durations from the profiler) against ``flash_decode``
@@ -24,7 +26,17 @@ from flashio.analysis.validation.gpu_data import parse_ncu_csv
 from flashio.kernels.mask import block_sums
 from flashio.simulator.simulate import ModelOptions
 
-__all__ = ["NCU_CASES", "byte_rows", "decode_rows", "markdown", "ncu_schedules", "time_rows"]
+__all__ = [
+    "NCU_BWD_CASES",
+    "NCU_CASES",
+    "bwd_byte_rows",
+    "bwd_time_rows",
+    "byte_rows",
+    "decode_rows",
+    "markdown",
+    "ncu_schedules",
+    "time_rows",
+]
 
 GPU = "h200-measured"
 OPTIONS = ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
@@ -40,15 +52,20 @@ NCU_CASES = (  # (label, shape fields, tiling): the launches benchmarks/masks_nc
 )  # fmt: skip
 
 
-def ncu_schedules() -> list[tuple[str, kernels.Schedule]]:
+# the backward's launches (benchmarks/masks_ncu.py --backward): its three kernels per case
+NCU_BWD_CASES = tuple((label, f, (64, 128, 8)) for label, f, _ in NCU_CASES[:4])
+
+
+def ncu_schedules(backward: bool = False) -> list[tuple[str, kernels.Schedule]]:
+    name, cases = ("flash2_bwd", NCU_BWD_CASES) if backward else ("flash2", NCU_CASES)
     return [
-        (label, kernels.schedule("flash2", kernels.AttentionShape(**NCU_BASE, **f), *tiles))
-        for label, f, tiles in NCU_CASES
+        (label, kernels.schedule(name, kernels.AttentionShape(**NCU_BASE, **f), *tiles))
+        for label, f, tiles in cases
     ]
 
 
-def _doc() -> dict:
-    return json.loads((DATA / "gpu" / "masks" / "masks.json").read_text())
+def _doc(name: str = "masks.json") -> dict:
+    return json.loads((DATA / "gpu" / "masks" / name).read_text())
 
 
 def byte_rows() -> list[dict]:
@@ -74,17 +91,49 @@ def byte_rows() -> list[dict]:
     return out
 
 
-def time_rows() -> list[dict]:
-    """This project's masked forward, measured and predicted, with flex_attention beside it
-    and the share of visited blocks that are partial (masked element by element)."""
-    doc, harness = _doc(), load_calibration().harness
+def bwd_byte_rows() -> list[dict]:
+    """Per NCU backward case and kernel (pre, main, post): measured and replayed bytes in and
+    out of the SMs, replayed with the issue model (whose census holds the main kernel's spill
+    stores), and the bytes of dK and dV (their stores leave as halves of 32-byte sectors)."""
+    launches = iter(parse_ncu_csv((DATA / "gpu" / "masks" / "masks_bwd_ncu.csv").read_text()))
+    out = []
+    for label, sched in ncu_schedules(backward=True):
+        res = simulator.simulate(sched, GPU, options=OPTIONS)
+        sh = sched.shape
+        dkdv = 2 * sh.batch * sh.n_kv_heads * sh.n_kv * sh.head_dim * sh.elem_bytes
+        for k in res.kernels:
+            ln = next(launches)
+            m = ln["metrics"]
+            out.append(
+                {
+                    "case": label,
+                    "shape": sh,
+                    "kernel": k.name,
+                    "profiled": ln["kernel"],
+                    "read": m["l1tex__m_xbar2l1tex_read_bytes.sum"],
+                    "write": m["l1tex__m_l1tex2xbar_write_bytes.sum"],
+                    "trace_read": k.global_read_bytes,
+                    "trace_write": k.global_write_bytes,
+                    "dkdv": dkdv if k.name == "flash2_bwd" else 0,
+                }
+            )
+    return out
+
+
+def time_rows(backward: bool = False) -> list[dict]:
+    """This project's masked forward (or backward: its three kernels), measured and predicted,
+    with flex_attention beside it and the share of visited blocks that are partial (masked
+    element by element)."""
+    name = "flash2_bwd" if backward else "flash2"
+    doc = _doc("masks_bwd.json" if backward else "masks.json")
+    harness = load_calibration().harness
     other = {(r["case"], json.dumps(r["shape"])): r for r in doc["rows"] if r["impl"] != "flashio"}
     out = []
     for r in doc["rows"]:
         if r["impl"] != "flashio":
             continue
         shape = kernels.AttentionShape(**r["shape"])
-        sched = kernels.schedule("flash2", shape, r["block_q"], r["block_kv"], r["warps"])
+        sched = kernels.schedule(name, shape, r["block_q"], r["block_kv"], r["warps"])
         res = simulator.simulate(sched, GPU, options=OPTIONS)
         pred = harness.event_time([k.time_s for k in res.kernels])
         bs = block_sums(shape, sched.block_q, sched.block_kv)
@@ -103,6 +152,10 @@ def time_rows() -> list[dict]:
             }
         )
     return out
+
+
+def bwd_time_rows() -> list[dict]:
+    return time_rows(backward=True)
 
 
 def decode_rows() -> list[dict]:
@@ -171,6 +224,7 @@ def markdown() -> str:
             f"{r['partial']:.0%} | {r['measured_s'] * 1e3:.3f} | {r['predicted_s'] * 1e3:.3f} | "
             f"{r['error']:+.1%} | {r['other']} | {r['other_s'] * 1e3:.3f} |"
         )
+    lines += _bwd_lines()
     lines += [
         "",
         "Decoding, PyTorch SDPA's flash backend (flash-attn 2's split-KV kernel and combine; "
@@ -190,3 +244,42 @@ def markdown() -> str:
             f"{r['error']:+.1%} | {r['cache_tb_per_s']:.2f} |"
         )
     return "\n".join(lines)
+
+
+def _bwd_lines() -> list[str]:
+    """The backward's bytes (per kernel) and times."""
+    lines = [
+        "",
+        "Bytes in and out of the SMs, this project's masked backward (its three kernels; B = 1, "
+        "H = 8, d = 64, bf16, 64x128 tiles, 8 warps), the replay with the issue model:",
+        "",
+        "| case | kernel | read (GPU) | read (trace) | write (GPU) | write (trace) | dK, dV |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in bwd_byte_rows():
+        dkdv = f"{r['dkdv']:,}" if r["dkdv"] else ""
+        lines.append(
+            f"| {r['case']} | {r['kernel']} | {r['read']:,.0f} | {r['trace_read']:,} | "
+            f"{r['write']:,.0f} | {r['trace_write']:,} | {dkdv} |"
+        )
+    rows = bwd_time_rows()
+    err = np.array([r["error"] for r in rows])
+    lines += [
+        "",
+        "Time, this project's masked backward (B = 1, H = 16, N = 16,384, bf16; its three "
+        "kernels, event-timed through the launch harness) against the issue model on "
+        "h200-measured, with "
+        f"torch flex_attention's backward beside it: MAPE {np.abs(err).mean():.1%}, bias "
+        f"{err.mean():+.1%}.",
+        "",
+        "| case | d | tiling | partial blocks | measured ms | predicted ms | error | flex ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        sh, (bq, bkv, w) = r["shape"], r["tiling"]
+        lines.append(
+            f"| {r['case']} | {sh.head_dim} | {bq}x{bkv} w{w} | {r['partial']:.0%} | "
+            f"{r['measured_s'] * 1e3:.3f} | {r['predicted_s'] * 1e3:.3f} | {r['error']:+.1%} | "
+            f"{r['other_s'] * 1e3:.3f} |"
+        )
+    return lines

@@ -19,8 +19,24 @@
 // 3. flash2_bwd_post: one CTA per (b, h, i): dQ_i = dQ_acc rows rounded to the input dtype.
 //
 // Compile-time parameters (defines injected by kernels/gpu.py): BLOCK_Q, BLOCK_KV, HEAD_DIM,
-// WARPS, DTYPE_BF16.
+// WARPS, DTYPE_BF16, MASKED.
+//
+// MASKED = 1 builds the main kernel for the masks of kernels/mask.py beyond full and causal
+// attention of equal lengths (key_range.cu: nk keys, a window, packed segments). Each query
+// row sees one interval of keys whose ends never decrease with the row, so the rows that see
+// a key of block j are one range, found by two binary searches: the CTA visits the Q blocks of
+// that range (kernels/mask.py's q_block_range), masks every element outside its row's interval
+// (the rows' intervals sit in shared memory, 8 bytes a row beside L and D), and a K/V block no
+// row sees loads nothing and writes dK = dV = 0. Rows that see no key have L = +inf from the
+// forward, so their P is 0. MASKED = 0 (full and causal) compiles to the code it always did.
 #include "mma_tiles.cu"
+
+#ifndef MASKED
+#define MASKED 0
+#endif
+#if MASKED
+#include "key_range.cu"
+#endif
 
 constexpr int NT = WARPS * 32;
 constexpr int WK = BLOCK_KV / WARPS;  // keys per warp
@@ -54,10 +70,19 @@ static_assert(HEAD_DIM % (16 * WARPS_N) == 0,
 static_assert(QNT % QCH == 0, "dQ column slices must split into chunks of 8 n8 tiles");
 static_assert(SMEM_BYTES <= 227 * 1024,
               "K, V, Q, dO, L, D and dS tiles exceed 227 KiB of shared memory per CTA");
+#if MASKED
+constexpr long long MASK_SMEM_BYTES = 2LL * BLOCK_Q * 4;  // each Q row's key interval
+static_assert(SMEM_BYTES + MASK_SMEM_BYTES <= 227 * 1024,
+              "K, V, Q, dO, L, D, dS tiles and key intervals exceed 227 KiB per CTA");
+#endif
 
 extern "C" __global__ void flash2_bwd_smem_bytes(long long* out) {
     out[0] = SCHED_SMEM_BYTES;
+#if MASKED
+    out[1] = DS_SMEM_BYTES + MASK_SMEM_BYTES;  // beyond the schedule's
+#else
     out[1] = DS_SMEM_BYTES;
+#endif
 }
 
 extern "C" __global__ void __launch_bounds__(NT)
@@ -109,7 +134,11 @@ extern "C" __global__ void __launch_bounds__(NT)
     flash2_bwd(const u16* __restrict__ Q, const u16* __restrict__ K, const u16* __restrict__ V,
                const u16* __restrict__ dO, const float* __restrict__ L,
                const float* __restrict__ Dv, float* __restrict__ dQacc, u16* __restrict__ dK,
-               u16* __restrict__ dV, int heads, int kv_heads, int n, float scale, int causal) {
+               u16* __restrict__ dV, int heads, int kv_heads, int n, float scale, int causal
+#if MASKED
+               , int nk, int left, int right, const int* __restrict__ seg_ends, int n_segs
+#endif
+               ) {
     extern __shared__ __align__(128) unsigned char smem[];
     u16* sK = reinterpret_cast<u16*>(smem);
     u16* sV = sK + BLOCK_KV * HEAD_DIM;
@@ -120,17 +149,54 @@ extern "C" __global__ void __launch_bounds__(NT)
     u16* sdS = reinterpret_cast<u16*>(sD + BLOCK_Q);  // dS^T, [key][query]
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+#if MASKED
+    int* sLo = reinterpret_cast<int*>(sdS + BLOCK_KV * BLOCK_Q);  // row's first key
+    int* sHi = sLo + BLOCK_Q;                                      // and last (< first: none)
+    const int t_q = (n + BLOCK_Q - 1) / BLOCK_Q, t_kv = (nk + BLOCK_KV - 1) / BLOCK_KV;
+#else
     const int t_q = (n + BLOCK_Q - 1) / BLOCK_Q, t_kv = (n + BLOCK_KV - 1) / BLOCK_KV;
+#endif
     const int bkh = blockIdx.x / t_kv, j = blockIdx.x % t_kv;
     const int b = bkh / kv_heads, kvh = bkh % kv_heads, grp = heads / kv_heads;
     const int k0 = j * BLOCK_KV;
+#if MASKED
+    const long kvbase = ((long)bkh * nk + k0) * HEAD_DIM;
+#else
     const long kvbase = ((long)bkh * n + k0) * HEAD_DIM;
+#endif
     const float sl2 = scale * LOG2E;
+#if MASKED
+    // the rows that see a key of this block: from the first whose last key reaches k0 to the
+    // last whose first key is at most k1 (empty rows count as 0..-1: a prefix, never first)
+    const int k1 = min(k0 + BLOCK_KV, nk) - 1;
+    int ra = 0, rb = n;  // first row with hi >= k0
+    while (ra < rb) {
+        const int mid = (ra + rb) / 2;
+        const KeyRange kr = key_range(mid, n, nk, causal, left, right, seg_ends, n_segs);
+        if (kr.hi >= kr.lo && kr.hi >= k0) rb = mid; else ra = mid + 1;
+    }
+    int la = 0, lb = n;  // first row with lo > k1
+    while (la < lb) {
+        const int mid = (la + lb) / 2;
+        const KeyRange kr = key_range(mid, n, nk, causal, left, right, seg_ends, n_segs);
+        if (kr.hi >= kr.lo && kr.lo > k1) lb = mid; else la = mid + 1;
+    }
+    const bool seen = ra < la;
+    const int i_start = seen ? ra / BLOCK_Q : 0;
+    const int i_end = seen ? (la - 1) / BLOCK_Q + 1 : 0;
 
+    // K_j, V_j: HBM -> SRAM once per CTA that some row sees
+    if (seen) {
+        load_tile<BLOCK_KV, HEAD_DIM, NT>(sK, K + kvbase, HEAD_DIM, nk - k0, tid);
+        load_tile<BLOCK_KV, HEAD_DIM, NT>(sV, V + kvbase, HEAD_DIM, nk - k0, tid);
+    }
+    cp_async_commit();
+#else
     // K_j, V_j: HBM -> SRAM once per CTA
     load_tile<BLOCK_KV, HEAD_DIM, NT>(sK, K + kvbase, HEAD_DIM, n - k0, tid);
     load_tile<BLOCK_KV, HEAD_DIM, NT>(sV, V + kvbase, HEAD_DIM, n - k0, tid);
     cp_async_commit();
+#endif
 
     float dk[MK][ND][4], dv[MK][ND][4];
 #pragma unroll
@@ -141,11 +207,14 @@ extern "C" __global__ void __launch_bounds__(NT)
             for (int e = 0; e < 4; ++e) dk[mk][nd][e] = dv[mk][nd][e] = 0.f;
     const int wk = warp * WK;  // first key of this warp within the block
     const int wm = warp / WARPS_N, wn = warp % WARPS_N;
+#if !MASKED
     const int i_start = causal ? k0 / BLOCK_Q : 0;
+    const int i_end = t_q;
+#endif
 
     for (int g = 0; g < grp; ++g) {
         const long bh = (long)b * heads + kvh * grp + g;
-        for (int i = i_start; i < t_q; ++i) {
+        for (int i = i_start; i < i_end; ++i) {
             const int q0 = i * BLOCK_Q, r = min(BLOCK_Q, n - q0);
             const long qbase = (bh * n + q0) * HEAD_DIM;
             __syncthreads();  // every warp is done with the previous Q, dO, L, D and dS tiles
@@ -160,6 +229,13 @@ extern "C" __global__ void __launch_bounds__(NT)
                 // as the schedule counts, rather than from another CTA's copy in L1
                 sL[idx] = idx < r ? ld_cg(L + bh * n + q0 + idx) * LOG2E : POS_INF;
                 sD[idx] = idx < r ? ld_cg(Dv + bh * n + q0 + idx) : 0.f;
+#if MASKED
+                const KeyRange kr = idx < r ? key_range(q0 + idx, n, nk, causal, left, right,
+                                                        seg_ends, n_segs)
+                                            : KeyRange{0, -1};
+                sLo[idx] = kr.lo;
+                sHi[idx] = kr.hi;
+#endif
             }
             cp_async_wait<1>();
             __syncthreads();  // K_j, V_j, Q_i, L_i, D_i visible
@@ -189,7 +265,8 @@ extern "C" __global__ void __launch_bounds__(NT)
                     }
                 }
             }
-            // P^T = exp(scale S^T - L), zero for keys past N and (causal) keys after the query
+            // P^T = exp(scale S^T - L), zero for keys past N and (causal) keys after the query;
+            // masked: for keys outside the query's interval
 #pragma unroll
             for (int mk = 0; mk < MK; ++mk)
 #pragma unroll
@@ -198,7 +275,11 @@ extern "C" __global__ void __launch_bounds__(NT)
                     for (int e = 0; e < 4; ++e) {
                         const int key = k0 + wk + mk * 16 + (lane >> 2) + (e >= 2 ? 8 : 0);
                         const int ql = nq * 8 + 2 * (lane & 3) + (e & 1);
+#if MASKED
+                        const bool off = key >= nk || key < sLo[ql] || key > sHi[ql];
+#else
                         const bool off = key >= n || (causal && key > q0 + ql);
+#endif
                         s[mk][nq][e] = off ? 0.f : exp2f(fmaf(s[mk][nq][e], sl2, -sL[ql]));
                     }
 
@@ -341,7 +422,11 @@ extern "C" __global__ void __launch_bounds__(NT)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
             const int kl = wk + mk * 16 + (lane >> 2) + 8 * hf;
+#if MASKED
+            if (k0 + kl < nk) {
+#else
             if (k0 + kl < n) {
+#endif
                 const long off = kvbase + (long)kl * HEAD_DIM + 2 * (lane & 3);
 #pragma unroll
                 for (int nd = 0; nd < ND; ++nd) {

@@ -44,29 +44,7 @@ static_assert(SMEM_BYTES <= 227 * 1024, "Q, K, V tiles exceed 227 KiB of shared 
 extern "C" __global__ void flash2_fwd_smem_bytes(long long* out) { out[0] = SMEM_BYTES; }
 
 #if MASKED
-struct KeyRange {
-    int lo, hi;  // the keys lo..hi the query sees; hi < lo: none
-};
-
-// kernels/mask.py's key_ranges, for one query row
-__device__ __forceinline__ KeyRange key_range(int row, int n, int nk, int causal, int left,
-                                              int right, const int* seg_ends, int n_segs) {
-    const int pos = row + nk - n;  // the query's position among the keys
-    int lo = 0, hi = nk - 1;
-    if (causal) hi = min(hi, pos);
-    if (left >= 0) lo = max(lo, pos - left);
-    if (right >= 0) hi = min(hi, pos + right);
-    if (n_segs > 0) {  // the segment holding the row: the first end above it
-        int a = 0, b = n_segs - 1;
-        while (a < b) {
-            const int mid = (a + b) / 2;
-            if (seg_ends[mid] > row) b = mid; else a = mid + 1;
-        }
-        lo = max(lo, a ? seg_ends[a - 1] : 0);
-        hi = min(hi, seg_ends[a] - 1);
-    }
-    return KeyRange{lo, hi};
-}
+#include "key_range.cu"
 #endif
 
 extern "C" __global__ void __launch_bounds__(NT)

@@ -1,11 +1,13 @@
 #!/bin/bash
-# Device calls for the masked flash2 forward (kernels/cuda/flash2_fwd.cu, MASKED build). Run
-# from the repository root.
+# Device calls for the masked flash2 forward and backward (kernels/cuda/flash2_fwd.cu and
+# flash2_bwd.cu, MASKED builds). Run from the repository root.
 #   masks_run.sh check: the GPU tests ($OUT/pytest.log) and compute-sanitizer memcheck,
-#     racecheck and synccheck on masked launches ($OUT/sanitizer.log).
+#     racecheck and synccheck on masked launches, forward and backward ($OUT/sanitizer.log).
 #   masks_run.sh measure: benchmarks/masks_measure.py, ours beside flex_attention and SDPA
 #     ($OUT/masks/masks.json, $OUT/measure.log), then Nsight Compute's bytes and times of the
 #     launches of benchmarks/masks_ncu.py ($OUT/masks_ncu.csv, masks_ncu.log).
+#   masks_run.sh measure-bwd: the same for the backward ($OUT/masks/masks_bwd.json,
+#     $OUT/measure_bwd.log, $OUT/masks_bwd_ncu.csv, masks_bwd_ncu.log).
 export PYTHONUNBUFFERED=1
 python3 -m pip install --quiet --no-deps --no-build-isolation -e .
 L=$OUT/extra.log
@@ -23,9 +25,10 @@ for f in ({'causal': True, 'window': 100}, {'causal': True, 'segments': (50, 150
           {'causal': True, 'kv_seq_len': 100}, {'seq_len': 1, 'kv_seq_len': 700}):
     f = {'seq_len': 256, **f}
     sh = kernels.AttentionShape(1, 2, head_dim=64, dtype='bf16', **f)
-    for tiles in ((64, 64, 4), (128, 64, 8)):
-        s = kernels.schedule('flash2', sh, *tiles)
-        gpu.run_schedule(s, *random_inputs(sh, seed=1))
+    for name, tiles in (('flash2', (64, 64, 4)), ('flash2', (128, 64, 8)),
+                        ('flash2_bwd', (64, 64, 4)), ('flash2_bwd', (64, 128, 8))):
+        s = kernels.schedule(name, sh, *tiles)
+        gpu.run_schedule(s, *random_inputs(sh, seed=1, backward=name == 'flash2_bwd'))
 print('ran')
 "
   done > $OUT/sanitizer.log 2>&1
@@ -40,4 +43,14 @@ elif [ "$1" = measure ]; then
     --metrics $B -k regex:"^flash2" python3 -m benchmarks.masks_ncu > $OUT/masks_ncu.log 2>&1
   echo "ncu rc=$?" >> $L
   ncu --version | tail -1 >> $OUT/masks_ncu.log
+elif [ "$1" = measure-bwd ]; then
+  timeout 330 python3 -m benchmarks.masks_measure --out $OUT/masks --backward --budget-s 240 \
+    > $OUT/measure_bwd.log 2>&1
+  echo "measure-bwd rc=$?" >> $L
+  B=l1tex__m_xbar2l1tex_read_bytes.sum,l1tex__m_l1tex2xbar_write_bytes.sum,dram__bytes_read.sum
+  B=$B,dram__bytes_write.sum,gpu__time_duration.sum
+  timeout 150 ncu --clock-control none --print-units base --csv --log-file $OUT/masks_bwd_ncu.csv \
+    --metrics $B -k regex:"^flash2_bwd" python3 -m benchmarks.masks_ncu --backward \
+    > $OUT/masks_bwd_ncu.log 2>&1
+  echo "ncu-bwd rc=$?" >> $L
 fi
