@@ -7,6 +7,7 @@ largest difference of their outputs recorded (both compute the same masked atten
 
     python3 -m benchmarks.masks_measure --out $OUT/masks [--budget-s 300]
     python3 -m benchmarks.masks_measure --out $OUT/masks --backward
+    python3 -m benchmarks.masks_measure --out $OUT/masks --decode
 
 Writes masks.json: provenance, the copy bandwidth, and a row per (implementation, case) with
 the shape, the tiling (ours), the median/min/max of CUDA-event timings over inputs rotated
@@ -14,7 +15,9 @@ among sets larger than 3x the L2, and the output difference. ``--backward`` writ
 masks_bwd.json the same way for the backward pass: this project's flash2_bwd (the MASKED build
 of kernels/cuda/flash2_bwd.cu; its three kernels, after a forward that made O and L) against
 flex_attention's backward (the gradients of its forward with the same mask), and the largest
-difference of dQ, dK and dV.
+difference of dQ, dK and dV. ``--decode`` writes masks_decode.json: this project's
+flash_decode (flash2_fwd.cu's SPLIT_KV build and its combine, flash-attn's split heuristic and
+tiles) against PyTorch SDPA's flash backend on decoding steps over 8k to 128k cached tokens.
 """
 
 from __future__ import annotations
@@ -65,6 +68,12 @@ def backward_cases() -> list[tuple[str, dict]]:
         out += [("causal", base), ("window 4096", {**base, "window": 4096}),
                 ("4 documents", {**base, "segments": (4096,) * 4})]  # fmt: skip
     return out
+
+
+def decode_cases() -> list[tuple[str, dict]]:
+    """(case, shape fields) of the decoding comparison: GQA 32/8, d = 128, one query."""
+    base = {"batch": 1, "heads": 32, "kv_heads": 8, "seq_len": 1, "head_dim": 128, "dtype": DTYPE}
+    return [(f"decode {c}", {**base, "kv_seq_len": c}) for c in (8192, 32768, 65536, 131072)]
 
 
 def _bits(shape):
@@ -166,6 +175,46 @@ def measure(case: str, fields: dict, l2: int, flex_fn) -> list[dict]:
     return rows
 
 
+def measure_decode(case: str, fields: dict, l2: int, flex_fn) -> list[dict]:
+    """flash_decode beside PyTorch SDPA's flash backend, on the same inputs."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    shape = kernels.AttentionShape(**fields)
+    sched = kernels.schedule("flash_decode", shape)
+    c = gpu.compile_schedule(sched)
+    set_bytes = 2 * (
+        shape.batch * shape.heads * shape.head_dim
+        + 2 * shape.batch * shape.n_kv_heads * shape.n_kv * shape.head_dim
+    )
+    n_sets = n_sets_for(set_bytes, l2)
+    data = [_bits(shape) for _ in range(n_sets)]
+    ours = [c.alloc(*(x for x, _ in s)) for s in data]
+
+    def other(i):
+        q, k, v = (t for _, t in data[i])
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+    rows = []
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        c.launch(ours[0])
+        o_other = other(0)
+        torch.cuda.synchronize()
+        o_ours = torch.from_dlpack(ours[0]["o"].view("int16")).view(torch.bfloat16)
+        diff = float((o_ours.float() - o_other.float()).abs().max())
+        n_events = len(c.launches) + 1  # the split kernel and the combine apart
+        t = time_events(lambda i, ev: c.launch(ours[i], events=ev), n_sets, REPS, n_events)
+        rows.append({"impl": "flashio", "block_q": sched.block_q, "block_kv": sched.block_kv,
+                     "warps": sched.warps, "num_splits": sched.option("num_splits"),
+                     "defines": dict(gpu.defines(sched)), **t})  # fmt: skip
+        t = time_events(lambda i, ev: _timed(ev, lambda: other(i)), n_sets, REPS)
+        rows.append({"impl": "torch_flash", **t, **_kernel_times(other, n_sets)})
+    for r in rows:
+        r.update(case=case, shape=shape.to_dict(), rotate_buffers=n_sets, max_abs_diff=diff)
+    return rows
+
+
 def measure_backward(case: str, fields: dict, l2: int, flex_fn) -> list[dict]:
     import cupy
     import torch
@@ -237,8 +286,17 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--budget-s", type=float, default=300.0)
-    ap.add_argument("--backward", action="store_true",
-                    help="the backward pass (masks_bwd.json) instead of the forward")  # fmt: skip
+    what = ap.add_mutually_exclusive_group()
+    what.add_argument(
+        "--backward",
+        action="store_true",
+        help="the backward pass (masks_bwd.json) instead of the forward",
+    )
+    what.add_argument(
+        "--decode",
+        action="store_true",
+        help="flash_decode beside PyTorch's decoding (masks_decode.json)",
+    )
     args = ap.parse_args(argv)
     import cupy
     import torch
@@ -255,7 +313,13 @@ def main(argv=None) -> None:
     flex_fn = torch.compile(flex_attention, dynamic=False)
     doc = {"provenance": provenance(), "ceilings": ceilings(REPS), "rows": [], "skipped": []}
     t0 = time.time()
-    todo, run = (backward_cases(), measure_backward) if args.backward else (cases(), measure)
+    name, todo, run = (
+        ("masks_bwd.json", backward_cases(), measure_backward)
+        if args.backward
+        else ("masks_decode.json", decode_cases(), measure_decode)
+        if args.decode
+        else ("masks.json", cases(), measure)
+    )
     for case, fields in todo:
         if time.time() - t0 > args.budget_s:
             doc["skipped"].append({"case": case, "shape": fields, "why": "time budget"})
@@ -266,7 +330,7 @@ def main(argv=None) -> None:
               *(f"{r['impl']} {r['median_ms']:.4f} ms" for r in rows),
               f"diff {rows[0]['max_abs_diff']:.2e}", flush=True)  # fmt: skip
     doc["wall_s"] = round(time.time() - t0, 1)
-    path = args.out / ("masks_bwd.json" if args.backward else "masks.json")
+    path = args.out / name
     path.write_text(json.dumps(doc, indent=1, default=str))
     print(f"wrote {path} ({doc['wall_s']} s)")
 

@@ -45,6 +45,8 @@ CONFIGS = tuple(
     )]
     + [("standard", 64, 128, 128, 8), ("standard", 128, 128, 64, 8), ("standard", 64, 64, 64, 4),
        ("standard", 128, 64, 64, 4), ("standard", 64, 128, 128, 4)]
+    # FlashDecoding's split kernel (flash2_fwd.cu's SPLIT_KV build) at flash-attn's tiles
+    + [("flash_decode", 64, 64, 256, 4), ("flash_decode", 128, 64, 128, 4)]
 )  # fmt: skip
 DTYPES = ("bf16", "fp16")
 # the MASKED builds of the forward and the backward (windows, segments, kv_seq_len), at the
@@ -53,7 +55,7 @@ MASKED_CONFIGS = tuple(c for c in CONFIGS if c[0] in ("flash2", "flash2_bwd"))
 # kernels with a main loop of MMA steps; of the others, standard attention's softmax is in the
 # census as one iteration of each of its two chunk loops (simulator.sass.parts, every_loop),
 # per number of passes over S, which stands for that many of the trace's steps
-MMA_KERNELS = {"flash2_fwd", "flash2_bwd", "std_qk", "std_pv"}
+MMA_KERNELS = {"flash2_fwd", "flash2_bwd", "flash_decode", "std_qk", "std_pv"}
 SOFTMAX_PASSES = (1, 2)
 
 
@@ -110,8 +112,8 @@ def census(configs=CONFIGS, dtypes=DTYPES, log=print, masked=MASKED_CONFIGS) -> 
                 shape = AttentionShape(batch=1, heads=1, seq_len=4096, head_dim=d, dtype=dtype,
                                        **more)  # fmt: skip
                 sched = schedule(name, shape, block_q=bq, block_kv=bk, warps=w)
-                if dict(defines(sched)).get("MASKED", 0) != is_masked:
-                    raise SystemExit(f"{sched.name} {shape}: not the build it is filed under")
+                if is_masked and not dict(defines(sched)).get("MASKED"):
+                    raise SystemExit(f"{sched.name} {shape}: not a MASKED build")
                 try:
                     text, report = compile_sass(sched, Path(tmp))
                 except nvrtc.NvrtcError as e:  # e.g. too much shared memory

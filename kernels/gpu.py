@@ -3,8 +3,8 @@
 The CUDA sources live in ``kernels/cuda/``; block sizes, head dim, warps and the dtype are
 injected as defines, so one compiled variant exists per (source, defines) and every launch takes
 its grid (``sched.kernels[k].ctas``, one CTA per schedule CTA, ``blockIdx.x`` = the schedule's CTA
-index), its threads (``warps * 32``) and its shared memory from the schedule. Only the
-``flash2``, ``flash2_bwd`` and ``standard`` schedules have GPU versions, in fp16 and bf16.
+index), its threads (``warps * 32``) and its shared memory from the schedule. The ``flash2``,
+``flash2_bwd``, ``flash_decode`` and ``standard`` schedules have GPU versions, in fp16 and bf16.
 
 CuPy is imported inside the functions that need it; it is an optional extra.
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from flashio.kernels import flash_decode
 from flashio.kernels._numerics import to_dtype
 from flashio.kernels._standard_common import softmax_chunk
 from flashio.kernels.schedules import Schedule
@@ -31,13 +32,19 @@ __all__ = [
     "tiling_errors",
 ]
 
-GPU_SCHEDULES = ("flash2", "flash2_bwd", "standard")
+GPU_SCHEDULES = ("flash2", "flash2_bwd", "flash_decode", "standard")
 CUDA_DIR = Path(__file__).parent / "cuda"
 INSTALL_HINT = "pip install -e '.[gpu]' (CuPy for CUDA 12) or pip install cupy-cuda13x"
-_SOURCES = {"flash2": "flash2_fwd.cu", "flash2_bwd": "flash2_bwd.cu", "standard": "standard.cu"}
-_FUNCTIONS = {
+_SOURCES = {
+    "flash2": "flash2_fwd.cu",
+    "flash2_bwd": "flash2_bwd.cu",
+    "flash_decode": "flash2_fwd.cu",  # its SPLIT_KV build
+    "standard": "standard.cu",
+}
+_FUNCTIONS = {  # per schedule kernel (flash_decode with one split has no combine)
     "flash2": ("flash2_fwd",),
     "flash2_bwd": ("flash2_bwd_pre", "flash2_bwd", "flash2_bwd_post"),
+    "flash_decode": ("flash_decode", "flash_decode_combine"),
     "standard": ("std_qk", "std_softmax", "std_pv"),
 }
 SMEM_OPTIN_BYTES = 232448  # H100/H200 opt-in shared memory per block (227 KiB)
@@ -103,6 +110,8 @@ def tiling_errors(sched: Schedule) -> list[str]:
             errs.append(f"head_dim={d} must split into 16-column slices over {w // wm} warps (dQ)")
     elif bq % (16 * w):
         errs.append(f"block_q={bq} must be a multiple of 16 * warps = {16 * w}")
+    if sched.name == "flash_decode" and sched.option("num_splits") > 128:
+        errs.append("flash_decode_combine merges at most 128 splits")
     for ln in launches(sched):
         if ln.smem_bytes > SMEM_OPTIN_BYTES:
             errs.append(
@@ -127,7 +136,7 @@ def launches(sched: Schedule) -> tuple[Launch, ...]:
     intervals = 8 * sched.block_q if sched.shape.variant else 0
     extra = {"flash2_bwd": sched.block_kv * sched.block_q * sched.shape.elem_bytes + intervals}
     out = []
-    for fn, k in zip(_FUNCTIONS[sched.name], sched.kernels, strict=True):
+    for fn, k in zip(_FUNCTIONS[sched.name][: len(sched.kernels)], sched.kernels, strict=True):
         smem = k.smem_bytes + (extra.get(fn, 0))
         out.append(Launch(fn, k.ctas, k.warps * 32, smem))
     return tuple(out)
@@ -142,8 +151,10 @@ def defines(sched: Schedule) -> tuple[tuple[str, int], ...]:
         "WARPS": sched.warps,
         "DTYPE_BF16": int(sched.shape.dtype == "bf16"),
     }
-    if sched.shape.variant:  # the masked builds of flash2_fwd.cu and flash2_bwd.cu
+    if sched.shape.variant or sched.name == "flash_decode":  # the masked builds
         d["MASKED"] = 1
+    if sched.name == "flash_decode":  # flash2_fwd.cu's FlashDecoding build
+        d["SPLIT_KV"] = 1
     if sched.name == "standard":
         d["SOFTMAX_ROWS"] = sched.option("softmax_rows")
         d["SOFTMAX_PASSES"] = sched.option("softmax_passes")
@@ -202,7 +213,7 @@ class CompiledSchedule:
             "k": _to_bits(k, sh.dtype, (b, kh, sh.n_kv, d)),
             "v": _to_bits(v, sh.dtype, (b, kh, sh.n_kv, d)),
         }
-        if sh.variant:  # the segments' cumulative ends (one 0 when there are none)
+        if dict(defines(self.sched)).get("MASKED"):  # segments' cumulative ends (or one 0)
             ends = np.cumsum(sh.segments) if sh.segments else np.zeros(1)
             bufs["seg_ends"] = cp.asarray(ends, dtype=cp.int32)
         nan16 = np.uint16(_NAN_BITS[sh.dtype])
@@ -214,8 +225,11 @@ class CompiledSchedule:
             return cp.full(shape, np.nan, dtype=cp.float32)
 
         name = self.sched.name
-        if name == "flash2":
+        if name in ("flash2", "flash_decode"):
             bufs.update(o=poison16((b, h, n, d)), lse=poison32((b, h, n)))
+            if name == "flash_decode":  # the splits' partial outputs (one split: unused)
+                ns = self.sched.option("num_splits")
+                bufs.update(o_accum=poison32((ns, b, h, n, d)), lse_accum=poison32((ns, b, h, n)))
         elif name == "standard":
             nn = (b, h, n, n)
             bufs.update(s=poison16(nn), p=poison16(nn), o=poison16((b, h, n, d)))
@@ -247,10 +261,14 @@ class CompiledSchedule:
         heads, kvh, n = i32(sh.heads), i32(sh.n_kv_heads), i32(sh.seq_len)
         scale, causal = f32(sh.scale), i32(sh.causal)
         masked = ()
-        if sh.variant:  # the MASKED builds: kv length, window, segments
+        if dict(defines(self.sched)).get("MASKED"):  # kv length, window, segments
             left, right = sh.window_bounds or (-1, -1)
             n_segs = len(sh.segments) if sh.segments else 0
             masked = (i32(sh.n_kv), i32(left), i32(right), "seg_ends", i32(n_segs))
+        split = ()
+        if self.sched.name == "flash_decode":
+            ns = self.sched.option("num_splits")
+            split = (i32(ns), i32(flash_decode.packs_group(sh)))
         args = {
             "flash2_fwd": ("q", "k", "v", "o", "lse", heads, kvh, n, scale, causal, *masked),
             "flash2_bwd_pre": ("o", "do", "dvec", "dq_acc", n),
@@ -272,6 +290,15 @@ class CompiledSchedule:
                 *masked,
             ),
             "flash2_bwd_post": ("dq_acc", "dq", n),
+            "flash_decode": (
+                *("q", "k", "v", "o", "lse", "o_accum", "lse_accum"),
+                *(heads, kvh, n, scale, causal, *masked, *split),
+            ),
+            "flash_decode_combine": (
+                *("o_accum", "lse_accum", "o", "lse"),
+                np.int64(sh.batch * sh.heads * sh.seq_len),
+                *split[:1],
+            ),
             "std_qk": ("q", "k", "s", heads, kvh, n, scale),
             "std_softmax": ("s", "p", n, causal),
             "std_pv": ("p", "v", "o", heads, kvh, n),
@@ -293,6 +320,7 @@ class CompiledSchedule:
         dt = self.sched.shape.dtype
         keys = {
             "flash2": ("o", "lse"),
+            "flash_decode": ("o", "lse"),
             "standard": ("o", "p", "s"),
             "flash2_bwd": ("dq", "dk", "dv"),
         }[self.sched.name]
@@ -320,7 +348,7 @@ def run_schedule(sched: Schedule, q, k, v, grad_out=None) -> tuple[np.ndarray, .
     Parameters
     ----------
     sched : kernels.Schedule
-        ``flash2``, ``flash2_bwd`` or ``standard``, fp16 or bf16.
+        ``flash2``, ``flash2_bwd``, ``flash_decode`` or ``standard``, fp16 or bf16.
     q, k, v, grad_out : numpy or cupy arrays, (batch, heads or kv_heads, seq_len, head_dim)
         fp16 as float16; bf16 as float32 holding bf16 values (rounded to nearest even here),
         numpy ``bfloat16`` or raw uint16 bits.
@@ -328,7 +356,8 @@ def run_schedule(sched: Schedule, q, k, v, grad_out=None) -> tuple[np.ndarray, .
     Returns
     -------
     tuple
-        flash2: (O, L) with L the fp32 logsumexp (batch, heads, seq_len); standard: (O, P, S);
+        flash2 and flash_decode: (O, L) with L the fp32 logsumexp (batch, heads, seq_len);
+        standard: (O, P, S);
         flash2_bwd: (dQ, dK, dV). Every output was filled with NaN before the kernels ran.
     """
     c = compile_schedule(sched)

@@ -440,10 +440,19 @@ def copies_overlap(body) -> bool | None:
     return retired[0]
 
 
+def _function(text: str, function: str) -> tuple[Instruction, ...]:
+    """The code of ``function`` in a ``cuobjdump -sass`` listing: the function of that name,
+    else the first whose (mangled) name holds it."""
+    funcs = parse(text)
+    matches = [f for f in funcs if f == function] or [f for f in funcs if function in f]
+    if not matches:
+        raise FlashioError(f"no function {function!r} in the listing; it has {sorted(funcs)}")
+    return funcs[matches[0]]
+
+
 def loop_copies_overlap(text: str, function: str, marker: str = "HMMA") -> bool | None:
     """``copies_overlap`` of ``function``'s main loop in a ``cuobjdump -sass`` listing."""
-    funcs = parse(text)
-    code = funcs[next(f for f in funcs if f == function or function in f)]
+    code = _function(text, function)
     try:
         lo, hi = main_loop(code, marker)
     except FlashioError:
@@ -483,11 +492,7 @@ def parts(
     from the loop's exit to the kernel's ``EXIT`` (both on the straight path, as the loop).
     With ``every_loop``, ``loop`` is one iteration of each innermost loop holding ``marker``
     (``loops``), one after the other, and ``epilogue`` the code between and after them."""
-    funcs = parse(text)
-    matches = [f for f in funcs if f == function or function in f]
-    if not matches:
-        raise FlashioError(f"no function {function!r} in the listing; it has {sorted(funcs)}")
-    code = funcs[matches[0]]
+    code = _function(text, function)
     name = name or function
     if every_loop:
         found = loops(code, marker)

@@ -217,6 +217,38 @@ def test_flash2_backward_masked(dtype, tiles, fields):
         assert np.all(g[:, :, unseen_k] == 0), f"dK, dV of keys no row sees, seed {seed}"
 
 
+# FlashDecoding (flash2_fwd.cu's SPLIT_KV build and its combine): the group packed into one
+# tile (GQA, one query), one query per head, several queries, a window that leaves most splits
+# without a key, one split (no combine)
+DECODES = [
+    ({"seq_len": 1, "kv_seq_len": 3000, "heads": 8, "kv_heads": 2}, None),
+    ({"seq_len": 1, "kv_seq_len": 3000, "heads": 8, "kv_heads": 2}, 5),
+    ({"seq_len": 1, "kv_seq_len": 2000, "heads": 4}, 3),
+    ({"seq_len": 4, "kv_seq_len": 1000, "heads": 4, "causal": True}, 2),
+    ({"seq_len": 1, "kv_seq_len": 2000, "heads": 4, "causal": True, "window": 100}, 8),
+    ({"seq_len": 1, "kv_seq_len": 700, "heads": 8, "kv_heads": 2}, 1),
+]
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize(("fields", "splits"), DECODES, ids=lambda x: str(x))
+def test_flash_decode(dtype, d, fields, splits):
+    """The split kernel and the combine against the dense masked reference: the error rule on
+    O, L within fp32 rounding; flash-attn's default tiles (64 rows, 4 warps)."""
+    shape = kernels.AttentionShape(batch=2, head_dim=d, dtype=dtype, **fields)
+    sched = kernels.schedule("flash_decode", shape, num_splits=splits)
+    assert gpu.tiling_errors(sched) == [] and dict(gpu.defines(sched))["SPLIT_KV"] == 1
+    assert [ln.grid for ln in gpu.launches(sched)] == [k.ctas for k in sched.kernels]
+    seed = _fresh_seed()
+    q, k, v = random_inputs(shape, seed=seed)
+    o, lse = gpu.run_schedule(sched, q, k, v)
+    exact, m, l, _ = kernels.attention_forward(q, k, v, mask=shape)
+    same = kernels.attention_forward(q, k, v, mask=shape, dtype=dtype)[0]
+    _check_rule("O", o, exact, same, dtype, seed)
+    np.testing.assert_allclose(lse, m + np.log(l), rtol=0, atol=1e-4, err_msg=f"seed {seed}")
+
+
 SMEM_CASES = [
     ("flash2", 128, 128, 64, 8),
     ("flash2", 64, 64, 64, 4),

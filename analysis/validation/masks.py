@@ -29,10 +29,13 @@ from flashio.simulator.simulate import ModelOptions
 __all__ = [
     "NCU_BWD_CASES",
     "NCU_CASES",
+    "NCU_DECODE_CASES",
     "bwd_byte_rows",
     "bwd_time_rows",
     "byte_rows",
+    "decode_byte_rows",
     "decode_rows",
+    "flash_decode_rows",
     "markdown",
     "ncu_schedules",
     "time_rows",
@@ -54,10 +57,21 @@ NCU_CASES = (  # (label, shape fields, tiling): the launches benchmarks/masks_nc
 
 # the backward's launches (benchmarks/masks_ncu.py --backward): its three kernels per case
 NCU_BWD_CASES = tuple((label, f, (64, 128, 8)) for label, f, _ in NCU_CASES[:4])
+# flash_decode's (--decode): the split kernel and the combine, flash-attn's tiles and splits
+NCU_DECODE_CASES = tuple(
+    (f"decode {c}", {"heads": 32, "kv_heads": 8, "head_dim": 128, "seq_len": 1, "kv_seq_len": c})
+    for c in (8192, 65536)
+)
 
 
-def ncu_schedules(backward: bool = False) -> list[tuple[str, kernels.Schedule]]:
-    name, cases = ("flash2_bwd", NCU_BWD_CASES) if backward else ("flash2", NCU_CASES)
+def ncu_schedules(kind: str = "forward") -> list[tuple[str, kernels.Schedule]]:
+    """The profiled schedules of ``kind``: "forward", "backward" or "decode"."""
+    if kind == "decode":
+        return [
+            (label, kernels.schedule("flash_decode", kernels.AttentionShape(**{**NCU_BASE, **f})))
+            for label, f in NCU_DECODE_CASES
+        ]
+    name, cases = ("flash2_bwd", NCU_BWD_CASES) if kind == "backward" else ("flash2", NCU_CASES)
     return [
         (label, kernels.schedule(name, kernels.AttentionShape(**NCU_BASE, **f), *tiles))
         for label, f, tiles in cases
@@ -97,7 +111,7 @@ def bwd_byte_rows() -> list[dict]:
     stores), and the bytes of dK and dV (their stores leave as halves of 32-byte sectors)."""
     launches = iter(parse_ncu_csv((DATA / "gpu" / "masks" / "masks_bwd_ncu.csv").read_text()))
     out = []
-    for label, sched in ncu_schedules(backward=True):
+    for label, sched in ncu_schedules("backward"):
         res = simulator.simulate(sched, GPU, options=OPTIONS)
         sh = sched.shape
         dkdv = 2 * sh.batch * sh.n_kv_heads * sh.n_kv * sh.head_dim * sh.elem_bytes
@@ -156,6 +170,65 @@ def time_rows(backward: bool = False) -> list[dict]:
 
 def bwd_time_rows() -> list[dict]:
     return time_rows(backward=True)
+
+
+def decode_byte_rows() -> list[dict]:
+    """Per NCU decoding case and kernel (split, combine): measured and replayed bytes in and
+    out of the SMs, the kernel's duration and, for the split kernel, the KV cache's bytes."""
+    launches = iter(parse_ncu_csv((DATA / "gpu" / "masks" / "masks_decode_ncu.csv").read_text()))
+    out = []
+    for label, sched in ncu_schedules("decode"):
+        res = simulator.simulate(sched, GPU, options=OPTIONS)
+        sh = sched.shape
+        for k, kinfo in zip(res.kernels, sched.kernels, strict=True):
+            m = next(launches)["metrics"]
+            out.append(
+                {
+                    "case": label,
+                    "kernel": k.name,
+                    "ctas": kinfo.ctas,
+                    "splits": sched.option("num_splits"),
+                    "read": m["l1tex__m_xbar2l1tex_read_bytes.sum"],
+                    "write": m["l1tex__m_l1tex2xbar_write_bytes.sum"],
+                    "trace_read": k.global_read_bytes,
+                    "trace_write": k.global_write_bytes,
+                    "measured_s": m["gpu__time_duration.sum"] * 1e-9,
+                    "predicted_s": k.time_s,
+                    "cache": 2 * sh.batch * sh.n_kv_heads * sh.n_kv * sh.head_dim * sh.elem_bytes,
+                }
+            )
+    return out
+
+
+def flash_decode_rows() -> list[dict]:
+    """This project's flash_decode beside PyTorch SDPA's decoding (masks_decode.json): ours
+    event-timed (through the launch harness) against the model, PyTorch's kernels' profiled
+    durations beside it."""
+    doc, harness = _doc("masks_decode.json"), load_calibration().harness
+    theirs = {r["case"]: r for r in doc["rows"] if r["impl"] == "torch_flash"}
+    out = []
+    for r in doc["rows"]:
+        if r["impl"] != "flashio":
+            continue
+        shape = kernels.AttentionShape(**r["shape"])
+        sched = kernels.schedule("flash_decode", shape, r["block_q"], r["block_kv"], r["warps"])
+        assert sched.option("num_splits") == r["num_splits"], r["case"]
+        res = simulator.simulate(sched, GPU, options=OPTIONS)
+        pred = harness.event_time([k.time_s for k in res.kernels])
+        other = theirs[r["case"]]
+        out.append(
+            {
+                "case": r["case"],
+                "shape": shape,
+                "splits": r["num_splits"],
+                "measured_s": r["median_ms"] * 1e-3,
+                "predicted_s": pred,
+                "error": pred / (r["median_ms"] * 1e-3) - 1,
+                "other_s": other["median_ms"] * 1e-3,
+                "other_kernels_s": sum(other["kernel_us"]) * 1e-6,
+            }
+        )
+    return out
 
 
 def decode_rows() -> list[dict]:
@@ -225,6 +298,7 @@ def markdown() -> str:
             f"{r['error']:+.1%} | {r['other']} | {r['other_s'] * 1e3:.3f} |"
         )
     lines += _bwd_lines()
+    lines += _decode_lines()
     lines += [
         "",
         "Decoding, PyTorch SDPA's flash backend (flash-attn 2's split-KV kernel and combine; "
@@ -244,6 +318,51 @@ def markdown() -> str:
             f"{r['error']:+.1%} | {r['cache_tb_per_s']:.2f} |"
         )
     return "\n".join(lines)
+
+
+def _decode_lines() -> list[str]:
+    """flash_decode's bytes, kernel times and cache bandwidth, and its event times."""
+    copy = _doc("masks_decode.json")["ceilings"]["copy_bytes_per_s"] / 1e12
+    lines = [
+        "",
+        "This project's flash_decode (flash2_fwd.cu's SPLIT_KV build and its combine; 32 query "
+        "heads on 8 kv heads, d = 128, bf16; flash-attn's tiles and split heuristic): Nsight "
+        "Compute's bytes in and out of the SMs and kernel durations (cold L2) against the "
+        "replay and the issue model, and the cache each split kernel read per second (copy "
+        f"bandwidth {copy:.2f} TB/s):",
+        "",
+        "| case | kernel | CTAs | read (GPU) | read (trace) | write (GPU) | write (trace) | "
+        "us (GPU) | us (model) | cache TB/s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in decode_byte_rows():
+        tb = f"{r['cache'] / r['measured_s'] / 1e12:.2f}" if r["kernel"] == "flash_decode" else ""
+        lines.append(
+            f"| {r['case']} | {r['kernel']} | {r['ctas']} | {r['read']:,.0f} | "
+            f"{r['trace_read']:,} | {r['write']:,.0f} | {r['trace_write']:,} | "
+            f"{r['measured_s'] * 1e6:.1f} | {r['predicted_s'] * 1e6:.1f} | {tb} |"
+        )
+    rows = flash_decode_rows()
+    err = np.array([r["error"] for r in rows])
+    lines += [
+        "",
+        "Event-timed, both kernels through the launch harness, against the issue model (the "
+        "census holds the split kernel's loop; the combine, which has no matrix products, is "
+        f"priced by the pipe rates): MAPE {np.abs(err).mean():.1%}, bias {err.mean():+.1%}; "
+        "PyTorch SDPA's flash backend on the same inputs beside it (its call event-timed, and "
+        "its two kernels' profiled durations):",
+        "",
+        "| cached tokens | splits | measured ms | predicted ms | error | PyTorch ms | "
+        "PyTorch kernels ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['shape'].n_kv:,} | {r['splits']} | {r['measured_s'] * 1e3:.4f} | "
+            f"{r['predicted_s'] * 1e3:.4f} | {r['error']:+.1%} | {r['other_s'] * 1e3:.4f} | "
+            f"{r['other_kernels_s'] * 1e3:.4f} |"
+        )
+    return lines
 
 
 def _bwd_lines() -> list[str]:

@@ -20,10 +20,33 @@
 // visits the key blocks from its first seeing row's first key to its last row's last key,
 // masks the partial ones element by element, and a row that sees no key gets O = 0 and
 // L = +inf. MASKED = 0 (full and causal) compiles to the code it always did.
+//
+// SPLIT_KV = 1 (with MASKED = 1) builds FlashDecoding (kernels/flash_decode.py) from the same
+// loop: `flash_decode`, one CTA per (unit, Q block, split) as the schedule numbers them, walks
+// its split's share of the key blocks and writes a normalized partial output and its
+// logsumexp in fp32 (O_accum, LSE_accum; a split that sees no key writes 0 and -inf), or, with
+// one split, O and L as the forward does; a unit is a (batch, query head), or with the group
+// packed (one query, several query heads per kv head) a (batch, kv head) whose tile rows are
+// the group's query heads, all at the query's position. `flash_decode_combine` then merges
+// the splits of each row: L = log sum_s exp(LSE_s), O = sum_s exp(LSE_s - L) O_s (a row that
+// sees no key: O = 0, L = +inf).
 #include "mma_tiles.cu"
 
 #ifndef MASKED
 #define MASKED 0
+#endif
+#ifndef SPLIT_KV
+#define SPLIT_KV 0
+#endif
+#if SPLIT_KV && !MASKED
+#error "SPLIT_KV needs MASKED = 1 (a decoding step's queries sit at the end of its keys)"
+#endif
+#if SPLIT_KV
+#define FWD_KERNEL flash_decode
+#define ROWPOS(row) ((row) * pos_mul)  // a packed group's rows all sit at query 0
+#else
+#define FWD_KERNEL flash2_fwd
+#define ROWPOS(row) (row)
 #endif
 
 constexpr int NT = WARPS * 32;
@@ -48,11 +71,17 @@ extern "C" __global__ void flash2_fwd_smem_bytes(long long* out) { out[0] = SMEM
 #endif
 
 extern "C" __global__ void __launch_bounds__(NT)
-    flash2_fwd(const u16* __restrict__ Q, const u16* __restrict__ K, const u16* __restrict__ V,
-               u16* __restrict__ O, float* __restrict__ L, int heads, int kv_heads, int n,
-               float scale, int causal
+    FWD_KERNEL(const u16* __restrict__ Q, const u16* __restrict__ K, const u16* __restrict__ V,
+               u16* __restrict__ O, float* __restrict__ L,
+#if SPLIT_KV
+               float* __restrict__ O_accum, float* __restrict__ LSE_accum,
+#endif
+               int heads, int kv_heads, int n, float scale, int causal
 #if MASKED
                , int nk, int left, int right, const int* __restrict__ seg_ends, int n_segs
+#endif
+#if SPLIT_KV
+               , int num_splits, int packed
 #endif
                ) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -66,10 +95,24 @@ extern "C" __global__ void __launch_bounds__(NT)
     const int nk = n;
     const int t_kv = (nk + BLOCK_KV - 1) / BLOCK_KV;
 #endif
+#if SPLIT_KV
+    // (unit, Q block, split) as kernels/flash_decode.py numbers the CTAs; `first`: the tile's
+    // first row in (batch, head, query) space, whose rows are HEAD_DIM apart either way
+    const int grp = heads / kv_heads, rows = packed ? grp : n, pos_mul = packed ? 0 : 1;
+    const int t_m = (rows + BLOCK_Q - 1) / BLOCK_Q, per_unit = t_m * num_splits;
+    const int unit = blockIdx.x / per_unit, mi = blockIdx.x % per_unit / num_splits;
+    const int sp = blockIdx.x % num_splits;
+    const int b = packed ? unit / kv_heads : unit / heads;
+    const int kvh = packed ? unit % kv_heads : unit % heads / grp;
+    const int q0 = mi * BLOCK_Q, r = min(BLOCK_Q, rows - q0);
+    const long first = packed ? (long)b * heads + kvh * grp + q0 : (long)unit * n + q0;
+    const u16* gQ = Q + first * HEAD_DIM;
+#else
     const int bh = blockIdx.x / t_q, i = blockIdx.x % t_q;
     const int b = bh / heads, h = bh % heads, kvh = h / (heads / kv_heads);
     const int q0 = i * BLOCK_Q, r = min(BLOCK_Q, n - q0);
     const u16* gQ = Q + ((long)bh * n + q0) * HEAD_DIM;
+#endif
     const u16* gK = K + (long)(b * kv_heads + kvh) * nk * HEAD_DIM;
     const u16* gV = V + (long)(b * kv_heads + kvh) * nk * HEAD_DIM;
 #if MASKED
@@ -77,14 +120,23 @@ extern "C" __global__ void __launch_bounds__(NT)
     // none are a prefix) to the last row's last key
     int seeing = q0;
     while (seeing < q0 + r &&
-           key_range(seeing, n, nk, causal, left, right, seg_ends, n_segs).hi < 0)
+           key_range(ROWPOS(seeing), n, nk, causal, left, right, seg_ends, n_segs).hi < 0)
         ++seeing;
-    const KeyRange first_kr = key_range(min(seeing, q0 + r - 1), n, nk, causal, left, right,
-                                        seg_ends, n_segs);
-    const KeyRange last_kr = key_range(q0 + r - 1, n, nk, causal, left, right, seg_ends, n_segs);
-    const KeyRange top_kr = key_range(q0, n, nk, causal, left, right, seg_ends, n_segs);
+    const KeyRange first_kr = key_range(ROWPOS(min(seeing, q0 + r - 1)), n, nk, causal, left,
+                                        right, seg_ends, n_segs);
+    const KeyRange last_kr =
+        key_range(ROWPOS(q0 + r - 1), n, nk, causal, left, right, seg_ends, n_segs);
+    const KeyRange top_kr = key_range(ROWPOS(q0), n, nk, causal, left, right, seg_ends, n_segs);
+#if SPLIT_KV
+    // this split's share of the key blocks: ceil(Tc / splits) each, in order
+    const int t_kv = (nk + BLOCK_KV - 1) / BLOCK_KV;
+    const int per_split = (t_kv + num_splits - 1) / num_splits;
+    const int j_lo = max(seeing < q0 + r ? first_kr.lo / BLOCK_KV : 0, sp * per_split);
+    const int last = min(seeing < q0 + r ? last_kr.hi / BLOCK_KV + 1 : 0, (sp + 1) * per_split);
+#else
     const int j_lo = seeing < q0 + r ? first_kr.lo / BLOCK_KV : 0;
     const int last = seeing < q0 + r ? last_kr.hi / BLOCK_KV + 1 : 0;
+#endif
 #else
     const int j_lo = 0;
     const int last = causal ? min(t_kv, (q0 + r - 1) / BLOCK_KV + 1) : t_kv;
@@ -162,7 +214,7 @@ extern "C" __global__ void __launch_bounds__(NT)
                 for (int hf = 0; hf < 2; ++hf) {
                     const int row = q0 + wr + mt * 16 + (lane >> 2) + 8 * hf;
                     const KeyRange kr =
-                        key_range(row, n, nk, causal, left, right, seg_ends, n_segs);
+                        key_range(ROWPOS(row), n, nk, causal, left, right, seg_ends, n_segs);
 #pragma unroll
                     for (int ns = 0; ns < NS; ++ns)
 #pragma unroll
@@ -248,6 +300,39 @@ extern "C" __global__ void __launch_bounds__(NT)
         }
     }
 
+#if SPLIT_KV
+    // one split: O and L as the forward writes them (through the staging below); several: this
+    // split's normalized partial output and logsumexp in fp32, straight from the registers (a
+    // split that sees no key: O_s = 0, LSE_s = -inf)
+    if (num_splits > 1) {
+        // rows of (batch, head, query) space: units / (units per batch) batches (packed: n = 1)
+        const long total = (long)heads * n * (gridDim.x / per_unit / (packed ? kv_heads : heads));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const float lsum = quad_sum(l[mt][hf]);
+                const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
+                const int row = wr + mt * 16 + (lane >> 2) + 8 * hf;
+                if (row >= r) continue;
+                const long at = (long)sp * total + first + row;
+                float* dst = O_accum + at * HEAD_DIM + 2 * (lane & 3);
+#pragma unroll
+                for (int nd = 0; nd < ND; ++nd)
+                    *reinterpret_cast<float2*>(dst + nd * 8) =
+                        make_float2(o[mt][nd][2 * hf] * inv, o[mt][nd][2 * hf + 1] * inv);
+                if ((lane & 3) == 0)
+                    LSE_accum[at] = lsum > 0.f ? m[mt][hf] / LOG2E + logf(lsum) : NEG_INF;
+            }
+        return;
+    }
+// the O and L row of tile row `row`, and whether it is a real row
+#define OUT_ROW(row) (first + (row))
+#define ROW_OK(row) ((row) < r)
+#else
+#define OUT_ROW(row) ((long)bh * n + q0 + row)  // unparenthesized: the expressions as
+#define ROW_OK(row) (q0 + row < n)              // they were before SPLIT_KV, the same code
+#endif
     // O_i /= l_i, staged through this warp's own rows of the Q tile for 16-byte stores;
     // L_i = m_i + log(l_i) in natural-log units
 #pragma unroll
@@ -266,22 +351,71 @@ extern "C" __global__ void __launch_bounds__(NT)
                 u32 v2 = pack2(o[mt][nd][2 * hf] * inv, o[mt][nd][2 * hf + 1] * inv);
                 *reinterpret_cast<u32*>(sQ + swz<HEAD_DIM>(row, nd) + 2 * (lane & 3)) = v2;
             }
-            if ((lane & 3) == 0 && q0 + row < n)
+            if ((lane & 3) == 0 && ROW_OK(row))
 #if MASKED
-                L[(long)bh * n + q0 + row] =
+                L[OUT_ROW(row)] =
                     lsum > 0.f ? m[mt][hf] / LOG2E + logf(lsum) : __int_as_float(0x7f800000);  // +inf
 #else
-                L[(long)bh * n + q0 + row] = m[mt][hf] / LOG2E + logf(lsum);
+                L[OUT_ROW(row)] = m[mt][hf] / LOG2E + logf(lsum);
 #endif
         }
     }
     __syncwarp();
     constexpr int CH = HEAD_DIM / 8;
-    u16* gO = O + ((long)bh * n + q0 + wr) * HEAD_DIM;
+    u16* gO = O + OUT_ROW(wr) * HEAD_DIM;
     for (int idx = lane; idx < WM * CH; idx += 32) {
         const int rr = idx / CH, c = idx % CH;
-        if (q0 + wr + rr < n)
+        if (ROW_OK(wr + rr))
             *reinterpret_cast<uint4*>(gO + rr * HEAD_DIM + c * 8) =
                 *reinterpret_cast<const uint4*>(sQ + swz<HEAD_DIM>(wr + rr, c));
     }
 }
+
+#if SPLIT_KV
+// rows per combine CTA: flash-attn's kBlockM of its combine kernel (kernels/flash_decode.py's
+// combine_rows); flash-attn allows at most 128 splits
+constexpr int COMBINE_ROWS = HEAD_DIM % 128 == 0 ? 4 : HEAD_DIM % 64 == 0 ? 8 : 16;
+constexpr int MAX_SPLITS = 128;
+
+// One CTA per COMBINE_ROWS rows of (batch, head, query) space, `total` rows in all: a warp per
+// row weighs the splits, w_s = exp(LSE_s - L) with L = log sum_s exp(LSE_s) (in shared
+// memory), then every thread sums w_s O_s for pairs of columns of the CTA's rows.
+extern "C" __global__ void __launch_bounds__(NT)
+    flash_decode_combine(const float* __restrict__ O_accum, const float* __restrict__ LSE_accum,
+                         u16* __restrict__ O, float* __restrict__ L, long long total,
+                         int num_splits) {
+    __shared__ float weight[COMBINE_ROWS][MAX_SPLITS];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const long long r0 = (long long)blockIdx.x * COMBINE_ROWS;
+    const int r = (int)min((long long)COMBINE_ROWS, total - r0);
+    for (int row = warp; row < r; row += WARPS) {
+        const float* lse = LSE_accum + r0 + row;
+        float mx = NEG_INF;
+        for (int sp = lane; sp < num_splits; sp += 32) mx = fmaxf(mx, lse[sp * total]);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        float sum = 0.f;
+        if (mx != NEG_INF)
+            for (int sp = lane; sp < num_splits; sp += 32) sum += exp2f((lse[sp * total] - mx) * LOG2E);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        const float all = mx == NEG_INF ? NEG_INF : mx + logf(sum);  // -inf: no split saw a key
+        for (int sp = lane; sp < num_splits; sp += 32)
+            weight[row][sp] = all == NEG_INF ? 0.f : exp2f((lse[sp * total] - all) * LOG2E);
+        if (lane == 0) L[r0 + row] = all == NEG_INF ? POS_INF : all;
+    }
+    __syncthreads();
+    constexpr int PAIRS = HEAD_DIM / 2;
+    for (int idx = tid; idx < r * PAIRS; idx += NT) {
+        const int row = idx / PAIRS, c = idx % PAIRS;
+        const float* src = O_accum + (r0 + row) * HEAD_DIM + 2 * c;
+        float a = 0.f, bsum = 0.f;
+        for (int sp = 0; sp < num_splits; ++sp) {
+            const float2 x = *reinterpret_cast<const float2*>(src + sp * total * HEAD_DIM);
+            a = fmaf(weight[row][sp], x.x, a);
+            bsum = fmaf(weight[row][sp], x.y, bsum);
+        }
+        *reinterpret_cast<u32*>(O + (r0 + row) * HEAD_DIM + 2 * c) = pack2(a, bsum);
+    }
+}
+#endif

@@ -8,6 +8,8 @@
 #     launches of benchmarks/masks_ncu.py ($OUT/masks_ncu.csv, masks_ncu.log).
 #   masks_run.sh measure-bwd: the same for the backward ($OUT/masks/masks_bwd.json,
 #     $OUT/measure_bwd.log, $OUT/masks_bwd_ncu.csv, masks_bwd_ncu.log).
+#   masks_run.sh measure-decode: flash_decode beside PyTorch's decoding
+#     ($OUT/masks/masks_decode.json, $OUT/measure_decode.log, $OUT/masks_decode_ncu.csv).
 export PYTHONUNBUFFERED=1
 python3 -m pip install --quiet --no-deps --no-build-isolation -e .
 L=$OUT/extra.log
@@ -29,6 +31,12 @@ for f in ({'causal': True, 'window': 100}, {'causal': True, 'segments': (50, 150
                         ('flash2_bwd', (64, 64, 4)), ('flash2_bwd', (64, 128, 8))):
         s = kernels.schedule(name, sh, *tiles)
         gpu.run_schedule(s, *random_inputs(sh, seed=1, backward=name == 'flash2_bwd'))
+for f in ({'kv_heads': 2}, {'causal': True, 'window': 100}, {'seq_len': 3, 'causal': True}):
+    sh = kernels.AttentionShape(1, 4, **{'seq_len': 1, **f}, kv_seq_len=1000, head_dim=64,
+                                dtype='bf16')
+    for splits in (None, 1, 3):
+        s = kernels.schedule('flash_decode', sh, num_splits=splits)
+        gpu.run_schedule(s, *random_inputs(sh, seed=1))
 print('ran')
 "
   done > $OUT/sanitizer.log 2>&1
@@ -53,4 +61,14 @@ elif [ "$1" = measure-bwd ]; then
     --metrics $B -k regex:"^flash2_bwd" python3 -m benchmarks.masks_ncu --backward \
     > $OUT/masks_bwd_ncu.log 2>&1
   echo "ncu-bwd rc=$?" >> $L
+elif [ "$1" = measure-decode ]; then
+  timeout 200 python3 -m benchmarks.masks_measure --out $OUT/masks --decode \
+    > $OUT/measure_decode.log 2>&1
+  echo "measure-decode rc=$?" >> $L
+  B=l1tex__m_xbar2l1tex_read_bytes.sum,l1tex__m_l1tex2xbar_write_bytes.sum,dram__bytes_read.sum
+  B=$B,dram__bytes_write.sum,gpu__time_duration.sum
+  timeout 150 ncu --clock-control none --print-units base --csv \
+    --log-file $OUT/masks_decode_ncu.csv --metrics $B -k regex:"^flash_decode" \
+    python3 -m benchmarks.masks_ncu --decode > /dev/null 2>&1
+  echo "ncu-decode rc=$?" >> $L
 fi
