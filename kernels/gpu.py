@@ -88,8 +88,9 @@ def tiling_errors(sched: Schedule) -> list[str]:
         return [f"schedule {sched.name!r} has no GPU version; choose one of {GPU_SCHEDULES}"]
     if sh.variant and sched.name == "standard":
         errs.append(
-            "of the CUDA kernels only flash2's forward and backward run a window, segments or "
-            "another kv_seq_len (MASKED); standard runs full and causal attention of equal lengths"
+            "of the CUDA kernels flash2's forward and backward and flash_decode run a window, "
+            "segments or another kv_seq_len (MASKED); standard runs full and causal attention "
+            "of equal lengths"
         )
         return errs
     if sh.dtype not in _NAN_BITS:
@@ -110,8 +111,6 @@ def tiling_errors(sched: Schedule) -> list[str]:
             errs.append(f"head_dim={d} must split into 16-column slices over {w // wm} warps (dQ)")
     elif bq % (16 * w):
         errs.append(f"block_q={bq} must be a multiple of 16 * warps = {16 * w}")
-    if sched.name == "flash_decode" and sched.option("num_splits") > 128:
-        errs.append("flash_decode_combine merges at most 128 splits")
     for ln in launches(sched):
         if ln.smem_bytes > SMEM_OPTIN_BYTES:
             errs.append(
@@ -142,6 +141,13 @@ def launches(sched: Schedule) -> tuple[Launch, ...]:
     return tuple(out)
 
 
+def _masked(sched: Schedule) -> bool:
+    """Whether ``sched`` runs a MASKED build (flash2_fwd.cu, flash2_bwd.cu): a mask beyond full
+    and causal attention of equal lengths, and always flash_decode, whose queries sit at the
+    end of its keys."""
+    return sched.shape.variant or sched.name == "flash_decode"
+
+
 def defines(sched: Schedule) -> tuple[tuple[str, int], ...]:
     """Compile-time parameters injected into the CUDA source."""
     d = {
@@ -151,7 +157,7 @@ def defines(sched: Schedule) -> tuple[tuple[str, int], ...]:
         "WARPS": sched.warps,
         "DTYPE_BF16": int(sched.shape.dtype == "bf16"),
     }
-    if sched.shape.variant or sched.name == "flash_decode":  # the masked builds
+    if _masked(sched):
         d["MASKED"] = 1
     if sched.name == "flash_decode":  # flash2_fwd.cu's FlashDecoding build
         d["SPLIT_KV"] = 1
@@ -213,7 +219,7 @@ class CompiledSchedule:
             "k": _to_bits(k, sh.dtype, (b, kh, sh.n_kv, d)),
             "v": _to_bits(v, sh.dtype, (b, kh, sh.n_kv, d)),
         }
-        if dict(defines(self.sched)).get("MASKED"):  # segments' cumulative ends (or one 0)
+        if _masked(self.sched):  # the segments' cumulative ends (one 0 when there are none)
             ends = np.cumsum(sh.segments) if sh.segments else np.zeros(1)
             bufs["seg_ends"] = cp.asarray(ends, dtype=cp.int32)
         nan16 = np.uint16(_NAN_BITS[sh.dtype])
@@ -261,7 +267,7 @@ class CompiledSchedule:
         heads, kvh, n = i32(sh.heads), i32(sh.n_kv_heads), i32(sh.seq_len)
         scale, causal = f32(sh.scale), i32(sh.causal)
         masked = ()
-        if dict(defines(self.sched)).get("MASKED"):  # kv length, window, segments
+        if _masked(self.sched):  # kv length, window, segments
             left, right = sh.window_bounds or (-1, -1)
             n_segs = len(sh.segments) if sh.segments else 0
             masked = (i32(sh.n_kv), i32(left), i32(right), "seg_ends", i32(n_segs))

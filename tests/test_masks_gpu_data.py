@@ -74,6 +74,6 @@ def test_flash_decode_bytes_are_the_replays_and_it_streams_the_cache():
         else:  # 4 rows a combine CTA at d = 128
             assert 0 <= extra_read <= r["ctas"] * r["splits"] * masks.SECTOR, r
             assert 0 <= extra_write <= r["ctas"] * 4 * masks.SECTOR, r
-    copy = masks._doc("masks_decode.json")["ceilings"]["copy_bytes_per_s"]
+    copy = masks.run_data("masks_decode.json")["ceilings"]["copy_bytes_per_s"]
     split = next(r for r in rows if r["case"] == "decode 65536" and r["kernel"] == "flash_decode")
     assert split["cache"] / split["measured_s"] >= 0.85 * copy

@@ -1,23 +1,22 @@
 """Masks on the GPU against the model: this project's masked flash2 forward (windows, packed
-documents, decoding over a KV cache) and backward, and PyTorch SDPA's split-KV decoding,
-measured on the H200 (data/gpu/masks/, ``bash data/gpu/runs/masks_run.sh measure`` and
-``measure-bwd``), next to flex_attention.
+documents, decoding over a KV cache) and backward, its flash_decode, and PyTorch SDPA's split-KV
+decoding, measured on the H200 (data/gpu/masks/, ``bash data/gpu/runs/masks_run.sh measure``,
+``measure-bwd`` and ``measure-decode``), next to flex_attention.
 
 - Bytes: Nsight Compute's bytes in and out of the SMs for the launches of
-  ``benchmarks/masks_ncu.py`` (``NCU_CASES``; the backward's ``NCU_BWD_CASES``, per kernel)
-  against the replay's global reads and writes.
+  ``benchmarks/masks_ncu.py`` (``NCU_CASES``; the backward's ``NCU_BWD_CASES`` and
+  flash_decode's ``NCU_DECODE_CASES``, per kernel) against the replay's global reads and writes.
 - Time: this project's kernels (event-timed, through the launch harness of
   analysis/validation/calibration.toml) against the issue model on ``h200-measured``; PyTorch's
   flash-attn 2 decoding (its kernels' durations from the profiler) against ``flash_decode``
   with flash-attn's split heuristic, whose split count is checked against the grid the kernel
   ran with. flex_attention's times are shown beside ours, not modelled.
-"""
 
+``analysis.validation.masks_doc`` renders these as docs/validation.md's "Masks" tables.
+"""
 from __future__ import annotations
 
 import json
-
-import numpy as np
 
 from flashio import kernels, simulator
 from flashio.analysis.paths import DATA
@@ -36,8 +35,8 @@ __all__ = [
     "decode_byte_rows",
     "decode_rows",
     "flash_decode_rows",
-    "markdown",
     "ncu_schedules",
+    "run_data",
     "time_rows",
 ]
 
@@ -78,7 +77,8 @@ def ncu_schedules(kind: str = "forward") -> list[tuple[str, kernels.Schedule]]:
     ]
 
 
-def _doc(name: str = "masks.json") -> dict:
+def run_data(name: str = "masks.json") -> dict:
+    """The committed JSON of one masks_run.sh measurement (data/gpu/masks/<name>)."""
     return json.loads((DATA / "gpu" / "masks" / name).read_text())
 
 
@@ -139,7 +139,7 @@ def time_rows(backward: bool = False) -> list[dict]:
     with flex_attention beside it and the share of visited blocks that are partial (masked
     element by element)."""
     name = "flash2_bwd" if backward else "flash2"
-    doc = _doc("masks_bwd.json" if backward else "masks.json")
+    doc = run_data("masks_bwd.json" if backward else "masks.json")
     harness = load_calibration().harness
     other = {(r["case"], json.dumps(r["shape"])): r for r in doc["rows"] if r["impl"] != "flashio"}
     out = []
@@ -204,7 +204,7 @@ def flash_decode_rows() -> list[dict]:
     """This project's flash_decode beside PyTorch SDPA's decoding (masks_decode.json): ours
     event-timed (through the launch harness) against the model, PyTorch's kernels' profiled
     durations beside it."""
-    doc, harness = _doc("masks_decode.json"), load_calibration().harness
+    doc, harness = run_data("masks_decode.json"), load_calibration().harness
     theirs = {r["case"]: r for r in doc["rows"] if r["impl"] == "torch_flash"}
     out = []
     for r in doc["rows"]:
@@ -235,7 +235,7 @@ def decode_rows() -> list[dict]:
     """PyTorch SDPA's decoding (flash-attn 2's split-KV kernel and its combine), its kernels'
     measured durations against flash_decode with flash-attn's heuristic on 132 SMs."""
     out = []
-    for r in _doc()["rows"]:
+    for r in run_data()["rows"]:
         if r["impl"] != "torch_flash":
             continue
         shape = kernels.AttentionShape(**r["shape"])
@@ -259,146 +259,3 @@ def decode_rows() -> list[dict]:
             }
         )
     return out
-
-
-def markdown() -> str:
-    """docs/validation.md's "Masks" tables."""
-    doc = _doc()
-    copy = doc["ceilings"]["copy_bytes_per_s"] / 1e12
-    lines = [
-        "Bytes in and out of the SMs (Nsight Compute) against the replay, this project's masked "
-        "forward, B = 1, H = 8, d = 64, bf16:",
-        "",
-        "| case | read (GPU) | read (trace) | write (GPU) | write (trace) |",
-        "|---|---|---|---|---|",
-    ]
-    for r in byte_rows():
-        lines.append(
-            f"| {r['case']} | {r['read']:,.0f} | {r['trace_read']:,} | {r['write']:,.0f} | "
-            f"{r['trace_write']:,} |"
-        )
-    rows = time_rows()
-    err = np.array([r["error"] for r in rows])
-    lines += [
-        "",
-        "Time, this project's masked forward (B = 1, H = 16, bf16; event-timed through the "
-        "launch harness) against the issue model on h200-measured, with torch flex_attention "
-        f"(the same mask, compiled) beside it: MAPE {np.abs(err).mean():.1%}, bias "
-        f"{err.mean():+.1%}.",
-        "",
-        "| case | N | d | tiling | partial blocks | measured ms | predicted ms | error "
-        "| other | other ms |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        sh, (bq, bkv, w) = r["shape"], r["tiling"]
-        lines.append(
-            f"| {r['case']} | {sh.seq_len:,} | {sh.head_dim} | {bq}x{bkv} w{w} | "
-            f"{r['partial']:.0%} | {r['measured_s'] * 1e3:.3f} | {r['predicted_s'] * 1e3:.3f} | "
-            f"{r['error']:+.1%} | {r['other']} | {r['other_s'] * 1e3:.3f} |"
-        )
-    lines += _bwd_lines()
-    lines += _decode_lines()
-    lines += [
-        "",
-        "Decoding, PyTorch SDPA's flash backend (flash-attn 2's split-KV kernel and combine; "
-        "B = 1, 32 query heads on 8 kv heads, d = 128, bf16; the kernels' profiled durations) "
-        f"against flash_decode with flash-attn's split heuristic (copy bandwidth {copy:.2f} "
-        "TB/s measured in the same run):",
-        "",
-        "| cached tokens | splits (kernel grid) | splits (model) | split kernel us | "
-        "predicted us | both kernels us | predicted us | error | cache read TB/s |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in decode_rows():
-        lines.append(
-            f"| {r['shape'].n_kv:,} | {r['splits_measured']} | {r['splits_model']} | "
-            f"{r['measured_split_s'] * 1e6:.1f} | {r['predicted_split_s'] * 1e6:.1f} | "
-            f"{r['measured_s'] * 1e6:.1f} | {r['predicted_s'] * 1e6:.1f} | "
-            f"{r['error']:+.1%} | {r['cache_tb_per_s']:.2f} |"
-        )
-    return "\n".join(lines)
-
-
-def _decode_lines() -> list[str]:
-    """flash_decode's bytes, kernel times and cache bandwidth, and its event times."""
-    copy = _doc("masks_decode.json")["ceilings"]["copy_bytes_per_s"] / 1e12
-    lines = [
-        "",
-        "This project's flash_decode (flash2_fwd.cu's SPLIT_KV build and its combine; 32 query "
-        "heads on 8 kv heads, d = 128, bf16; flash-attn's tiles and split heuristic): Nsight "
-        "Compute's bytes in and out of the SMs and kernel durations (cold L2) against the "
-        "replay and the issue model, and the cache each split kernel read per second (copy "
-        f"bandwidth {copy:.2f} TB/s):",
-        "",
-        "| case | kernel | CTAs | read (GPU) | read (trace) | write (GPU) | write (trace) | "
-        "us (GPU) | us (model) | cache TB/s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in decode_byte_rows():
-        tb = f"{r['cache'] / r['measured_s'] / 1e12:.2f}" if r["kernel"] == "flash_decode" else ""
-        lines.append(
-            f"| {r['case']} | {r['kernel']} | {r['ctas']} | {r['read']:,.0f} | "
-            f"{r['trace_read']:,} | {r['write']:,.0f} | {r['trace_write']:,} | "
-            f"{r['measured_s'] * 1e6:.1f} | {r['predicted_s'] * 1e6:.1f} | {tb} |"
-        )
-    rows = flash_decode_rows()
-    err = np.array([r["error"] for r in rows])
-    lines += [
-        "",
-        "Event-timed, both kernels through the launch harness, against the issue model (the "
-        "census holds the split kernel's loop; the combine, which has no matrix products, is "
-        f"priced by the pipe rates): MAPE {np.abs(err).mean():.1%}, bias {err.mean():+.1%}; "
-        "PyTorch SDPA's flash backend on the same inputs beside it (its call event-timed, and "
-        "its two kernels' profiled durations):",
-        "",
-        "| cached tokens | splits | measured ms | predicted ms | error | PyTorch ms | "
-        "PyTorch kernels ms |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['shape'].n_kv:,} | {r['splits']} | {r['measured_s'] * 1e3:.4f} | "
-            f"{r['predicted_s'] * 1e3:.4f} | {r['error']:+.1%} | {r['other_s'] * 1e3:.4f} | "
-            f"{r['other_kernels_s'] * 1e3:.4f} |"
-        )
-    return lines
-
-
-def _bwd_lines() -> list[str]:
-    """The backward's bytes (per kernel) and times."""
-    lines = [
-        "",
-        "Bytes in and out of the SMs, this project's masked backward (its three kernels; B = 1, "
-        "H = 8, d = 64, bf16, 64x128 tiles, 8 warps), the replay with the issue model:",
-        "",
-        "| case | kernel | read (GPU) | read (trace) | write (GPU) | write (trace) | dK, dV |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in bwd_byte_rows():
-        dkdv = f"{r['dkdv']:,}" if r["dkdv"] else ""
-        lines.append(
-            f"| {r['case']} | {r['kernel']} | {r['read']:,.0f} | {r['trace_read']:,} | "
-            f"{r['write']:,.0f} | {r['trace_write']:,} | {dkdv} |"
-        )
-    rows = bwd_time_rows()
-    err = np.array([r["error"] for r in rows])
-    lines += [
-        "",
-        "Time, this project's masked backward (B = 1, H = 16, N = 16,384, bf16; its three "
-        "kernels, event-timed through the launch harness) against the issue model on "
-        "h200-measured, with "
-        f"torch flex_attention's backward beside it: MAPE {np.abs(err).mean():.1%}, bias "
-        f"{err.mean():+.1%}.",
-        "",
-        "| case | d | tiling | partial blocks | measured ms | predicted ms | error | flex ms |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        sh, (bq, bkv, w) = r["shape"], r["tiling"]
-        lines.append(
-            f"| {r['case']} | {sh.head_dim} | {bq}x{bkv} w{w} | {r['partial']:.0%} | "
-            f"{r['measured_s'] * 1e3:.3f} | {r['predicted_s'] * 1e3:.3f} | {r['error']:+.1%} | "
-            f"{r['other_s'] * 1e3:.3f} |"
-        )
-    return lines
