@@ -47,13 +47,15 @@ def test_closed_form_equals_trace_per_tensor(name, data):
 @given(data=st.data())
 def test_closed_form_equals_simulator_without_l2(name, data):
     """Every tensor byte for byte, register spills included: with a lowered register limit
-    many drawn tilings spill, and the closed form's local-memory row equals the replay's.
+    many drawn tilings spill, and the closed form's local-memory row equals the replay's, with
+    no L1, a small one and one that holds every frame (reloads miss, some hit, all hit).
     Blocks up to 64 rows, so N < block (one partial block) is drawn too."""
     sched = data.draw(_schedules(name, max_block=64))
     gpu = NO_L2.replace(  # room in shared memory for every drawn tiling
         regs_per_thread_max=data.draw(register_limits(sched)),
         smem_per_sm_bytes=2**22 + 1024,
         smem_per_cta_bytes=2**22,
+        l1_bytes_per_sm=data.draw(st.sampled_from([0, 2**22 + 2**15, 2**23])),
     )
     counts = io_counts_of(sched, gpu)
     res = simulator.simulate(sched, gpu)
@@ -114,6 +116,20 @@ def test_spills_are_their_own_term(name, n, d, bq, bkv, dtype):
     assert counts.spill_write_bytes == steps * per_step
     d = counts.to_dict()
     assert d["spill_read_bytes"] == counts.spill_read_bytes and d["gpu"] == "h200"
+
+
+@pytest.mark.parametrize("name", ["flash1", "flash2", "flash2_bwd", "standard"])
+@given(data=st.data())
+def test_a_larger_l1_never_reads_more(name, data):
+    """Spill stores leave the SM whatever the L1; reloads only where the frames miss it. So
+    with more L1 the closed form's writes stay and its reads never grow, and they never fall
+    below the spill-free schedule's."""
+    sched = data.draw(_schedules(name, max_block=64))
+    gpu = NO_L2.replace(regs_per_thread_max=data.draw(register_limits(sched)))
+    small, large = sorted(data.draw(st.integers(0, 2**19)) for _ in range(2))
+    less, more = (io_counts_of(sched, gpu.replace(l1_bytes_per_sm=b)) for b in (small, large))
+    assert more.write_bytes == less.write_bytes
+    assert io_counts_of(sched).read_bytes <= more.read_bytes <= less.read_bytes
 
 
 def test_spill_reloads_stay_in_l1_where_the_frame_fits():
