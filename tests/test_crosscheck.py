@@ -282,6 +282,12 @@ def test_cli_checks_a_users_ncu_csv(tmp_path, capsys):
     assert row["error"]["global_bytes"] == pytest.approx(0, abs=1e-6)
     assert row["error"]["hbm_bytes"] == pytest.approx(-0.5, rel=1e-6)
     assert out["summary"]["hbm_bytes_mape"] == pytest.approx(0.5, rel=1e-6)
+    # the same launch as flash-attn 2's kernel would run it: the schedule's bytes, its time
+    # that implementation's (a written program from its instruction mix)
+    assert main([*args, "--impl", "flash-attn2"]) == 0
+    theirs = json.loads(capsys.readouterr().out)["rows"][0]
+    assert theirs["error"]["global_bytes"] == pytest.approx(0, abs=1e-6)
+    assert theirs["predicted"]["kernel_time_s"] != row["predicted"]["kernel_time_s"]
 
 
 @pytest.mark.parametrize(

@@ -117,6 +117,17 @@ def add_crosscheck_command(subparsers) -> argparse.ArgumentParser:
         help="schedule option, e.g. softmax_passes=2 (repeatable; default: the schedule's)",
     )
     u.add_argument("--kernel", default=None, help="compare every profiled launch with this kernel")
+    u.add_argument(
+        "--impl",
+        default=None,
+        choices=sorted(kernels.IMPLEMENTATIONS),
+        metavar="NAME",
+        help="how your kernel executes the schedule: one of "
+        + ", ".join(sorted(kernels.IMPLEMENTATIONS))
+        + " (docs/implementations.md; its tiles where you give none). Its time is the issue "
+        "model's for that implementation: its compiled loop where the census holds it, a "
+        "written program for a forward, else the pipe rates (default: this project's kernels)",
+    )
     p.set_defaults(func=cmd_crosscheck)
     return p
 
@@ -132,10 +143,13 @@ def _configs(a) -> list:
                 raise UsageError(f"--option {item!r}: expected KEY=INT, e.g. softmax_passes=2")
             opts.append((key.strip(), int(value)))
         shape = cli_options.shape_of(a)
-        sched = kernels.schedule(a.schedule, shape, a.block_q, a.block_kv, a.warps, **dict(opts))
-        cfg = cc.Config(
-            a.schedule, shape, sched.block_q, sched.block_kv, sched.warps, tuple(sorted(opts))
+        sched = kernels.schedule(
+            a.schedule, shape, a.block_q, a.block_kv, a.warps, impl=a.impl, **dict(opts)
         )
+        cfg = cc.Config(
+            a.schedule, shape, sched.block_q, sched.block_kv, sched.warps, tuple(sorted(opts)),
+            impl=a.impl,
+        )  # fmt: skip
         out = []
         for f in a.files:
             out += _parsed(Path(f), lambda p: cc.ncu_rows_for(p.read_text(), cfg, a.kernel))

@@ -30,7 +30,9 @@ NCU = "Nsight Compute, one launch, caches flushed before the kernel (cold L2)"
 @dataclasses.dataclass(frozen=True, slots=True)
 class Config:
     """One measured configuration: a schedule on a shape with its tiling; ``kernel`` is the
-    index of the profiled kernel (Nsight Compute rows) or None (the whole launch sequence)."""
+    index of the profiled kernel (Nsight Compute rows) or None (the whole launch sequence);
+    ``impl`` the implementation that ran it (``kernels.IMPLEMENTATIONS``; None: this
+    project's kernels)."""
 
     schedule: str
     shape: kernels.AttentionShape
@@ -39,6 +41,7 @@ class Config:
     warps: int
     options: tuple[tuple[str, int], ...] = ()
     kernel: int | None = None
+    impl: str | None = None
 
     def build(self) -> kernels.Schedule:
         return kernels.schedule(
@@ -47,6 +50,7 @@ class Config:
             self.block_q,
             self.block_kv,
             self.warps,
+            impl=self.impl,
             **dict(self.options),
         )
 

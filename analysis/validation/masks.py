@@ -14,6 +14,7 @@ decoding, measured on the H200 (data/gpu/masks/, ``bash data/gpu/runs/masks_run.
 
 ``analysis.validation.masks_doc`` renders these as docs/validation.md's "Masks" tables.
 """
+
 from __future__ import annotations
 
 import json
