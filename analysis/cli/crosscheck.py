@@ -117,16 +117,11 @@ def add_crosscheck_command(subparsers) -> argparse.ArgumentParser:
         help="schedule option, e.g. softmax_passes=2 (repeatable; default: the schedule's)",
     )
     u.add_argument("--kernel", default=None, help="compare every profiled launch with this kernel")
-    u.add_argument(
-        "--impl",
-        default=None,
-        choices=sorted(kernels.IMPLEMENTATIONS),
-        metavar="NAME",
-        help="how your kernel executes the schedule: one of "
-        + ", ".join(sorted(kernels.IMPLEMENTATIONS))
-        + " (docs/implementations.md; its tiles where you give none). Its time is the issue "
-        "model's for that implementation: its compiled loop where the census holds it, a "
-        "written program for a forward, else the pipe rates (default: this project's kernels)",
+    cli_options.add_impl(
+        u,
+        "how your kernel executes the schedule (its tiles where you give none); its time is "
+        "the issue model's for that implementation: its compiled loop where the census holds "
+        "it, a written program for a forward, else the pipe rates",
     )
     p.set_defaults(func=cmd_crosscheck)
     return p

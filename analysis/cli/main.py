@@ -223,17 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _shape_args(p)
     _common(p)
-    p.add_argument(
-        "--impl",
-        default=None,
-        choices=sorted(kernels.IMPLEMENTATIONS),
-        metavar="NAME",
-        help="the implementation that runs the schedule: "
-        + ", ".join(sorted(kernels.IMPLEMENTATIONS))
-        + " (docs/implementations.md); block sizes and warps not given are its own for the "
-        "shape. With --compiled its kernels are priced by their compiled code where the census "
-        "has it, by a written program for a forward (mma.sync or wgmma), else by the pipe rates "
-        "(default: this project's kernels)",
+    opts.add_impl(
+        p,
+        "the implementation that runs the schedule; block sizes and warps not given are its "
+        "own for the shape. With --compiled its kernels are priced by their compiled code where "
+        "the census has it, by a written program for a forward (mma.sync or wgmma), else by "
+        "the pipe rates",
     )
     p.add_argument(
         "--num-splits", type=int, default=None, metavar="S",

@@ -153,6 +153,19 @@ def shape_of(a: argparse.Namespace, **fields) -> kernels.AttentionShape:
     )
 
 
+def add_impl(p, what: str) -> None:
+    """--impl NAME: an implementation preset (kernels.IMPLEMENTATIONS); ``what`` ends the help:
+    how the command uses it."""
+    names = ", ".join(sorted(kernels.IMPLEMENTATIONS))
+    p.add_argument(
+        "--impl",
+        default=None,
+        choices=sorted(kernels.IMPLEMENTATIONS),
+        metavar="NAME",
+        help=f"{names} (docs/implementations.md): {what} (default: this project's kernels)",
+    )
+
+
 def add_tiling(p: argparse.ArgumentParser) -> None:
     """--block-q, --block-kv, --warps for one tiling."""
     t = p.add_argument_group("tiling")

@@ -90,7 +90,9 @@ extern "C" __global__ void __launch_bounds__(NT)
     u16* sV = sK + BLOCK_KV * HEAD_DIM;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+#if !SPLIT_KV
     const int t_q = (n + BLOCK_Q - 1) / BLOCK_Q;
+#endif
 #if !MASKED
     const int nk = n;
     const int t_kv = (nk + BLOCK_KV - 1) / BLOCK_KV;

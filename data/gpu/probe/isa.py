@@ -808,11 +808,12 @@ def nominal_targets(p: Probe, kernel: str) -> int:
 
 
 def find_tool(name: str) -> str | None:
-    """A CUDA binary utility: PATH, CUDA_HOME, /usr/local/cuda, or a pip nvidia package."""
+    """A CUDA binary utility: PATH, $CUDA_HOME/bin, or a pip nvidia package."""
     p = shutil.which(name)
     if p:
         return p
-    cands = [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / name]
+    home = os.environ.get("CUDA_HOME")
+    cands = [Path(home) / "bin" / name] if home else []
     for d in sys.path:
         for sub in ("nvidia/cu13/bin", "nvidia/cuda_cuobjdump/bin", "nvidia/cuda_nvcc/bin"):
             cands.append(Path(d) / sub / name)
