@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
@@ -163,7 +164,7 @@ def attention_shapes(
     return draw_shape()
 
 
-VARIANTS = ("window", "segments", "kv_seq_len")
+VARIANTS = ("window", "segments", "kv_seq_len", "block_mask")
 
 
 def variant_shapes(
@@ -174,12 +175,14 @@ def variant_shapes(
 ) -> st.SearchStrategy[kernels.AttentionShape]:
     """``AttentionShape`` values with a mask beyond full and causal: a sliding window (causal
     int or non-causal (left, right) pair, larger than N too), packed segments (one-token ones
-    included) or a K/V length of its own (decoding with N = 1, chunked prefill, and
-    ``kv_seq_len < seq_len``, whose first queries see no key when causal); one or more of
-    ``variants``, combined where the shape allows (segments need kv_seq_len = seq_len).
-    ``shape_options`` go to :func:`attention_shapes`.
+    included), a K/V length of its own (decoding with N = 1, chunked prefill, and
+    ``kv_seq_len < seq_len``, whose first queries see no key when causal) or a block mask
+    (any grain, ragged blocks and blocks larger than N included, any kept blocks); one or
+    more of ``variants``, combined where the shape allows (segments need kv_seq_len =
+    seq_len). ``shape_options`` go to :func:`attention_shapes`.
 
-    Shrinks towards a window of one key, one segment and kv_seq_len = 1.
+    Shrinks towards a window of one key, one segment, kv_seq_len = 1 and a block mask that
+    keeps nothing.
     """
     variants = _check_choices("variants", variants, VARIANTS)
     _check_range("kv_seq_len", 1, max_kv_seq_len)
@@ -201,6 +204,13 @@ def variant_shapes(
             cuts = draw(st.sets(st.integers(1, n - 1), max_size=6)) if n > 1 else set()
             edges = [0, *sorted(cuts), n]
             fields["segments"] = tuple(b - a for a, b in itertools.pairwise(edges))
+        if "block_mask" in kinds:
+            nk = fields.get("kv_seq_len", shape.n_kv)
+            bq, bk = draw(st.integers(1, n + 2)), draw(st.integers(1, nk + 2))
+            tq, tk = math.ceil(n / bq), math.ceil(nk / bk)
+            kept = draw(st.lists(st.booleans(), min_size=tq * tk, max_size=tq * tk))
+            grid = np.array(kept, bool).reshape(tq, tk)
+            fields["block_mask"] = kernels.BlockMask.from_array(grid, bq, bk)
         return kernels.AttentionShape(**{**shape.to_dict(), **fields})
 
     return draw_variant()

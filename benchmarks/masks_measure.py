@@ -8,6 +8,7 @@ largest difference of their outputs recorded (both compute the same masked atten
     python3 -m benchmarks.masks_measure --out $OUT/masks [--budget-s 300]
     python3 -m benchmarks.masks_measure --out $OUT/masks --backward
     python3 -m benchmarks.masks_measure --out $OUT/masks --decode
+    python3 -m benchmarks.masks_measure --out $OUT/masks --block-sparse
 
 Writes masks.json: provenance, the copy bandwidth, and a row per (implementation, case) with
 the shape, the tiling (ours), the median/min/max of CUDA-event timings over inputs rotated
@@ -18,6 +19,9 @@ flex_attention's backward (the gradients of its forward with the same mask), and
 difference of dQ, dK and dV. ``--decode`` writes masks_decode.json: this project's
 flash_decode (flash2_fwd.cu's SPLIT_KV build and its combine, flash-attn's split heuristic and
 tiles) against PyTorch SDPA's flash backend on decoding steps over 8k to 128k cached tokens.
+``--block-sparse`` writes masks_block.json: block masks of 128 x 128 blocks (the BLOCK_SPARSE
+builds), forward and backward, beside flex_attention with the same block mask, and the same
+shapes without a mask.
 """
 
 from __future__ import annotations
@@ -70,6 +74,32 @@ def backward_cases() -> list[tuple[str, dict]]:
     return out
 
 
+def block_sparse_cases() -> list[tuple[str, dict]]:
+    """(case, shape fields) of the block masks at 16k tokens, d = 64 and 128: random blocks,
+    local and global blocks (BigBird's pattern without its random blocks), random blocks with
+    causal, and no mask for scale; 128 x 128 blocks, flex_attention's default."""
+    bm, n, out = kernels.BlockMask, 16384, []
+    for d in (64, 128):
+        base = {"batch": 1, "heads": 16, "head_dim": d, "dtype": DTYPE, "seq_len": n}
+        out += [
+            ("full", base),
+            ("random 25%", {**base, "block_mask": bm.random(n, 0.25, seed=0)}),
+            ("local 4 + 2 global", {**base, "block_mask": bm.local(n, 4, global_blocks=2)}),
+            ("causal, random 50%", {**base, "causal": True,
+                                    "block_mask": bm.random(n, 0.5, seed=0)}),
+        ]  # fmt: skip
+    return out
+
+
+def measure_both(case: str, fields: dict, l2: int, flex_fn) -> list[dict]:
+    """Forward and backward rows of one block-sparse case (``pass`` says which)."""
+    rows = []
+    for kind, run in (("fwd", measure), ("bwd", measure_backward)):
+        for r in run(case, fields, l2, flex_fn):
+            rows.append({"pass": kind, **r})
+    return rows
+
+
 def decode_cases() -> list[tuple[str, dict]]:
     """(case, shape fields) of the decoding comparison: GQA 32/8, d = 128, one query."""
     base = {"batch": 1, "heads": 32, "kv_heads": 8, "seq_len": 1, "head_dim": 128, "dtype": DTYPE}
@@ -96,7 +126,19 @@ def _flex_mask(shape):
     from torch.nn.attention.flex_attention import create_block_mask
 
     n, w = shape.seq_len, shape.window
-    if shape.segments:
+    bm = shape.block_mask
+    if bm is not None:
+        grid = torch.tensor(bm.array, device="cuda")
+        gq, gk, causal = bm.block_q, bm.block_kv, shape.causal
+
+        def mask(b, h, q, kv):
+            keep = grid[q // gq, kv // gk]
+            return keep & (q >= kv) if causal else keep
+    elif not shape.causal:  # no mask at all
+
+        def mask(b, h, q, kv):
+            return q >= 0
+    elif shape.segments:
         doc = torch.repeat_interleave(
             torch.arange(len(shape.segments), device="cuda"),
             torch.tensor(shape.segments, device="cuda"),
@@ -297,6 +339,11 @@ def main(argv=None) -> None:
         action="store_true",
         help="flash_decode beside PyTorch's decoding (masks_decode.json)",
     )
+    what.add_argument(
+        "--block-sparse",
+        action="store_true",
+        help="block masks, forward and backward, beside flex_attention (masks_block.json)",
+    )
     args = ap.parse_args(argv)
     import cupy
     import torch
@@ -318,6 +365,8 @@ def main(argv=None) -> None:
         if args.backward
         else ("masks_decode.json", decode_cases(), measure_decode)
         if args.decode
+        else ("masks_block.json", block_sparse_cases(), measure_both)
+        if args.block_sparse
         else ("masks.json", cases(), measure)
     )
     for case, fields in todo:

@@ -19,6 +19,7 @@ _SURFACE = {
     "GPUSpec": "flashio.simulator",
     "SimResult": "flashio.simulator",
     "AttentionShape": "flashio.kernels",
+    "BlockMask": "flashio.kernels",
     "schedule": "flashio.kernels",
     "execute": "flashio.kernels",
     "io_counts": "flashio.analysis",

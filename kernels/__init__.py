@@ -1,5 +1,6 @@
 """Attention shapes, block schedules, numeric executors and references."""
 
+from flashio.kernels.block_mask import BlockMask
 from flashio.kernels.execute import execute
 from flashio.kernels.implementation import (
     IMPLEMENTATIONS,
@@ -18,6 +19,7 @@ __all__ = [
     "IMPLEMENTATIONS",
     "SCHEDULES",
     "AttentionShape",
+    "BlockMask",
     "Implementation",
     "ImplementationError",
     "Schedule",

@@ -1,8 +1,9 @@
 """Shared machinery of the fast tracers: one jitted event writer and the schedule registry glue.
 
 Every tracer is a private ``@njit`` function ``_emit(ev, write, kernel, cta_start, cta_stop, p,
-kmin, kmax)`` that walks the schedule's loops for a range of CTAs and calls ``put`` once per
-event; ``kmin, kmax`` are the shape's mask (``kernels.mask.key_ranges``). It runs
+kmin, kmax, keep)`` that walks the schedule's loops for a range of CTAs and calls ``put`` once
+per event; ``kmin, kmax`` are the shape's mask (``kernels.mask.key_ranges``) and ``keep`` its
+block mask (``kernels.mask.keep_table``, grain ``p[P_MASK_BQ], p[P_MASK_BKV]``). It runs
 twice: with ``write=False`` to count events (nothing is stored), then with ``write=True`` into an
 array of exactly that size, so memory is bounded by the CTA range asked for.
 """
@@ -22,8 +23,9 @@ JIT = {"cache": True, "nogil": True}  # JIT options live here, once
 # Layout of the int64 parameter vector every tracer receives.
 P_BATCH, P_HEADS, P_KV_HEADS, P_SEQ, P_DIM, P_EB, P_ACC, P_BQ, P_BKV, P_WARPS, P_CAUSAL = range(11)
 P_KV_SEQ = 11  # rows of K and V
-P_EXTRA = 12  # schedule-specific options start here
-N_PARAMS = 16
+P_MASK_BQ, P_MASK_BKV = 12, 13  # the block mask's grain (kernels.mask.NO_GRAIN: none)
+P_EXTRA = 14  # schedule-specific options start here
+N_PARAMS = 18
 
 
 @njit(inline="always")
@@ -84,13 +86,16 @@ def buf(ev, k, write, kernel, cta, op, tensor, nbytes):
     return put(ev, k, write, kernel, cta, -1, op, tensor, -1, -1, 0, 0, 0, 0, nbytes, 0)
 
 
-def run_emitter(emit, kernel: int, start: int, stop: int, params: np.ndarray, mask, out=None):
+def run_emitter(
+    emit, kernel: int, start: int, stop: int, params: np.ndarray, mask, keep, out=None
+):
     """Count, then write the events of CTAs ``start..stop-1`` of one kernel: into the start of
     ``out`` if it has room (returning that view), else into a new array of the exact size.
-    ``mask`` is the shape's ``kernels.mask.key_ranges``."""
+    ``mask`` is the shape's ``kernels.mask.key_ranges``, ``keep`` its ``keep_table``'s
+    summed-area table."""
     kmin, kmax = mask
-    n = emit(np.empty(0, EVENT_DTYPE), False, kernel, start, stop, params, kmin, kmax)
+    n = emit(np.empty(0, EVENT_DTYPE), False, kernel, start, stop, params, kmin, kmax, keep)
     ev = out[:n] if out is not None and len(out) >= n else np.empty(n, EVENT_DTYPE)
-    written = emit(ev, True, kernel, start, stop, params, kmin, kmax)
+    written = emit(ev, True, kernel, start, stop, params, kmin, kmax, keep)
     assert written == n, "tracer wrote a different number of events than it counted"
     return ev

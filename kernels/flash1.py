@@ -51,6 +51,8 @@ from flashio.kernels._emit import (
     P_HEADS,
     P_KV_HEADS,
     P_KV_SEQ,
+    P_MASK_BKV,
+    P_MASK_BQ,
     P_SEQ,
     P_WARPS,
     SHARED,
@@ -64,7 +66,7 @@ from flashio.kernels._emit import (
 from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._resources import regs_per_thread
 from flashio.kernels._terms import terms
-from flashio.kernels.mask import allowed, block_full, kv_block_range, q_block_range
+from flashio.kernels.mask import PARTIAL, SKIP, allowed, keep_table, kv_tiles, q_tiles, tile_state
 from flashio.simulator.trace import KernelInfo, Space, TensorInfo
 
 OPTIONS = ()
@@ -137,7 +139,8 @@ def kernels(s) -> tuple[KernelInfo, ...]:
 
 
 @njit(**JIT)
-def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
+def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep):
+    mq, mk = p[P_MASK_BQ], p[P_MASK_BKV]
     nh, nkh, n, nk, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_KV_SEQ], p[P_DIM]
     eb, acc, br, bc, warps = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV], p[P_WARPS]
     t_q, t_kv, grp = (n + br - 1) // br, (nk + bc - 1) // bc, nh // nkh
@@ -158,7 +161,7 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
         for j in range(t_kv):
             k0 = j * bc
             c = min(bc, nk - k0)
-            lo, hi = q_block_range(kmin, kmax, k0, k0 + c, br)
+            lo, hi = q_tiles(kmin, kmax, keep, mq, mk, k0, k0 + c, br, n)
             if lo == hi:
                 continue  # no query sees these keys
             # K_j, V_j: HBM -> SRAM, once per CTA
@@ -168,6 +171,9 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
             for i in range(lo, hi):
                 q0 = i * br
                 r = min(br, n - q0)
+                state = tile_state(kmin, kmax, keep, mq, mk, q0, q0 + r, k0, k0 + c)
+                if state == SKIP:
+                    continue
                 qo, ao, so, vec = (base + q0) * row, (base + q0) * arow, (base + q0) * acc, r * acc
                 # Q_i, O_acc_i, l_i, m_i: HBM -> SRAM/registers, once per (i, j)
                 k = mem(ev, k, write, kernel, cta, j, LOAD, Q, i, -1, qo, r, row, row)
@@ -176,7 +182,7 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
                 k = mem(ev, k, write, kernel, cta, j, LOAD, M, i, -1, so, 1, vec, vec)
                 mm = 2 * r * c * d
                 ew = EW_PER_SCORE * r * c + EW_PER_ROW * r
-                if not block_full(kmin, kmax, q0, q0 + r, k0, k0 + c):
+                if state == PARTIAL:
                     ew += r * c  # partial block: apply the mask
                 k = calc(ev, k, write, kernel, cta, j, MMA, i, j, mm)  # S = Q_i K_j^T
                 k = calc(ev, k, write, kernel, cta, j, EW, i, j, ew)  # m~, l~, m_new, l_new
@@ -189,7 +195,7 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
                     k = put(ev, k, write, kernel, cta, j, SYNC, -1, i, j, 0, 0, 0, 0, 0, 0)
                 ew = EW_PER_OUT * r * d + (warps - 1) * r * (d + 2)
                 k = calc(ev, k, write, kernel, cta, j, EW, i, j, ew)  # line 12: O_new
-                last = kv_block_range(kmin, kmax, q0, q0 + r, bc)[1] - 1
+                last = kv_tiles(kmin, kmax, keep, mq, mk, q0, q0 + r, bc, nk)[1] - 1
                 # O_i (input dtype, final) or O_acc_i, then l_i, m_i: registers -> HBM
                 if j == last:
                     k = mem(ev, k, write, kernel, cta, j, STORE, O, i, -1, qo, r, row, row)
@@ -200,7 +206,7 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
         for i in range(t_q):  # O_i = 0 for a Q block that sees no key
             q0 = i * br
             r = min(br, n - q0)
-            lo, hi = kv_block_range(kmin, kmax, q0, q0 + r, bc)
+            lo, hi = kv_tiles(kmin, kmax, keep, mq, mk, q0, q0 + r, bc, nk)
             if lo == hi:
                 qo = (base + q0) * row
                 k = mem(ev, k, write, kernel, cta, -1, STORE, O, i, -1, qo, r, row, row)
@@ -233,6 +239,7 @@ def execute(s, q, k, v, grad_out, rec):
     nb, nh, n, d, dt = sh.batch, sh.heads, sh.seq_len, sh.head_dim, sh.dtype
     br, bc, eb, acc, warps = s.block_q, s.block_kv, sh.elem_bytes, sh.acc_bytes, s.warps
     nk, (kmin, kmax) = sh.n_kv, s.mask
+    keep, mq, mk = keep_table(sh)
     at = acc_dtype(dt)
     row, arow = d * eb, d * acc
     # HBM: NaN until written, so a read before line 2's initialisation would show
@@ -254,7 +261,7 @@ def execute(s, q, k, v, grad_out, rec):
         for j in range(s.t_kv):
             k0 = j * bc
             c = min(bc, nk - k0)
-            lo, hi = q_block_range(kmin, kmax, k0, k0 + c, br)
+            lo, hi = q_tiles(kmin, kmax, keep, mq, mk, k0, k0 + c, br, n)
             if lo == hi:
                 continue  # no query sees these keys
             k_j = k[b, h // sh.group, k0 : k0 + c].astype(at)
@@ -265,6 +272,9 @@ def execute(s, q, k, v, grad_out, rec):
             for i in range(lo, hi):
                 q0 = i * br
                 r = min(br, n - q0)
+                state = tile_state(kmin, kmax, keep, mq, mk, q0, q0 + r, k0, k0 + c)
+                if state == SKIP:
+                    continue
                 blk = slice(q0, q0 + r)
                 qo, ao, so, vec = (base + q0) * row, (base + q0) * arow, (base + q0) * acc, r * acc
                 q_i = q[b, h, blk].astype(at)
@@ -278,7 +288,7 @@ def execute(s, q, k, v, grad_out, rec):
                 s_ij = (q_i @ k_j.T) * scale
                 rec.calc(0, cta, j, MMA, i, j, 2 * r * c * d)
                 ew = EW_PER_SCORE * r * c + EW_PER_ROW * r
-                if not block_full(kmin, kmax, q0, q0 + r, k0, k0 + c):
+                if state == PARTIAL:
                     s_ij = np.where(allowed(sh, q0, q0 + r, k0, k0 + c), s_ij, -np.inf)
                     ew += r * c
                 rec.calc(0, cta, j, EW, i, j, ew)
@@ -302,7 +312,7 @@ def execute(s, q, k, v, grad_out, rec):
                     o_new = (l_i * alpha / l_new)[:, None] * o_i + (beta / l_new)[:, None] * pv
                 o_new = np.where((l_new > 0)[:, None], o_new, 0)  # rows that saw no key
                 rec.calc(0, cta, j, EW, i, j, EW_PER_OUT * r * d + (warps - 1) * r * (d + 2))
-                last = kv_block_range(kmin, kmax, q0, q0 + r, bc)[1] - 1
+                last = kv_tiles(kmin, kmax, keep, mq, mk, q0, q0 + r, bc, nk)[1] - 1
                 if j == last:
                     out[b, h, blk] = to_dtype(o_new, dt)
                     rec.mem(0, cta, j, STORE, O, i, -1, qo, r, row, row)
@@ -316,7 +326,7 @@ def execute(s, q, k, v, grad_out, rec):
         for i in range(s.t_q):  # O_i = 0 for a Q block that sees no key
             q0 = i * br
             r = min(br, n - q0)
-            lo, hi = kv_block_range(kmin, kmax, q0, q0 + r, bc)
+            lo, hi = kv_tiles(kmin, kmax, keep, mq, mk, q0, q0 + r, bc, nk)
             if lo == hi:
                 rec.mem(0, cta, -1, STORE, O, i, -1, (base + q0) * row, r, row, row)
         for t, size in reversed(buffers):

@@ -56,6 +56,8 @@ from flashio.kernels._emit import (
     P_HEADS,
     P_KV_HEADS,
     P_KV_SEQ,
+    P_MASK_BKV,
+    P_MASK_BQ,
     P_SEQ,
     STORE,
     buf,
@@ -66,7 +68,7 @@ from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._record import Recorder
 from flashio.kernels._resources import regs_per_thread
 from flashio.kernels._terms import terms
-from flashio.kernels.mask import allowed, block_full, q_block_range
+from flashio.kernels.mask import PARTIAL, SKIP, allowed, keep_table, q_tiles, tile_state
 from flashio.simulator.trace import KernelInfo, Space, TensorInfo
 
 OPTIONS = ()
@@ -134,7 +136,8 @@ _jit_sizes = njit(inline="always")(_buffer_sizes)
 
 
 @njit(**JIT)
-def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
+def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep):
+    mq, mk = p[P_MASK_BQ], p[P_MASK_BKV]
     nh, nkh, n, nk, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_KV_SEQ], p[P_DIM]
     eb, acc, br, bc = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV]
     t_q, t_kv, grp = (n + br - 1) // br, (nk + bc - 1) // bc, nh // nkh
@@ -153,7 +156,7 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
         for j in range(t_kv):
             k0 = j * bc
             c = min(bc, nk - k0)
-            lo, hi = q_block_range(kmin, kmax, k0, k0 + c, br)
+            lo, hi = q_tiles(kmin, kmax, keep, mq, mk, k0, k0 + c, br, n)
             # K_j, V_j: HBM -> SRAM, once per CTA, if some query sees them
             off = (kvbase + k0) * row
             if lo < hi:
@@ -164,6 +167,9 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
                 for i in range(lo, hi):
                     q0 = i * br
                     r = min(br, n - q0)
+                    state = tile_state(kmin, kmax, keep, mq, mk, q0, q0 + r, k0, k0 + c)
+                    if state == SKIP:
+                        continue
                     row0 = base + q0  # Q_i's first row in (B, H, N) order
                     qo, ao, so, vec = row0 * row, row0 * arow, row0 * acc, r * acc
                     # line 10: Q_i, O_i, dO_i, dQ_acc_i, l_i, m_i: HBM -> SRAM/registers
@@ -175,7 +181,7 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
                     k = mem(ev, k, write, kernel, cta, j, LOAD, M, i, -1, so, 1, vec, vec)
                     mm = 2 * r * c * d
                     ew = EW_P_PER_SCORE * r * c + EW_P_PER_ROW * r
-                    if not block_full(kmin, kmax, q0, q0 + r, k0, k0 + c):
+                    if state == PARTIAL:
                         ew += r * c  # partial block: apply the mask
                     k = calc(ev, k, write, kernel, cta, j, MMA, i, j, mm)  # S = Q_i K_j^T
                     k = calc(ev, k, write, kernel, cta, j, EW, i, j, ew)  # P, lines 11-13
@@ -219,6 +225,7 @@ def execute(s, q, k, v, grad_out, rec):
     nb, nh, nkh, n, d, dt = sh.batch, sh.heads, sh.n_kv_heads, sh.seq_len, sh.head_dim, sh.dtype
     br, bc, eb, acc, grp = s.block_q, s.block_kv, sh.elem_bytes, sh.acc_bytes, sh.group
     nk, (kmin, kmax) = sh.n_kv, s.mask
+    keep, mq, mk = keep_table(sh)
     at = acc_dtype(dt)
     row, arow = d * eb, d * acc
     # the forward pass, same blocking: O and the m/l ledger it leaves in HBM
@@ -244,7 +251,7 @@ def execute(s, q, k, v, grad_out, rec):
             kb = slice(k0, k0 + c)
             k_j, v_j = k[b, kvh, kb].astype(at), v[b, kvh, kb].astype(at)
             off = (kvbase + k0) * row
-            lo, hi = q_block_range(kmin, kmax, k0, k0 + c, br)
+            lo, hi = q_tiles(kmin, kmax, keep, mq, mk, k0, k0 + c, br, n)
             if lo < hi:
                 rec.mem(0, cta, j, LOAD, K, j, -1, off, c, row, row)
                 rec.mem(0, cta, j, LOAD, V, j, -1, off, c, row, row)
@@ -254,6 +261,9 @@ def execute(s, q, k, v, grad_out, rec):
                 for i in range(lo, hi):
                     q0 = i * br
                     r = min(br, n - q0)
+                    state = tile_state(kmin, kmax, keep, mq, mk, q0, q0 + r, k0, k0 + c)
+                    if state == SKIP:
+                        continue
                     blk = slice(q0, q0 + r)
                     row0 = base + q0  # Q_i's first row in (B, H, N) order
                     qo, ao, so, vec = row0 * row, row0 * arow, row0 * acc, r * acc
@@ -270,7 +280,7 @@ def execute(s, q, k, v, grad_out, rec):
                     s_ij = (q_i @ k_j.T) * scale
                     rec.calc(0, cta, j, MMA, i, j, mm)
                     ew = EW_P_PER_SCORE * r * c + EW_P_PER_ROW * r
-                    if not block_full(kmin, kmax, q0, q0 + r, k0, k0 + c):
+                    if state == PARTIAL:
                         s_ij = np.where(allowed(sh, q0, q0 + r, k0, k0 + c), s_ij, -np.inf)
                         ew += r * c
                     # lines 11-13: P = diag(l)^-1 exp(S - m), from the forward's ledger (a row

@@ -30,6 +30,8 @@ from flashio.kernels._emit import (
     P_HEADS,
     P_KV_HEADS,
     P_KV_SEQ,
+    P_MASK_BKV,
+    P_MASK_BQ,
     P_SEQ,
     STORE,
     buf,
@@ -40,7 +42,7 @@ from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._record import offset4
 from flashio.kernels._resources import regs_per_thread
 from flashio.kernels._terms import terms
-from flashio.kernels.mask import block_full, kv_block_range
+from flashio.kernels.mask import PARTIAL, SKIP, allowed, keep_table, kv_tiles, tile_state
 from flashio.simulator.trace import KernelInfo, Op, Space, TensorInfo
 
 OPTIONS = ()
@@ -94,23 +96,28 @@ def kernels(s) -> tuple[KernelInfo, ...]:
 
 
 @njit(inline="always")
-def emit_blocks(ev, k, write, kernel, cta, brow, lo, hi, r0, r, kvbase, p, kmin, kmax):
-    """FA2's inner loop for Q rows r0..r0+r-1 (of the rows ``kmin, kmax`` describe): key
-    blocks lo..hi-1 of the K/V head whose first row is at byte ``kvbase``, then, if any was
-    visited, the normalization; ``brow`` labels the events' Q block. Shared by flash_decode."""
+def emit_blocks(ev, k, write, kernel, cta, brow, lo, hi, r0, r, kvbase, p, kmin, kmax, keep):
+    """FA2's inner loop for Q rows r0..r0+r-1 (of the rows ``kmin, kmax`` describe): the key
+    blocks lo..hi-1 the block mask ``keep`` keeps, of the K/V head whose first row is at byte
+    ``kvbase``, then, if any was visited, the normalization; ``brow`` labels the events' Q
+    block. Shared by flash_decode."""
     nk, d, eb, bc = p[P_KV_SEQ], p[P_DIM], p[P_EB], p[P_BKV]
+    mq, mk = p[P_MASK_BQ], p[P_MASK_BKV]
     row = d * eb
     for j in range(lo, hi):
         k0 = j * bc
         c = min(bc, nk - k0)
+        state = tile_state(kmin, kmax, keep, mq, mk, r0, r0 + r, k0, k0 + c)
+        if state == SKIP:
+            continue
         kvoff = kvbase + k0 * row
         # K_j, V_j: HBM -> SRAM, once per (i, j)
         k = mem(ev, k, write, kernel, cta, j, LOAD, K, j, -1, kvoff, c, row, row)
         k = mem(ev, k, write, kernel, cta, j, LOAD, V, j, -1, kvoff, c, row, row)
         k = calc(ev, k, write, kernel, cta, j, MMA, brow, j, 2 * r * c * d)  # S = Q K^T
         ew = EW_PER_SCORE * r * c + r * d + EW_PER_ROW * r
-        if not block_full(kmin, kmax, r0, r0 + r, k0, k0 + c):
-            ew += r * c  # partial block: apply the mask
+        if state == PARTIAL:
+            ew += r * c  # apply the mask
         k = calc(ev, k, write, kernel, cta, j, EW, brow, j, ew)
         k = calc(ev, k, write, kernel, cta, j, EXP, brow, j, r * c + r)
         k = calc(ev, k, write, kernel, cta, j, MMA, brow, j, 2 * r * c * d)  # O += P V
@@ -121,7 +128,7 @@ def emit_blocks(ev, k, write, kernel, cta, brow, lo, hi, r0, r, kvbase, p, kmin,
 
 
 @njit(**JIT)
-def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
+def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep):
     nh, nkh, n, nk, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_KV_SEQ], p[P_DIM]
     eb, acc, br, bc = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV]
     t_q, grp = (n + br - 1) // br, nh // nkh
@@ -140,11 +147,11 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
             k = buf(ev, k, write, kernel, cta, ALLOC, bufs[t], sizes[t])
         # Q_i: HBM -> SRAM, once per CTA that visits a K/V block
         qoff = ((b * nh + h) * n + q0) * row
-        lo, hi = kv_block_range(kmin, kmax, q0, q0 + r, bc)
+        lo, hi = kv_tiles(kmin, kmax, keep, p[P_MASK_BQ], p[P_MASK_BKV], q0, q0 + r, bc, nk)
         if lo < hi:
             k = mem(ev, k, write, kernel, cta, -1, LOAD, Q, i, -1, qoff, r, row, row)
         kvbase = (b * nkh + kvh) * nk * row
-        k = emit_blocks(ev, k, write, kernel, cta, i, lo, hi, q0, r, kvbase, p, kmin, kmax)
+        k = emit_blocks(ev, k, write, kernel, cta, i, lo, hi, q0, r, kvbase, p, kmin, kmax, keep)
         # O_i, L_i: SRAM -> HBM, once per CTA
         k = mem(ev, k, write, kernel, cta, -1, STORE, O, i, -1, qoff, r, row, row)
         loff = ((b * nh + h) * n + q0) * acc
@@ -156,26 +163,33 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
 
 def attend_blocks(s, rec, q_i, k_h, v_h, *, cta, brow, blocks, r0, kvbase):
     """The numeric twin of ``emit_blocks`` (kernel 0 of schedule ``s``): Q rows ``q_i``, rows
-    r0.. of ``s.mask``, against key blocks ``blocks = (lo, hi)`` of one K/V head (``k_h, v_h``:
-    (N_kv, d), first row at byte ``kvbase``), online softmax in the accumulator type, each
-    event logged. Returns the normalized O rows and their logsumexp (a row that saw no key:
-    O = 0, L = -inf)."""
+    r0.. of ``s.mask``, against the kept key blocks of ``blocks = (lo, hi)`` of one K/V head
+    (``k_h, v_h``: (N_kv, d), first row at byte ``kvbase``), online softmax in the accumulator
+    type, each event logged. Returns the normalized O rows and their logsumexp (a row that saw
+    no key: O = 0, L = -inf)."""
     sh, (kmin, kmax), (lo, hi), kernel = s.shape, s.mask, blocks, 0
+    keep, mq, mk = keep_table(sh)
     at, dt, d, bc = acc_dtype(sh.dtype), sh.dtype, sh.head_dim, s.block_kv
     r, row = q_i.shape[0], d * sh.elem_bytes
     o_i, m_i, l_i = np.zeros((r, d), at), np.full(r, -np.inf, at), np.zeros(r, at)
     for j in range(lo, hi):
         k0 = j * bc
         c = min(bc, k_h.shape[0] - k0)
+        state = tile_state(kmin, kmax, keep, mq, mk, r0, r0 + r, k0, k0 + c)
+        if state == SKIP:
+            continue
         k_j, v_j = k_h[k0 : k0 + c].astype(at), v_h[k0 : k0 + c].astype(at)
         rec.mem(kernel, cta, j, Op.LOAD, K, j, -1, kvbase + k0 * row, c, row, row)
         rec.mem(kernel, cta, j, Op.LOAD, V, j, -1, kvbase + k0 * row, c, row, row)
         s_ij = (q_i @ k_j.T) * at.type(sh.scale)
         rec.calc(kernel, cta, j, Op.MMA, brow, j, 2 * r * c * d)
         ew = EW_PER_SCORE * r * c + r * d + EW_PER_ROW * r
-        if not block_full(kmin, kmax, r0, r0 + r, k0, k0 + c):
-            cols = np.arange(k0, k0 + c)[None, :]
-            seen = (cols >= kmin[r0 : r0 + r, None]) & (cols <= kmax[r0 : r0 + r, None])
+        if state == PARTIAL:
+            if sh.block_mask is None:  # s.mask's rows (flash_decode packs heads into them)
+                cols = np.arange(k0, k0 + c)[None, :]
+                seen = (cols >= kmin[r0 : r0 + r, None]) & (cols <= kmax[r0 : r0 + r, None])
+            else:
+                seen = allowed(sh, r0, r0 + r, k0, k0 + c)
             s_ij = np.where(seen, s_ij, -np.inf)
             ew += r * c
         m_new = np.maximum(m_i, s_ij.max(axis=1))
@@ -225,7 +239,7 @@ def execute(s, q, k, v, grad_out, rec):
         r = min(br, n - q0)
         for t, size in buffers:
             rec.buf(0, cta, Op.ALLOC, t, size)
-        lo, hi = kv_block_range(kmin, kmax, q0, q0 + r, bc)
+        lo, hi = kv_tiles(kmin, kmax, *keep_table(sh), q0, q0 + r, bc, nk)
         q_i = q[b, h, q0 : q0 + r].astype(at)
         if lo < hi:
             qoff = offset4(qd, b, h, q0, 0, eb)

@@ -35,6 +35,8 @@ from flashio.kernels._emit import (
     P_HEADS,
     P_KV_HEADS,
     P_KV_SEQ,
+    P_MASK_BKV,
+    P_MASK_BQ,
     P_SEQ,
     REDUCE,
     STORE,
@@ -46,7 +48,7 @@ from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._record import Recorder, offset4
 from flashio.kernels._resources import regs_per_thread
 from flashio.kernels._terms import terms
-from flashio.kernels.mask import allowed, block_full, q_block_range
+from flashio.kernels.mask import PARTIAL, SKIP, allowed, keep_table, q_tiles, tile_state
 from flashio.simulator.trace import KernelInfo, Op, Space, TensorInfo
 
 OPTIONS = ()
@@ -166,7 +168,8 @@ def kernels(s) -> tuple[KernelInfo, ...]:
 
 
 @njit(**JIT)
-def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
+def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep):
+    mq, mk = p[P_MASK_BQ], p[P_MASK_BKV]
     nh, nkh, n, nk, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_KV_SEQ], p[P_DIM]
     eb, acc, br, bc = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV]
     t_q, t_kv, grp = (n + br - 1) // br, (nk + bc - 1) // bc, nh // nkh
@@ -203,7 +206,7 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
         for t in range(10):
             k = buf(ev, k, write, kernel, cta, ALLOC, bufs[t], sizes[t])
         kvoff = (bkh * nk + k0) * row
-        lo, hi = q_block_range(kmin, kmax, k0, k0 + c, br)
+        lo, hi = q_tiles(kmin, kmax, keep, mq, mk, k0, k0 + c, br, n)
         # K_j, V_j: HBM -> SRAM once per CTA that some Q block visits
         if lo < hi:
             k = mem(ev, k, write, kernel, cta, -1, LOAD, K, j, -1, kvoff, c, row, row)
@@ -214,6 +217,9 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
                 st = g * t_q + i
                 q0 = i * br
                 r = min(br, n - q0)
+                state = tile_state(kmin, kmax, keep, mq, mk, q0, q0 + r, k0, k0 + c)
+                if state == SKIP:
+                    continue
                 off, voff, aoff = (bh * n + q0) * row, (bh * n + q0) * acc, (bh * n + q0) * arow
                 # Q_i, dO_i, L_i, D_i: HBM -> SRAM once per (i, j)
                 k = mem(ev, k, write, kernel, cta, st, LOAD, Q, i, -1, off, r, row, row)
@@ -222,7 +228,7 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
                 k = mem(ev, k, write, kernel, cta, st, LOAD, D, i, -1, voff, 1, r * acc, r * acc)
                 mm = 2 * r * c * d
                 ew_p = EW_P_PER_SCORE * r * c
-                if not block_full(kmin, kmax, q0, q0 + r, k0, k0 + c):
+                if state == PARTIAL:
                     ew_p += r * c  # partial block: apply the mask
                 ew_ds = EW_DS_PER_SCORE * r * c + EW_DQ_PER_ELEM * r * d
                 k = calc(ev, k, write, kernel, cta, st, MMA, i, j, mm)  # S = Q K^T
@@ -250,6 +256,7 @@ def execute(s, q, k, v, grad_out, rec):
     sh = s.shape
     nb, nh, n, d, dt, grp = sh.batch, sh.heads, sh.seq_len, sh.head_dim, sh.dtype, sh.group
     nk, (kmin, kmax) = sh.n_kv, s.mask
+    keep, mq, mk = keep_table(sh)
     br, bc, eb, acc = s.block_q, s.block_kv, sh.elem_bytes, sh.acc_bytes
     at = acc_dtype(dt)
     scale = at.type(sh.scale)
@@ -292,7 +299,7 @@ def execute(s, q, k, v, grad_out, rec):
         c = min(bc, nk - k0)
         for t in MAIN_BUFFERS:
             rec.buf(1, cta, Op.ALLOC, t, z[t])
-        lo, hi = q_block_range(kmin, kmax, k0, k0 + c, br)
+        lo, hi = q_tiles(kmin, kmax, keep, mq, mk, k0, k0 + c, br, n)
         k_j = k[b, kvh, k0 : k0 + c].astype(at)
         v_j = v[b, kvh, k0 : k0 + c].astype(at)
         if lo < hi:
@@ -304,6 +311,9 @@ def execute(s, q, k, v, grad_out, rec):
             for i in range(lo, hi):
                 q0 = i * br
                 r = min(br, n - q0)
+                state = tile_state(kmin, kmax, keep, mq, mk, q0, q0 + r, k0, k0 + c)
+                if state == SKIP:
+                    continue
                 step = g * s.t_q + i
                 q_i = q[b, h, q0 : q0 + r].astype(at)
                 mem(1, cta, step, Op.LOAD, Q, i, -1, qd, b, h, q0, r, eb)
@@ -318,7 +328,7 @@ def execute(s, q, k, v, grad_out, rec):
                 s_ij = (q_i @ k_j.T) * scale
                 rec.calc(1, cta, step, Op.MMA, i, j, mm)
                 ew = EW_P_PER_SCORE * r * c
-                if not block_full(kmin, kmax, q0, q0 + r, k0, k0 + c):
+                if state == PARTIAL:
                     s_ij = np.where(allowed(sh, q0, q0 + r, k0, k0 + c), s_ij, -np.inf)
                     ew += r * c
                 rec.calc(1, cta, step, Op.ELEMENTWISE, i, j, ew)

@@ -126,6 +126,11 @@ def split_heuristic(n_units_blocks: int, sm_count: int, n_kv_blocks: int) -> int
 
 def validate(s) -> None:
     """Check the options and resolve ``num_splits`` (the heuristic when None or absent)."""
+    if s.shape.block_mask is not None:
+        raise TilingError(
+            "flash_decode takes no block mask (its rows pack a group's query heads); "
+            "run a block-sparse shape with flash2 or flash1"
+        )
     opts = dict(s.options)
     unknown = sorted(set(opts) - set(OPTIONS))
     if unknown:
@@ -235,7 +240,7 @@ def kernels(s) -> tuple[KernelInfo, ...]:
 
 # -- fast tracer ---------------------------------------------------------------------------------
 @njit(**JIT)
-def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
+def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep):
     nb, nh, nkh, n, nk, d = p[P_BATCH], p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_KV_SEQ], p[P_DIM]
     eb, acc, br, bc, ns = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV], p[P_NUM_SPLITS]
     grp = nh // nkh
@@ -300,7 +305,7 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
         if lo < hi:  # Q_i: HBM -> SRAM, once per CTA that visits a key block
             k = mem(ev, k, write, 0, cta, -1, LOAD, Q, m, sp, first * row, r, row, row)
         kvbase = (b * nkh + kvh) * nk * row
-        k = emit_blocks(ev, k, write, 0, cta, m, lo, hi, r0, r, kvbase, p, kmin, kmax)
+        k = emit_blocks(ev, k, write, 0, cta, m, lo, hi, r0, r, kvbase, p, kmin, kmax, keep)
         if ns == 1:  # O, L directly
             k = mem(ev, k, write, 0, cta, -1, STORE, O, m, -1, first * row, r, row, row)
             k = mem(ev, k, write, 0, cta, -1, STORE, LSE, m, -1, first * acc, 1, r * acc, r * acc)

@@ -20,6 +20,7 @@ import numpy as np
 from flashio.kernels import flash_decode
 from flashio.kernels._numerics import to_dtype
 from flashio.kernels._standard_common import softmax_chunk
+from flashio.kernels.mask import tile_states
 from flashio.kernels.schedules import Schedule
 
 __all__ = [
@@ -88,11 +89,17 @@ def tiling_errors(sched: Schedule) -> list[str]:
         return [f"schedule {sched.name!r} has no GPU version; choose one of {GPU_SCHEDULES}"]
     if sh.variant and sched.name == "standard":
         errs.append(
-            "of the CUDA kernels flash2's forward and backward and flash_decode run a window, "
-            "segments or another kv_seq_len (MASKED); standard runs full and causal attention "
-            "of equal lengths"
+            "of the CUDA kernels flash2's forward and backward run a window, segments, a block "
+            "mask or another kv_seq_len (MASKED), flash_decode all but the block mask; standard "
+            "runs full and causal attention of equal lengths"
         )
         return errs
+    bm = sh.block_mask
+    if bm is not None and (bm.block_q % bq or bm.block_kv % bkv):
+        errs.append(
+            f"a block mask of {bm.block_q} x {bm.block_kv} blocks must hold whole {bq} x {bkv} "
+            "tiles (its block sizes multiples of block_q and block_kv), as flex_attention's"
+        )
     if sh.dtype not in _NAN_BITS:
         errs.append(f"dtype {sh.dtype!r} has no GPU version; use fp16 or bf16")
     if d % 16 or d > 256:
@@ -161,6 +168,8 @@ def defines(sched: Schedule) -> tuple[tuple[str, int], ...]:
         d["MASKED"] = 1
     if sched.name == "flash_decode":  # flash2_fwd.cu's FlashDecoding build
         d["SPLIT_KV"] = 1
+    if sched.shape.block_mask is not None:  # the tile states of a block mask
+        d["BLOCK_SPARSE"] = 1
     if sched.name == "standard":
         d["SOFTMAX_ROWS"] = sched.option("softmax_rows")
         d["SOFTMAX_PASSES"] = sched.option("softmax_passes")
@@ -222,6 +231,9 @@ class CompiledSchedule:
         if _masked(self.sched):  # the segments' cumulative ends (one 0 when there are none)
             ends = np.cumsum(sh.segments) if sh.segments else np.zeros(1)
             bufs["seg_ends"] = cp.asarray(ends, dtype=cp.int32)
+        if sh.block_mask is not None:
+            states = tile_states(sh, self.sched.block_q, self.sched.block_kv)
+            bufs["tiles"] = cp.asarray(states.astype(np.uint8))
         nan16 = np.uint16(_NAN_BITS[sh.dtype])
 
         def poison16(shape):
@@ -271,6 +283,8 @@ class CompiledSchedule:
             left, right = sh.window_bounds or (-1, -1)
             n_segs = len(sh.segments) if sh.segments else 0
             masked = (i32(sh.n_kv), i32(left), i32(right), "seg_ends", i32(n_segs))
+            if sh.block_mask is not None:
+                masked += ("tiles",)
         split = ()
         if self.sched.name == "flash_decode":
             ns = self.sched.option("num_splits")

@@ -25,6 +25,14 @@ segment, combined with causal and window as above.
 ``block_ranges`` is the whole block view at once, and ``BlockSums`` its sums over the visited
 blocks (rows, keys, scores, partial blocks), the terms of every schedule's closed-form traffic.
 
+A block mask (``shape.block_mask``, block-sparse attention) is the one mask that is not an
+interval per row: keys are kept or dropped by blocks of its own grain. ``key_ranges`` stays
+the rows' envelope and ``keep_table`` holds the kept blocks as a summed-area table, so any
+tile asks in O(1) how many of the mask blocks it overlaps are kept (``tile_state``: skipped,
+partial or full). The tile loops walk their envelope range and skip the tiles no kept block
+reaches (``kv_tiles``, ``q_tiles`` narrow the range to the first and last visited tile); a
+shape without a block mask has one kept block as large as any tensor, so the same code runs.
+
 A row that sees no key (only when ``kv_seq_len < seq_len``, causal: its own position lies
 before the first key) has ``kmin = 0, kmax = -1``. Such rows form a prefix, so both arrays
 stay monotone; schedules write O = 0 and logsumexp = +inf for them, as flash-attn does.
@@ -45,12 +53,23 @@ __all__ = [
     "block_full",
     "block_ranges",
     "block_sums",
+    "keep_table",
     "key_ranges",
     "kv_block_range",
+    "kv_tiles",
     "pair_count",
     "q_block_range",
+    "q_tiles",
     "seen_counts",
+    "tile_state",
+    "tile_states",
 ]
+
+# the grain of "no block mask": one kept block larger than any tensor (sizes < 2**31)
+NO_GRAIN = 1 << 40
+_ALL_KEPT = np.array([[0, 0], [0, 1]], np.int64)
+_ALL_KEPT.setflags(write=False)
+SKIP, PARTIAL, FULL = 0, 1, 2  # tile_state
 
 
 @lru_cache(maxsize=16)
@@ -90,13 +109,37 @@ def allowed(shape, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
     """Boolean (r1 - r0, c1 - c0): which keys ``c0..c1-1`` queries ``r0..r1-1`` see."""
     kmin, kmax = key_ranges(shape)
     cols = np.arange(c0, c1)[None, :]
-    return (cols >= kmin[r0:r1, None]) & (cols <= kmax[r0:r1, None])
+    seen = (cols >= kmin[r0:r1, None]) & (cols <= kmax[r0:r1, None])
+    bm = shape.block_mask
+    if bm is not None:
+        rows = np.arange(r0, r1) // bm.block_q
+        seen &= bm.array[rows[:, None], cols // bm.block_kv]
+    return seen
 
 
 def pair_count(shape) -> int:
     """Query-key pairs the mask allows, per (batch, head)."""
     kmin, kmax = key_ranges(shape)
-    return int((kmax - kmin + 1).sum())
+    if shape.block_mask is None:
+        return int((kmax - kmin + 1).sum())
+    return int(_kept_in(shape, kmin, kmax).sum())
+
+
+def _kept_in(shape, kmin, kmax) -> np.ndarray:
+    """Per row: the keys of ``kmin..kmax`` its block-mask row keeps (0 for an empty row),
+    from the kept blocks' prefix sums (keys below x: whole kept blocks, then x's own)."""
+    bm = shape.block_mask
+    kept = np.zeros((bm.q_blocks, bm.kv_blocks + 1), np.int64)  # a zero block past the end
+    kept[:, :-1] = bm.array
+    prefix = np.zeros_like(kept)
+    np.cumsum(kept[:, :-1], axis=1, out=prefix[:, 1:])
+    g = np.arange(shape.seq_len) // bm.block_q
+
+    def below(x):  # kept keys < x of each row's mask row
+        j = x // bm.block_kv
+        return bm.block_kv * prefix[g, j] + (x - j * bm.block_kv) * kept[g, j]
+
+    return below(np.maximum(kmax + 1, kmin)) - below(kmin)
 
 
 def block_ranges(shape, block_q: int, block_kv: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -122,11 +165,128 @@ def seen_counts(shape) -> tuple[int, int]:
     """(queries that see at least one key, keys at least one query sees), per (batch, head):
     the rows of Q and of K/V an exact algorithm must read."""
     kmin, kmax = key_ranges(shape)
+    if shape.block_mask is not None:
+        return _seen_counts_blocks(shape, kmin, kmax)
     nonempty = kmax >= kmin
     if not nonempty.any():
         return 0, 0
     first = int(np.argmax(nonempty))  # the rows' intervals overlap or touch: one key range
     return int(nonempty.sum()), int(kmax[-1] - kmin[first] + 1)
+
+
+def _seen_counts_blocks(shape, kmin, kmax) -> tuple[int, int]:
+    """``seen_counts`` with a block mask: rows with a kept key in their interval, and keys
+    that some row of a query block keeping their key block has in its interval (the rows of
+    one query block cover one key interval, their union: the rows' intervals touch)."""
+    bm = shape.block_mask
+    rows = int((_kept_in(shape, kmin, kmax) > 0).sum())
+    seen = np.zeros(shape.n_kv + 1, np.int64)  # a difference array over keys
+    kept = bm.array
+    for g in range(bm.q_blocks):
+        r0, r1 = g * bm.block_q, min((g + 1) * bm.block_q, shape.seq_len)
+        nonempty = np.nonzero(kmax[r0:r1] >= kmin[r0:r1])[0]
+        if not len(nonempty):
+            continue
+        a, b = kmin[r0 + nonempty[0]], kmax[r1 - 1] + 1
+        for j in np.nonzero(kept[g])[0]:
+            c0, c1 = max(a, j * bm.block_kv), min(b, (j + 1) * bm.block_kv)
+            if c0 < c1:
+                seen[c0] += 1
+                seen[c1] -= 1
+    return rows, int((np.cumsum(seen[:-1]) > 0).sum())
+
+
+@lru_cache(maxsize=16)
+def _keep(shape) -> tuple[np.ndarray, int, int]:
+    bm = shape.block_mask
+    if bm is None:
+        return _ALL_KEPT, NO_GRAIN, NO_GRAIN
+    sat = np.zeros((bm.q_blocks + 1, bm.kv_blocks + 1), np.int64)
+    sat[1:, 1:] = bm.array.cumsum(0).cumsum(1)
+    sat.setflags(write=False)
+    return sat, bm.block_q, bm.block_kv
+
+
+def keep_table(shape) -> tuple[np.ndarray, int, int]:
+    """The block mask for the tracers: (summed-area table of kept blocks, (q_blocks + 1,
+    kv_blocks + 1) int64; block_q; block_kv). Without a block mask one kept block of grain
+    ``NO_GRAIN``. Read-only, cached per shape."""
+    return _keep(shape)
+
+
+@njit(inline="always")
+def tile_state(kmin, kmax, keep, mq, mk, r0, r1, c0, c1):
+    """SKIP (0) when no kept mask block overlaps rows ``r0..r1-1`` x keys ``c0..c1-1``,
+    FULL (2) when every overlapped block is kept and every row sees every key
+    (``block_full``), else PARTIAL (1): computed whole and masked element by element. The
+    loops only ask for tiles their rows' intervals reach."""
+    a, b = r0 // mq, (r1 - 1) // mq + 1
+    c, e = c0 // mk, (c1 - 1) // mk + 1
+    kept = keep[b, e] - keep[a, e] - keep[b, c] + keep[a, c]
+    if kept == 0:
+        return 0
+    if kept == (b - a) * (e - c) and block_full(kmin, kmax, r0, r1, c0, c1):
+        return 2
+    return 1
+
+
+@njit(inline="always")
+def kv_tiles(kmin, kmax, keep, mq, mk, r0, r1, bc, nk):
+    """``kv_block_range`` narrowed to its first and last tile the block mask keeps: the K/V
+    blocks (of ``bc`` of the ``nk`` keys) Q rows ``r0..r1-1`` visit, tiles between them
+    included (each still asks ``tile_state``); equal when they visit none."""
+    lo, hi = kv_block_range(kmin, kmax, r0, r1, bc)
+    while (
+        lo < hi
+        and tile_state(kmin, kmax, keep, mq, mk, r0, r1, lo * bc, min(lo * bc + bc, nk)) == 0
+    ):
+        lo += 1
+    while (
+        hi > lo
+        and tile_state(kmin, kmax, keep, mq, mk, r0, r1, (hi - 1) * bc, min(hi * bc, nk)) == 0
+    ):
+        hi -= 1
+    return lo, hi
+
+
+@njit(inline="always")
+def q_tiles(kmin, kmax, keep, mq, mk, c0, c1, br, n):
+    """``q_block_range`` narrowed as ``kv_tiles``: the Q blocks (of ``br`` of the ``n`` rows)
+    that visit keys ``c0..c1-1``."""
+    lo, hi = q_block_range(kmin, kmax, c0, c1, br)
+    while (
+        lo < hi
+        and tile_state(kmin, kmax, keep, mq, mk, lo * br, min(lo * br + br, n), c0, c1) == 0
+    ):
+        lo += 1
+    while (
+        hi > lo
+        and tile_state(kmin, kmax, keep, mq, mk, (hi - 1) * br, min(hi * br, n), c0, c1) == 0
+    ):
+        hi -= 1
+    return lo, hi
+
+
+def tile_states(shape, block_q: int, block_kv: int) -> np.ndarray:
+    """(Tr, Tc) int8: each tile's ``tile_state`` where the rows' intervals reach it
+    (``block_ranges``), SKIP elsewhere: the tiles every flash schedule visits, which the
+    CUDA kernels read for a block mask."""
+    kmin, kmax = key_ranges(shape)
+    keep, mq, mk = keep_table(shape)
+    lo, hi, _ = block_ranges(shape, block_q, block_kv)
+    out = np.zeros((len(lo), math.ceil(shape.n_kv / block_kv)), np.int8)
+    _fill_states(
+        out, kmin, kmax, keep, mq, mk, lo, hi, block_q, block_kv, shape.seq_len, shape.n_kv
+    )
+    return out
+
+
+@njit(cache=True)
+def _fill_states(out, kmin, kmax, keep, mq, mk, lo, hi, br, bc, n, nk):
+    for i in range(out.shape[0]):
+        r0, r1 = i * br, min((i + 1) * br, n)
+        for j in range(lo[i], hi[i]):
+            out[i, j] = tile_state(kmin, kmax, keep, mq, mk, r0, r1, j * bc, min(j * bc + bc, nk))
 
 
 @njit(inline="always")
@@ -214,6 +374,8 @@ def block_sums(shape, block_q: int, block_kv: int) -> BlockSums:
     t_q, t_kv = math.ceil(n / br), math.ceil(nk / bc)
     if not shape.causal and not shape.variant:
         return BlockSums(t_kv * n, t_q * nk, n * nk, t_q * t_kv, n, nk, t_kv, t_q * t_kv)
+    if shape.block_mask is not None:
+        return _block_sums_of(tile_states(shape, br, bc), n, nk, br, bc)
     lo, hi, kv_seen = block_ranges(shape, br, bc)
     kmin, kmax = key_ranges(shape)
     r0 = np.arange(t_q, dtype=np.int64) * br
@@ -235,4 +397,24 @@ def block_sums(shape, block_q: int, block_kv: int) -> BlockSums:
         int(kv_len[kv_seen].sum()),
         int(kv_seen.sum()),
         int(full.sum()),
+    )
+
+
+def _block_sums_of(states: np.ndarray, n: int, nk: int, br: int, bc: int) -> BlockSums:
+    """``BlockSums`` summed tile by tile over a ``tile_states`` table (a block mask's visited
+    tiles need not be contiguous)."""
+    t_q, t_kv = states.shape
+    rows = np.minimum(br, n - np.arange(t_q, dtype=np.int64) * br)
+    cols = np.minimum(bc, nk - np.arange(t_kv, dtype=np.int64) * bc)
+    visited = states > 0
+    kv_seen = visited.any(axis=0)
+    return BlockSums(
+        int(rows @ visited.sum(axis=1)),
+        int((visited @ cols).sum()),
+        int(rows @ visited @ cols),
+        int(visited.sum()),
+        int(rows[visited.any(axis=1)].sum()),
+        int(cols[kv_seen].sum()),
+        int(kv_seen.sum()),
+        int((states == 2).sum()),
     )

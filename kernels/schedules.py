@@ -16,7 +16,7 @@ from flashio.kernels.implementation import (
     ImplementationError,
     implementation,
 )
-from flashio.kernels.mask import key_ranges
+from flashio.kernels.mask import keep_table, key_ranges
 from flashio.kernels.registry import SCHEDULES, spec
 from flashio.kernels.shape import MAX_SIZE, AttentionShape
 from flashio.simulator.errors import TilingError
@@ -124,6 +124,12 @@ class Schedule:
         mod = _module(self.name)
         return mod.mask(self) if hasattr(mod, "mask") else key_ranges(self.shape)
 
+    @property
+    def keep(self) -> np.ndarray:
+        """The block mask's summed-area table (``kernels.mask.keep_table``; its grain is in
+        ``params``)."""
+        return keep_table(self.shape)[0]
+
     def option(self, key: str) -> int:
         return dict(self.options)[key]
 
@@ -144,6 +150,7 @@ class Schedule:
             self.warps,
             int(s.causal),
             s.n_kv,
+            *keep_table(s)[1:],
         )
         for i, (_, value) in enumerate(self.options):
             p[P_EXTRA + i] = value
@@ -192,26 +199,28 @@ class Schedule:
         if start == stop:
             return np.empty(0, EVENT_DTYPE)
         emit = _module(self.name)._emit
-        return run_emitter(emit, kernel, start, stop, self.params(), self.mask, out)
+        return run_emitter(emit, kernel, start, stop, self.params(), self.mask, self.keep, out)
 
     def n_events(self) -> int:
         """Number of events in the whole trace, counted without storing them."""
-        emit, p, (lo, hi) = _module(self.name)._emit, self.params(), self.mask
+        emit, p, (lo, hi), keep = _module(self.name)._emit, self.params(), self.mask, self.keep
         empty = np.empty(0, EVENT_DTYPE)
         return sum(
-            emit(empty, False, k, 0, ki.ctas, p, lo, hi) for k, ki in enumerate(self.kernels)
+            emit(empty, False, k, 0, ki.ctas, p, lo, hi, keep) for k, ki in enumerate(self.kernels)
         )
 
     def trace(self) -> Trace:
         """The whole trace, built by the fast tracer (no arithmetic), in one allocation."""
         emit, p, kernels = _module(self.name)._emit, self.params(), self.kernels
-        lo, hi = self.mask
+        (lo, hi), keep = self.mask, self.keep
         empty = np.empty(0, EVENT_DTYPE)
-        counts = [emit(empty, False, k, 0, ki.ctas, p, lo, hi) for k, ki in enumerate(kernels)]
+        counts = [
+            emit(empty, False, k, 0, ki.ctas, p, lo, hi, keep) for k, ki in enumerate(kernels)
+        ]
         events = np.empty(sum(counts), EVENT_DTYPE)
         start = 0
         for k, (ki, n) in enumerate(zip(kernels, counts, strict=True)):
-            emit(events[start : start + n], True, k, 0, ki.ctas, p, lo, hi)
+            emit(events[start : start + n], True, k, 0, ki.ctas, p, lo, hi, keep)
             start += n
         return Trace(events, self.meta)
 

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from flashio.kernels.block_mask import BlockMask
 from flashio.simulator.errors import ShapeError
 
 __all__ = ["DTYPES", "AttentionShape"]
@@ -53,6 +54,10 @@ class AttentionShape:
         lengths of the sequences laid end to end, summing to ``seq_len``; a query sees only
         keys of its own segment (and, with ``causal`` or ``window``, only those keys of it).
         Needs ``kv_seq_len`` equal to ``seq_len``.
+    block_mask : kernels.BlockMask or None
+        Block-sparse attention (FlashAttention's Prop. 4, flex_attention's ``BlockMask``):
+        query i sees key j only where block ``(i // block_q, j // block_kv)`` is kept, on top
+        of the masks above. A dict (``BlockMask.to_dict``) is accepted too.
 
     Notes
     -----
@@ -69,6 +74,7 @@ class AttentionShape:
     kv_seq_len: int | None = None
     window: int | tuple[int, int] | None = None
     segments: tuple[int, ...] | None = None
+    block_mask: BlockMask | None = None
 
     def __post_init__(self):
         for name in ("batch", "heads", "seq_len", "head_dim"):
@@ -166,6 +172,17 @@ class AttentionShape:
                     f"(got {self.n_kv} and {self.seq_len})"
                 )
             object.__setattr__(self, "segments", seg)
+        bm = self.block_mask
+        if isinstance(bm, dict):
+            bm = BlockMask.from_dict(bm)
+            object.__setattr__(self, "block_mask", bm)
+        if bm is not None:
+            if not isinstance(bm, BlockMask):
+                raise ShapeError(
+                    "AttentionShape.block_mask must be a kernels.BlockMask, got "
+                    f"{type(bm).__name__}"
+                )
+            bm.check_fits(self.seq_len, self.n_kv)
 
     @property
     def n_kv(self) -> int:
@@ -183,8 +200,13 @@ class AttentionShape:
     @property
     def variant(self) -> bool:
         """True for a mask beyond full and causal attention of equal lengths (window,
-        segments or kv_seq_len != seq_len), which this project's CUDA kernels do not run."""
-        return self.window is not None or self.segments is not None or self.n_kv != self.seq_len
+        segments, a block mask or kv_seq_len != seq_len): the CUDA kernels' MASKED builds."""
+        return (
+            self.window is not None
+            or self.segments is not None
+            or self.block_mask is not None
+            or self.n_kv != self.seq_len
+        )
 
     @property
     def elem_bytes(self) -> int:
@@ -247,12 +269,17 @@ class AttentionShape:
             seg = self.segments
             more = f", ... {len(seg)} in all" if len(seg) > 4 else ""
             parts.append(f"segments=({', '.join(map(str, seg[:4]))}{more})")
+        if self.block_mask is not None:
+            parts.append(self.block_mask.describe())
         return ", ".join(parts)
 
     def to_dict(self) -> dict:
-        """The fields as a dict; ``kv_seq_len``, ``window`` and ``segments`` only when set."""
+        """The fields as a dict (JSON-able); ``kv_seq_len``, ``window``, ``segments`` and
+        ``block_mask`` only when set."""
         d = asdict(self)
-        for k in ("kv_seq_len", "window", "segments"):
+        if self.block_mask is not None:
+            d["block_mask"] = self.block_mask.to_dict()
+        for k in ("kv_seq_len", "window", "segments", "block_mask"):
             if d[k] is None:
                 del d[k]
             elif isinstance(d[k], tuple):

@@ -61,6 +61,8 @@ from flashio.kernels._emit import (
     P_BKV,
     P_EB,
     P_KV_SEQ,
+    P_MASK_BKV,
+    P_MASK_BQ,
     P_SEQ,
     STORE,
     buf,
@@ -84,7 +86,7 @@ from flashio.kernels._standard_common import (
     tile_product,
 )
 from flashio.kernels._terms import terms
-from flashio.kernels.mask import allowed, block_full
+from flashio.kernels.mask import FULL, allowed, keep_table, tile_state
 from flashio.simulator.trace import KernelInfo, Space, TensorInfo
 
 OPTIONS = SOFTMAX_OPTIONS
@@ -148,7 +150,8 @@ def kernels(s) -> tuple[KernelInfo, ...]:
 
 # -- fast tracer -------------------------------------------------------------------------------
 @njit(**JIT)
-def _emit_softmax(ev, write, cta_start, cta_stop, p, kmin, kmax):
+def _emit_softmax(ev, write, cta_start, cta_stop, p, kmin, kmax, keep):
+    mq, mk = p[P_MASK_BQ], p[P_MASK_BKV]
     n, nk, eb, acc, bc = p[P_SEQ], p[P_KV_SEQ], p[P_EB], p[P_ACC], p[P_BKV]
     passes, rows = p[P_SOFTMAX_PASSES], p[P_SOFTMAX_ROWS]
     t_kv, t_r = (nk + bc - 1) // bc, (n + rows - 1) // rows
@@ -165,7 +168,7 @@ def _emit_softmax(ev, write, cta_start, cta_stop, p, kmin, kmax):
             jc, last = it % t_kv, it >= (passes - 1) * t_kv
             k0 = jc * bc
             c = min(bc, nk - k0)
-            masked = not block_full(kmin, kmax, r0, r0 + r, k0, k0 + c)
+            masked = tile_state(kmin, kmax, keep, mq, mk, r0, r0 + r, k0, k0 + c) != FULL
             off = (base + k0) * eb
             # S chunk: HBM -> SRAM (once per pass)
             k = mem(ev, k, write, 1, cta, it, LOAD, S, rb, jc, off, r, c * eb, nk * eb)
@@ -186,7 +189,7 @@ def _emit_softmax(ev, write, cta_start, cta_stop, p, kmin, kmax):
             for jc in range((nk + w - 1) // w):
                 k0 = jc * w
                 c = min(w, nk - k0)
-                masked = not block_full(kmin, kmax, r0, r0 + r, k0, k0 + c)
+                masked = tile_state(kmin, kmax, keep, mq, mk, r0, r0 + r, k0, k0 + c) != FULL
                 ew = (EW_SOFTMAX_PER_SCORE + EW_MASK_PER_SCORE * masked) * r * c
                 k = calc(ev, k, write, 1, cta, jc, EW, rb, jc, ew)
                 k = calc(ev, k, write, 1, cta, jc, EXP, rb, jc, r * c)
@@ -202,12 +205,12 @@ def _emit_softmax(ev, write, cta_start, cta_stop, p, kmin, kmax):
 
 
 @njit(**JIT)
-def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax):
+def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep):
     if kernel == 0:  # qk: S = Q K^T / sqrt(d)
         bufs = (Q_S, K_S, S_ACC)
         return _emit_tile(ev, write, 0, cta_start, cta_stop, p, Q, K, S, bufs, EW_QK_PER_SCORE)
     if kernel == 1:
-        return _emit_softmax(ev, write, cta_start, cta_stop, p, kmin, kmax)
+        return _emit_softmax(ev, write, cta_start, cta_stop, p, kmin, kmax, keep)
     # pv: O = P V
     return _emit_rows(ev, write, 2, cta_start, cta_stop, p, P, V, O, (P_S, V_S, O_ACC), 0)
 
@@ -217,6 +220,7 @@ def _softmax(s, run, s_mat, p_mat):
     sh, bc, n, nk, t_kv = s.shape, s.block_kv, s.shape.seq_len, s.shape.n_kv, s.t_kv
     rows, at = s.option("softmax_rows"), run.at
     kmin, kmax = s.mask
+    keep, mq, mk = keep_table(sh)
     for cta in range(s.kernels[1].ctas):
         bh, rb = divmod(cta, -(-n // rows))
         b, h = divmod(bh, sh.heads)
@@ -228,7 +232,7 @@ def _softmax(s, run, s_mat, p_mat):
             jc = it % t_kv
             c = min(bc, nk - jc * bc)
             s_c = run.load(1, cta, it, S, s_mat, b, h, r0, r, jc * bc, c, rb, jc)
-            masked = not block_full(kmin, kmax, r0, r0 + r, jc * bc, jc * bc + c)
+            masked = tile_state(kmin, kmax, keep, mq, mk, r0, r0 + r, jc * bc, jc * bc + c) != FULL
             if masked:
                 s_c = np.where(allowed(sh, r0, r0 + r, jc * bc, jc * bc + c), s_c, -np.inf)
             ew_mask = EW_MASK_PER_SCORE * r * c * masked
@@ -263,7 +267,9 @@ def _softmax(s, run, s_mat, p_mat):
             w = softmax_chunk(bc, 1)
             for jc in range(-(-nk // w)):  # the kernel's chunks of the resident rows
                 c = min(w, nk - jc * w)
-                masked = not block_full(kmin, kmax, r0, r0 + r, jc * w, jc * w + c)
+                masked = (
+                    tile_state(kmin, kmax, keep, mq, mk, r0, r0 + r, jc * w, jc * w + c) != FULL
+                )
                 ew = (EW_SOFTMAX_PER_SCORE + EW_MASK_PER_SCORE * masked) * r * c
                 run.calc(1, cta, jc, EW, rb, jc, ew)
                 run.calc(1, cta, jc, EXP, rb, jc, r * c)

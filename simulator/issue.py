@@ -186,7 +186,7 @@ def program_key(
     )
 
 
-MASK_FIELDS = ("window", "segments", "kv_seq_len")  # a trace's params beyond causal
+MASK_FIELDS = ("window", "segments", "kv_seq_len", "block_mask")  # params beyond causal
 
 
 @functools.lru_cache(maxsize=8)

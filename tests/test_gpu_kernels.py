@@ -224,6 +224,65 @@ def test_flash2_backward_masked(dtype, tiles, fields):
         assert np.all(g[:, :, unseen_k] == 0), f"dK, dV of keys no row sees, seed {seed}"
 
 
+# block masks (the BLOCK_SPARSE builds), 128 x 128 blocks over the tiles of FWD_TILES and
+# BWD_TILES: random blocks over ragged N, local and global blocks with causal, keys of their
+# own length, and a query block and a key block the mask drops entirely
+def _block_sparse_shape(case: int, d: int, dtype: str) -> kernels.AttentionShape:
+    bm = kernels.BlockMask
+    fields = [
+        {"seq_len": 1000, "block_mask": bm.random(1000, 0.3, seed=1)},
+        {"seq_len": 900, "causal": True, "block_mask": bm.local(900, 2, global_blocks=1)},
+        {"seq_len": 700, "kv_seq_len": 1000, "causal": True, "kv_heads": 2,
+         "block_mask": bm.random(700, 0.5, kv_seq_len=1000, seed=2)},
+        {"seq_len": 500, "block_mask": bm.from_array([[1, 0, 1, 1], [0, 0, 0, 0], [1, 0, 0, 1],
+                                                      [1, 0, 1, 1]])},
+    ][case]  # fmt: skip
+    return kernels.AttentionShape(**{"batch": 2, "heads": 4, "head_dim": d, "dtype": dtype,
+                                     **fields})  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("tiles", FWD_TILES)
+@pytest.mark.parametrize("case", range(4))
+def test_flash2_forward_block_sparse(dtype, tiles, case):
+    """The BLOCK_SPARSE forward against the dense reference with the block mask: the error
+    rule on O; rows the mask leaves without a key get O = 0 and L = +inf."""
+    d, bq, bkv, w = tiles
+    sched = kernels.schedule("flash2", _block_sparse_shape(case, d, dtype), bq, bkv, w)
+    assert gpu.tiling_errors(sched) == [] and dict(gpu.defines(sched))["BLOCK_SPARSE"] == 1
+    _check_masked_forward(sched)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("tiles", BWD_TILES)
+@pytest.mark.parametrize("case", range(4))
+def test_flash2_backward_block_sparse(dtype, tiles, case):
+    """The BLOCK_SPARSE backward: the error rule on dQ, dK and dV; zero gradients for the
+    rows and keys the mask leaves alone."""
+    d, bq, bkv, w = tiles
+    shape = _block_sparse_shape(case, d, dtype)
+    sched = kernels.schedule("flash2_bwd", shape, bq, bkv, w)
+    assert gpu.tiling_errors(sched) == [] and dict(gpu.defines(sched))["BLOCK_SPARSE"] == 1
+    seed = _fresh_seed()
+    arrays = random_inputs(shape, seed=seed, backward=True)
+    got = gpu.run_schedule(sched, *arrays)
+    exact = kernels.attention_backward(*arrays, mask=shape)
+    same = kernels.attention_backward(*arrays, mask=shape, dtype=dtype)
+    for name, g, e, p in zip(("dQ", "dK", "dV"), got, exact, same, strict=True):
+        _check_rule(name, g, e, p, dtype, seed)
+    ok = kernels.mask.allowed(shape, 0, shape.seq_len, 0, shape.n_kv)
+    assert np.all(got[0][:, :, ~ok.any(axis=1)] == 0), f"dQ of rows that see no key, seed {seed}"
+    for g in got[1:]:
+        assert np.all(g[:, :, ~ok.any(axis=0)] == 0), f"dK, dV of keys no row sees, seed {seed}"
+
+
+def test_block_masks_must_hold_whole_tiles():
+    shape = kernels.AttentionShape(1, 2, 256, 64, "bf16", block_mask=kernels.BlockMask.random(
+        256, 0.5, block_q=64, block_kv=64))  # fmt: skip
+    errs = gpu.tiling_errors(kernels.schedule("flash2", shape, 128, 64, 8))
+    assert any("whole 128 x 64 tiles" in e for e in errs)
+
+
 # FlashDecoding (flash2_fwd.cu's SPLIT_KV build and its combine): the group packed into one
 # tile (GQA, one query), one query per head, several queries, a window that leaves most splits
 # without a key, one split (no combine)

@@ -1,5 +1,6 @@
 """Masks beyond full and causal attention: sliding windows, packed segments, a K/V length of
-its own (decoding, chunked prefill), through every schedule.
+its own (decoding, chunked prefill), block masks (block-sparse attention), through every
+schedule.
 
 Independent computations that must agree:
 - the mask's rows (``kernels.mask.key_ranges``) against the definitions, element by element;
@@ -9,11 +10,13 @@ Independent computations that must agree:
 - the closed-form IO, FLOPs and bounds against the trace and the simulator.
 """
 
+import dataclasses
 import itertools
+import re
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from flashio import kernels, simulator
@@ -27,6 +30,7 @@ from flashio.analysis.closed_form.io import block_sums, io_counts_of
 from flashio.analysis.strategies import tilings, variant_shapes
 from flashio.kernels import flash2, mask
 from flashio.kernels._record import Recorder
+from flashio.kernels.block_mask import parse_block_mask
 from flashio.simulator import Op
 from flashio.simulator.errors import ShapeError
 from tests._util import trace_traffic
@@ -50,7 +54,19 @@ def _dense(shape) -> np.ndarray:
     if shape.segments is not None:
         seg = np.repeat(np.arange(len(shape.segments)), shape.segments)
         ok &= seg[:, None] == seg[None, :]
-    return ok
+    return ok & _kept(shape)
+
+
+def _kept(shape) -> np.ndarray:
+    """The block mask element by element (all True without one)."""
+    bm = shape.block_mask
+    if bm is None:
+        return np.ones((shape.seq_len, shape.n_kv), bool)
+    grid = bm.array
+    return grid[np.arange(shape.seq_len) // bm.block_q][:, np.arange(shape.n_kv) // bm.block_kv]
+
+
+BM = kernels.BlockMask.from_array
 
 
 SHAPES = [
@@ -66,6 +82,11 @@ SHAPES = [
     A(1, 4, 1, 4, "fp64", kv_seq_len=17, kv_heads=2),  # decoding, GQA
     A(1, 2, 1, 4, "fp64", causal=True, kv_seq_len=17, window=4),  # decoding, windowed cache
     A(2, 2, 13, 4, "fp64", window=(3, 20), kv_seq_len=9),
+    A(1, 2, 11, 4, "fp64", block_mask=BM([[1, 0, 1], [0, 0, 1]], 8, 4)),  # ragged blocks
+    A(1, 2, 11, 4, "fp64", causal=True, block_mask=BM([[0, 1], [1, 1], [1, 0]], 4, 8)),
+    A(1, 2, 11, 4, "fp64", block_mask=BM([[0]], 20, 20)),  # nothing kept
+    A(1, 2, 11, 4, "fp64", causal=True, window=4, block_mask=BM(np.eye(11), 1, 1)),
+    A(2, 4, 9, 4, "fp64", kv_heads=2, kv_seq_len=14, block_mask=BM([[1, 0, 1, 1]], 16, 4)),
 ]
 
 
@@ -73,7 +94,9 @@ SHAPES = [
 def test_key_ranges_match_the_definitions(shape):
     kmin, kmax = mask.key_ranges(shape)
     cols = np.arange(shape.n_kv)[None, :]
-    assert np.array_equal((cols >= kmin[:, None]) & (cols <= kmax[:, None]), _dense(shape))
+    envelope = _dense(dataclasses.replace(shape, block_mask=None))
+    assert np.array_equal((cols >= kmin[:, None]) & (cols <= kmax[:, None]), envelope)
+    assert np.array_equal(mask.allowed(shape, 0, shape.seq_len, 0, shape.n_kv), _dense(shape))
     assert mask.pair_count(shape) == _dense(shape).sum()
     assert shape.forward_flops() == 4 * shape.head_dim * shape.batch * shape.heads * (
         _dense(shape).sum()
@@ -87,28 +110,53 @@ def test_key_ranges_match_the_definitions(shape):
 )
 @settings(max_examples=150)
 def test_block_view_by_brute_force(shape, br, bc):
-    """Visited ranges both ways and full blocks, against every element of the dense mask."""
-    ok = _dense(shape)
+    """Visited ranges both ways and full blocks, against every element of the dense mask: the
+    rows' intervals (the envelope, without the block mask) and the tiles the schedules visit
+    (the envelope reaches them and a kept mask block overlaps them; full when every element
+    of the tile is allowed)."""
+    ok, env = _dense(shape), _dense(dataclasses.replace(shape, block_mask=None))
     n, nk = ok.shape
+    bm = shape.block_mask
+    gq, gk = (bm.block_q, bm.block_kv) if bm is not None else (n, nk)
     kmin, kmax = mask.key_ranges(shape)
+    keep, mq, mk = mask.keep_table(shape)
     lo, hi, kv_seen = mask.block_ranges(shape, br, bc)
+    states = mask.tile_states(shape, br, bc)
+    visited = np.zeros(states.shape, bool)
     for i, j in itertools.product(range(-(-n // br)), range(-(-nk // bc))):
         r0, r1, c0, c1 = i * br, min(n, (i + 1) * br), j * bc, min(nk, (j + 1) * bc)
-        tile = ok[r0:r1, c0:c1]
+        tile = env[r0:r1, c0:c1]
         assert (lo[i] <= j < hi[i]) == tile.any()
         qlo, qhi = mask.q_block_range(kmin, kmax, c0, c1, br)
         assert (qlo <= i < qhi) == tile.any()
         assert mask.block_full(kmin, kmax, r0, r1, c0, c1) == tile.all()
         assert tuple(mask.kv_block_range(kmin, kmax, r0, r1, bc)) == (lo[i], hi[i])
-    for j in range(-(-nk // bc)):
-        assert kv_seen[j] == ok[:, j * bc : (j + 1) * bc].any()
+        overlap = bm is None or bool(
+            bm.array[r0 // gq : (r1 - 1) // gq + 1, c0 // gk : (c1 - 1) // gk + 1].any()
+        )
+        visited[i, j] = tile.any() and overlap
+        assert (states[i, j] > 0) == visited[i, j]
+        assert (states[i, j] == mask.FULL) == ok[r0:r1, c0:c1].all()
+    for i in range(states.shape[0]):
+        r0, r1 = i * br, min(n, (i + 1) * br)
+        row = np.nonzero(visited[i])[0]
+        want = (row[0], row[-1] + 1) if len(row) else (0, 0)
+        got = mask.kv_tiles(kmin, kmax, keep, mq, mk, r0, r1, bc, nk)
+        assert tuple(got) == want or (len(row) == 0 and got[0] == got[1])
+    for j in range(states.shape[1]):
+        c0, c1 = j * bc, min(nk, (j + 1) * bc)
+        assert kv_seen[j] == env[:, c0:c1].any()
+        col = np.nonzero(visited[:, j])[0]
+        want = (col[0], col[-1] + 1) if len(col) else (0, 0)
+        got = mask.q_tiles(kmin, kmax, keep, mq, mk, c0, c1, br, n)
+        assert tuple(got) == want or (len(col) == 0 and got[0] == got[1])
     tiles = [
-        ok[i * br : (i + 1) * br, j * bc : (j + 1) * bc]
+        (visited[i, j], ok[i * br : (i + 1) * br, j * bc : (j + 1) * bc])
         for i, j in itertools.product(range(-(-n // br)), range(-(-nk // bc)))
     ]
     bs = block_sums(shape, br, bc)
-    assert bs.pairs == sum(t.any() for t in tiles) and bs.full_pairs == sum(t.all() for t in tiles)
-    assert bs.area == sum(t.size for t in tiles if t.any())
+    assert bs.pairs == visited.sum() and bs.full_pairs == sum(t.all() for _, t in tiles)
+    assert bs.area == sum(t.size for v, t in tiles if v)
     q_seen, kv_seen_keys = mask.seen_counts(shape)
     assert q_seen == ok.any(axis=1).sum() and kv_seen_keys == ok.any(axis=0).sum()
 
@@ -133,6 +181,8 @@ def _run(sched, rng):
 def test_executor_exact_and_trace_is_the_tracers(name, shape):
     """fp64 executors within 1e-12 of the dense float64 reference (rounding of a few hundred
     operations at most); their logged events are the tracer's, event for event."""
+    if name == "flash_decode" and shape.block_mask is not None:
+        pytest.skip("flash_decode takes no block mask")
     rng = np.random.default_rng(7)
     for br, bc in ((3, 4), (4, 3), (16, 16)):
         sched = kernels.schedule(name, shape, br, bc)
@@ -171,6 +221,7 @@ def test_closed_forms_equal_trace_and_simulator(name, data):
         sched = kernels.schedule(name, A(1, 4, 1, 16, "fp16", True, 2, 64, 24), 16, 8, 4)
     else:
         shape = data.draw(variant_shapes(max_seq_len=40, head_dims=(8, 16)))
+        assume(name != "flash_decode" or shape.block_mask is None)
         sched = data.draw(tilings(shape=shape, names=(name,)))
     counts = io_counts_of(sched)
     assert {t.name: (t.read_bytes, t.write_bytes) for t in counts.tensors} == trace_traffic(sched)
@@ -258,3 +309,50 @@ def test_to_dict_round_trips_and_omits_unset_variants():
                                     "kv_heads"}  # fmt: skip
     for shape in SHAPES:
         assert A(**shape.to_dict()) == shape
+
+
+def test_block_mask_constructors_and_round_trip():
+    bm = kernels.BlockMask.random(1000, 0.3, block_q=64, block_kv=128, seed=5)
+    assert bm.array.shape == (16, 8) and bm.array.sum() == round(0.3 * 128)
+    assert bm == kernels.BlockMask.random(1000, 0.3, block_q=64, block_kv=128, seed=5)
+    assert bm != kernels.BlockMask.random(1000, 0.3, block_q=64, block_kv=128, seed=6)
+    assert kernels.BlockMask.from_dict(bm.to_dict()) == bm
+    shape = A(1, 2, 1000, 8, block_mask=bm)
+    assert A(**shape.to_dict()) == shape and "29.7% of 16x8 kept" in shape.describe()
+    local = kernels.BlockMask.local(512, 2, global_blocks=1, block_q=128, block_kv=128).array
+    assert local.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 1, 1]]
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: A(1, 1, 300, 8, block_mask=kernels.BlockMask.random(200, 0.5)), "need 3 x 3"),
+        (lambda: kernels.BlockMask.random(100, 1.5), "density must be in [0, 1]"),
+        (lambda: kernels.BlockMask.from_array(np.ones(4)), "non-empty 2-D array"),
+        (lambda: A(1, 1, 9, 8, block_mask="x"), "must be a kernels.BlockMask"),
+        (lambda: kernels.BlockMask.from_dict({"rows": ["1"]}), "needs block_q, block_kv"),
+        (lambda: parse_block_mask("random:x", 100), "give random:DENSITY"),
+        (lambda: parse_block_mask("local:2", 100, 300), "kv_seq_len equal to seq_len"),
+    ],
+)
+def test_bad_block_masks_are_refused_with_a_reason(make, message):
+    with pytest.raises(ShapeError, match=re.escape(message)):
+        make()
+
+
+def test_flash_decode_refuses_a_block_mask():
+    shape = A(1, 2, 1, 8, kv_seq_len=300, block_mask=kernels.BlockMask.random(1, 0.5,
+              kv_seq_len=300, block_q=1, block_kv=64))  # fmt: skip
+    with pytest.raises(kernels.TilingError, match="no block mask"):
+        kernels.schedule("flash_decode", shape)
+
+
+@pytest.mark.parametrize("name", ("flash2", "flash2_bwd", "flash1", "flash1_bwd"))
+@given(shape=variant_shapes(variants=("block_mask",), max_seq_len=40), data=st.data())
+def test_a_block_mask_never_moves_more_than_its_shape_without_it(name, shape, data):
+    """Dropping blocks only drops visits: a block mask never adds global bytes or FLOPs."""
+    sched = data.draw(tilings(shape=shape, names=(name,)))
+    bare = kernels.schedule(name, dataclasses.replace(shape, block_mask=None), sched.block_q,
+                            sched.block_kv, sched.warps)  # fmt: skip
+    assert io_counts_of(sched).total_bytes <= io_counts_of(bare).total_bytes
+    assert matmul_flops(sched) <= matmul_flops(bare)

@@ -77,3 +77,36 @@ def test_flash_decode_bytes_are_the_replays_and_it_streams_the_cache():
     copy = masks.run_data("masks_decode.json")["ceilings"]["copy_bytes_per_s"]
     split = next(r for r in rows if r["case"] == "decode 65536" and r["kernel"] == "flash_decode")
     assert split["cache"] / split["measured_s"] >= 0.85 * copy
+
+
+def test_block_mask_bytes_are_the_replays():
+    """With a block mask the forward reads the replay's bytes and its row of tile states
+    (a sector a CTA at most) and writes exactly the replay's; the backward's pre and post
+    kernels move exactly the replay's bytes, its main kernel reads the replay's and its column
+    of tile states (a sector per Q block at most) and writes at least the replay's (dK, dV in
+    half sectors, and spill stores the census's masked build does not make: docs/validation.md)."""
+    rows = masks.block_byte_rows()
+    assert len(rows) == 8 and [r["profiled"] for r in rows] == [r["kernel"] for r in rows]
+    for r in rows:
+        assert 0 <= r["read"] - r["trace_read"] <= r["table"], (r["case"], r["kernel"])
+        if r["kernel"] == "flash2_bwd":
+            assert r["write"] >= r["trace_write"], r["case"]
+        else:
+            assert r["write"] == r["trace_write"], (r["case"], r["kernel"])
+
+
+def test_block_mask_times_scale_with_the_kept_tiles():
+    """Nothing is fitted to these timings: the backward is within the issue's 15% MAPE
+    (measured 7.1%); the forward is predicted too fast, more so as fewer tiles are kept
+    (measured MAPE 15.9%, every row too fast: docs/validation.md); and the measured time
+    falls with the kept tiles (8% of them local, 25% random, all)."""
+    rows = masks.block_time_rows()
+    bwd = [r for r in rows if r["pass"] == "bwd"]
+    assert len(bwd) == 8 and np.abs([r["error"] for r in bwd]).mean() <= 0.15
+    fwd = [r for r in rows if r["pass"] == "fwd"]
+    assert len(fwd) == 8 and all(-0.30 <= r["error"] < 0 for r in fwd)
+    for p in ("fwd", "bwd"):
+        for d in (64, 128):
+            t = {r["case"]: r["measured_s"] for r in rows if r["pass"] == p
+                 and r["shape"].head_dim == d}  # fmt: skip
+            assert t["local 4 + 2 global"] < t["random 25%"] < t["full"], (p, d)

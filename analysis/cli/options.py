@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from flashio import kernels
+from flashio.kernels.block_mask import parse_block_mask
 from flashio.kernels.schedules import DEFAULT_WARPS
 
 # Every verb's default GPU: the validation H200 as its microbenchmarks measured it
@@ -108,8 +109,17 @@ SHAPE_FLAGS = {
                                 "help": "packed documents: their lengths, summing to "
                                 "--seq-len; a query sees only its own document (default: "
                                 "one sequence)"}),
+    "block_mask": ("--block-mask", {"default": None, "metavar": "SPEC",
+                                    "help": "block-sparse attention: random:DENSITY[:SEED] "
+                                    "(that share of the blocks, drawn with SEED), "
+                                    "local:WIDTH[:GLOBAL] (key blocks within WIDTH of the "
+                                    "diagonal, GLOBAL leading blocks seen by and seeing all) or "
+                                    "a .npy grid of query x key blocks (default: none)"}),
+    "mask_block": ("--mask-block", {"type": int, "default": 128, "metavar": "B",
+                                    "help": "block size of --block-mask, queries and keys "
+                                    "(default 128, flex_attention's)"}),
 }  # fmt: skip
-VARIANT_FLAGS = ("kv_seq_len", "window", "segments")
+VARIANT_FLAGS = ("kv_seq_len", "window", "segments", "block_mask", "mask_block")
 # a sweep's lists: several lengths and head dims
 SWEEP_LISTS = {
     "seq_len": {"type": listed(int), "nargs": "+", "default": [(1024, 2048, 4096)],
@@ -137,20 +147,25 @@ def add_shape(p: argparse.ArgumentParser, lists: bool = False) -> None:
 def shape_of(a: argparse.Namespace, **fields) -> kernels.AttentionShape:
     """The AttentionShape the parsed shape flags describe; ``fields`` replace some (a sweep's
     seq_len and head_dim). Flags a verb does not have take their defaults."""
-    given = {name: getattr(a, name, None) for name in ("kv_heads", *VARIANT_FLAGS)}
+    names = ("kv_heads", "kv_seq_len", "window", "segments")
+    given = {name: getattr(a, name, None) for name in names}
     given = {k: v for k, v in given.items() if v is not None}
-    return kernels.AttentionShape(
-        **{
-            "batch": a.batch,
-            "heads": a.heads,
-            "seq_len": a.seq_len,
-            "head_dim": a.head_dim,
-            "dtype": a.dtype,
-            "causal": getattr(a, "causal", False),
-            **given,
-            **fields,
-        }
-    )
+    f = {
+        "batch": a.batch,
+        "heads": a.heads,
+        "seq_len": a.seq_len,
+        "head_dim": a.head_dim,
+        "dtype": a.dtype,
+        "causal": getattr(a, "causal", False),
+        **given,
+        **fields,
+    }
+    spec = getattr(a, "block_mask", None)
+    if spec is not None:  # drawn for the shape's lengths (a sweep's each N)
+        f["block_mask"] = parse_block_mask(
+            spec, f["seq_len"], f.get("kv_seq_len"), getattr(a, "mask_block", 128)
+        )
+    return kernels.AttentionShape(**f)
 
 
 def add_impl(p, what: str) -> None:

@@ -282,8 +282,9 @@ def mask_table(gpu_name: str = "h200", seq_lens=(4096, 16384, 65536), d: int = 1
     """Markdown table: flash2 forward bytes per (batch, head) under each mask, next to full
     attention and to what any exact algorithm must move (``compulsory_bytes``), fp16, Br = Bc
     = the seed's block for N on the GPU (``kernels.default_block``): causal, a 4,096-key
-    causal window, 4 equal packed documents (causal), and one decoding step (N = 1) over an
-    N-token KV cache (its Q tile holds one real row)."""
+    causal window, 4 equal packed documents (causal), one decoding step (N = 1) over an
+    N-token KV cache (its Q tile holds one real row), and a block mask keeping a random
+    quarter of the 128 x 128 blocks (seed 0)."""
     gpu = simulator.load_gpu(gpu_name)
     lines = [
         "| N | mask | pairs W | flash2 bytes | compulsory bytes | flash2 / compulsory "
@@ -297,6 +298,7 @@ def mask_table(gpu_name: str = "h200", seq_lens=(4096, 16384, 65536), d: int = 1
             "causal, window 4096": {"causal": True, "window": 4096},
             "causal, 4 documents": {"causal": True, "segments": (n // 4,) * 4},
             f"decode, KV cache {n:,}": {"seq_len": 1, "kv_seq_len": n},
+            "25% of 128 x 128 blocks": {"block_mask": kernels.BlockMask.random(n, 0.25)},
         }
         b = kernels.default_block(kernels.AttentionShape(1, 1, n, d), gpu.smem_per_cta_bytes)
         full = None

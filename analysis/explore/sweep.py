@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import itertools
 import math
 from collections.abc import Callable, Iterable
@@ -159,7 +160,8 @@ def pareto_front(rows: list[SweepRow]) -> dict[tuple, list[SweepRow]]:
 
 def mask_text(shape: kernels.AttentionShape) -> str:
     """The shape's mask beyond causal, as a sweep row records it: ``kv_seq_len=N;window=W;
-    segments=L1,L2`` (the parts that are set), or "" for none."""
+    segments=L1,L2;block_mask=BQxBK,DENSITY,DIGEST`` (the parts that are set; the digest, of
+    the kept blocks, tells masks of one density apart), or "" for none."""
     parts = []
     if shape.kv_seq_len is not None:
         parts.append(f"kv_seq_len={shape.kv_seq_len}")
@@ -168,6 +170,10 @@ def mask_text(shape: kernels.AttentionShape) -> str:
         parts.append(f"window={w}" if isinstance(w, int) else f"window={w[0]},{w[1]}")
     if shape.segments is not None:
         parts.append("segments=" + ",".join(map(str, shape.segments)))
+    bm = shape.block_mask
+    if bm is not None:
+        digest = hashlib.sha1(bm.bits).hexdigest()[:12]
+        parts.append(f"block_mask={bm.block_q}x{bm.block_kv},{bm.density:.4f},{digest}")
     return ";".join(parts)
 
 

@@ -30,6 +30,8 @@ __all__ = [
     "NCU_BWD_CASES",
     "NCU_CASES",
     "NCU_DECODE_CASES",
+    "block_byte_rows",
+    "block_time_rows",
     "bwd_byte_rows",
     "bwd_time_rows",
     "byte_rows",
@@ -64,8 +66,25 @@ NCU_DECODE_CASES = tuple(
 )
 
 
+def _block_cases():
+    """Block masks profiled (benchmarks/masks_ncu.py --block-sparse), 128 x 128 blocks at 4k."""
+    bm = kernels.BlockMask
+    return (
+        ("random 25%", {"seq_len": 4096, "block_mask": bm.random(4096, 0.25, seed=0)}),
+        ("local 2 + 1 global, causal",
+         {"seq_len": 4096, "causal": True, "block_mask": bm.local(4096, 2, global_blocks=1)}),
+    )  # fmt: skip
+
+
 def ncu_schedules(kind: str = "forward") -> list[tuple[str, kernels.Schedule]]:
-    """The profiled schedules of ``kind``: "forward", "backward" or "decode"."""
+    """The profiled schedules of ``kind``: "forward", "backward", "decode" or "block" (the
+    block masks' forward launches, then their backward's)."""
+    if kind == "block":
+        return [
+            (label, kernels.schedule(name, kernels.AttentionShape(**NCU_BASE, **f), *tiles))
+            for name, tiles in (("flash2", (128, 128, 8)), ("flash2_bwd", (64, 128, 8)))
+            for label, f in _block_cases()
+        ]
     if kind == "decode":
         return [
             (label, kernels.schedule("flash_decode", kernels.AttentionShape(**{**NCU_BASE, **f})))
@@ -132,6 +151,76 @@ def bwd_byte_rows() -> list[dict]:
                     "dkdv": dkdv if k.name == "flash2_bwd" else 0,
                 }
             )
+    return out
+
+
+def block_byte_rows() -> list[dict]:
+    """Per block-mask NCU case and kernel (the forward's, then the backward's pre, main and
+    post; the forward each backward run makes first is skipped): measured and replayed bytes
+    in and out of the SMs, and the tile states the kernel reads (``table``: the Tr x Tc bytes
+    the trace leaves out, in 32-byte sectors, one a CTA for the forward's row of states, one a
+    visited Q block for the backward's column)."""
+    launches = parse_ncu_csv((DATA / "gpu" / "masks" / "masks_block_ncu.csv").read_text())
+    launches = iter(launches)
+    out = []
+    for label, sched in ncu_schedules("block"):
+        res = simulator.simulate(sched, GPU, options=OPTIONS)
+        for k in res.kernels:
+            ln = next(launches)
+            while sched.name == "flash2_bwd" and ln["kernel"] == "flash2_fwd":
+                ln = next(launches)  # the forward that made O and L
+            m = ln["metrics"]
+            t_q = sched.t_q if k.name == "flash2_bwd" else 1
+            reads_states = k.name in ("flash2_fwd", "flash2_bwd")
+            out.append(
+                {
+                    "case": label,
+                    "schedule": sched.name,
+                    "shape": sched.shape,
+                    "kernel": k.name,
+                    "profiled": ln["kernel"],
+                    "read": m["l1tex__m_xbar2l1tex_read_bytes.sum"],
+                    "write": m["l1tex__m_l1tex2xbar_write_bytes.sum"],
+                    "trace_read": k.global_read_bytes,
+                    "trace_write": k.global_write_bytes,
+                    "table": k.ctas * t_q * SECTOR if reads_states else 0,
+                    "time_s": m["gpu__time_duration.sum"] * 1e-9,
+                }
+            )
+    return out
+
+
+def block_time_rows() -> list[dict]:
+    """The block masks' forward and backward (data/gpu/masks/masks_block.json), measured and
+    predicted by the issue model, flex_attention beside, the share of tiles kept."""
+    doc = run_data("masks_block.json")
+    harness = load_calibration().harness
+    other = {(r["pass"], r["case"], json.dumps(r["shape"])): r for r in doc["rows"]
+             if r["impl"] != "flashio"}  # fmt: skip
+    out = []
+    for r in doc["rows"]:
+        if r["impl"] != "flashio":
+            continue
+        shape = kernels.AttentionShape(**r["shape"])
+        name = "flash2_bwd" if r["pass"] == "bwd" else "flash2"
+        sched = kernels.schedule(name, shape, r["block_q"], r["block_kv"], r["warps"])
+        res = simulator.simulate(sched, GPU, options=OPTIONS)
+        pred = harness.event_time([k.time_s for k in res.kernels])
+        bs = block_sums(shape, sched.block_q, sched.block_kv)
+        peer = other[(r["pass"], r["case"], json.dumps(r["shape"]))]
+        out.append(
+            {
+                "pass": r["pass"],
+                "case": r["case"],
+                "shape": shape,
+                "tiling": (sched.block_q, sched.block_kv, sched.warps),
+                "measured_s": r["median_ms"] * 1e-3,
+                "predicted_s": pred,
+                "error": pred / (r["median_ms"] * 1e-3) - 1,
+                "kept": bs.pairs / (sched.t_q * sched.t_kv),
+                "other_s": peer["median_ms"] * 1e-3,
+            }
+        )
     return out
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from flashio.analysis.validation.masks import (
+    block_byte_rows,
+    block_time_rows,
     bwd_byte_rows,
     bwd_time_rows,
     byte_rows,
@@ -70,6 +72,7 @@ def markdown() -> str:
         ),
     ]  # fmt: skip
     lines += _bwd_lines()
+    lines += _block_lines()
     lines += _decode_lines()
     lines += [
         "",
@@ -133,6 +136,47 @@ def _decode_lines() -> list[str]:
                 (f"{r['shape'].n_kv:,}", f"{r['splits']}", f"{r['measured_s'] * 1e3:.4f}",
                  f"{r['predicted_s'] * 1e3:.4f}", f"{r['error']:+.1%}",
                  f"{r['other_s'] * 1e3:.4f}", f"{r['other_kernels_s'] * 1e3:.4f}")
+                for r in rows
+            ),
+        ),
+    ]  # fmt: skip
+
+
+def _block_lines() -> list[str]:
+    """Block masks (the BLOCK_SPARSE builds): bytes per kernel, times of both passes."""
+    rows = block_time_rows()
+    fwd, bwd = ([r for r in rows if r["pass"] == p] for p in ("fwd", "bwd"))
+    return [
+        "",
+        "Bytes in and out of the SMs, block masks of 128 x 128 blocks (B = 1, H = 8, N = 4,096, "
+        "d = 64, bf16; forward 128x128 tiles, 8 warps; backward 64x128, 8 warps), the replay "
+        "with the issue model; `table`: the tile states the kernel reads, which the trace leaves "
+        "out (at most a 32-byte sector per CTA, per visited Q block in the backward):",
+        "",
+        *_table(
+            ("case", "kernel", "read (GPU)", "read (trace)", "table at most", "write (GPU)",
+             "write (trace)"),
+            (
+                (r["case"], r["kernel"], f"{r['read']:,.0f}", f"{r['trace_read']:,}",
+                 f"{r['table']:,}" if r["table"] else "", f"{r['write']:,.0f}",
+                 f"{r['trace_write']:,}")
+                for r in block_byte_rows()
+            ),
+        ),
+        "",
+        "Time, block masks at N = 16,384 (B = 1, H = 16, bf16; 128 x 128 blocks; forward "
+        "128x128 w8 at d = 64 and 128x64 w8 at d = 128, backward 64x128 w8), event-timed "
+        "through the launch harness, against the issue model on h200-measured, with torch "
+        f"flex_attention (the same block mask, compiled) beside it. Forward {_mape(fwd)}; "
+        f"backward {_mape(bwd)}.",
+        "",
+        *_table(
+            ("case", "pass", "d", "tiles kept", "measured ms", "predicted ms", "error",
+             "flex ms"),
+            (
+                (r["case"], r["pass"], f"{r['shape'].head_dim}", f"{r['kept']:.0%}",
+                 f"{r['measured_s'] * 1e3:.3f}", f"{r['predicted_s'] * 1e3:.3f}",
+                 f"{r['error']:+.1%}", f"{r['other_s'] * 1e3:.3f}")
                 for r in rows
             ),
         ),

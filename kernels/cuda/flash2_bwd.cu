@@ -29,10 +29,22 @@
 // (the rows' intervals sit in shared memory, 8 bytes a row beside L and D), and a K/V block no
 // row sees loads nothing and writes dK = dV = 0. Rows that see no key have L = +inf from the
 // forward, so their P is 0. MASKED = 0 (full and causal) compiles to the code it always did.
+//
+// BLOCK_SPARSE = 1 (with MASKED = 1) adds a block mask: `tiles`, the schedule's Tr x Tc tile
+// states (kernels.mask.tile_states, 0 = skipped), narrow the range to the first and last Q
+// block the mask keeps and the CTA skips the others in between, as kernels/flash2_bwd.py
+// does. The mask's blocks hold whole tiles (kernels/gpu.py checks), so partial tiles are
+// partial by the rows' intervals alone.
 #include "mma_tiles.cu"
 
 #ifndef MASKED
 #define MASKED 0
+#endif
+#ifndef BLOCK_SPARSE
+#define BLOCK_SPARSE 0
+#endif
+#if BLOCK_SPARSE && !MASKED
+#error "BLOCK_SPARSE needs MASKED = 1"
 #endif
 #if MASKED
 #include "key_range.cu"
@@ -138,6 +150,9 @@ extern "C" __global__ void __launch_bounds__(NT)
 #if MASKED
                , int nk, int left, int right, const int* __restrict__ seg_ends, int n_segs
 #endif
+#if BLOCK_SPARSE
+               , const unsigned char* __restrict__ tiles
+#endif
                ) {
     extern __shared__ __align__(128) unsigned char smem[];
     u16* sK = reinterpret_cast<u16*>(smem);
@@ -181,9 +196,18 @@ extern "C" __global__ void __launch_bounds__(NT)
         const KeyRange kr = key_range(mid, n, nk, causal, left, right, seg_ends, n_segs);
         if (kr.hi >= kr.lo && kr.lo > k1) lb = mid; else la = mid + 1;
     }
+#if BLOCK_SPARSE
+    // narrowed to the first and last Q block the block mask keeps (column j of the states)
+    int i_start = ra < la ? ra / BLOCK_Q : 0;
+    int i_end = ra < la ? (la - 1) / BLOCK_Q + 1 : 0;
+    while (i_start < i_end && tiles[(long)i_start * t_kv + j] == 0) ++i_start;
+    while (i_end > i_start && tiles[(long)(i_end - 1) * t_kv + j] == 0) --i_end;
+    const bool seen = i_start < i_end;
+#else
     const bool seen = ra < la;
     const int i_start = seen ? ra / BLOCK_Q : 0;
     const int i_end = seen ? (la - 1) / BLOCK_Q + 1 : 0;
+#endif
 
     // K_j, V_j: HBM -> SRAM once per CTA that some row sees
     if (seen) {
@@ -215,6 +239,9 @@ extern "C" __global__ void __launch_bounds__(NT)
     for (int g = 0; g < grp; ++g) {
         const long bh = (long)b * heads + kvh * grp + g;
         for (int i = i_start; i < i_end; ++i) {
+#if BLOCK_SPARSE
+            if (tiles[(long)i * t_kv + j] == 0) continue;  // the same for the whole CTA
+#endif
             const int q0 = i * BLOCK_Q, r = min(BLOCK_Q, n - q0);
             const long qbase = (bh * n + q0) * HEAD_DIM;
             __syncthreads();  // every warp is done with the previous Q, dO, L, D and dS tiles

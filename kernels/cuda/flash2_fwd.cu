@@ -21,6 +21,12 @@
 // masks the partial ones element by element, and a row that sees no key gets O = 0 and
 // L = +inf. MASKED = 0 (full and causal) compiles to the code it always did.
 //
+// BLOCK_SPARSE = 1 (with MASKED = 1) adds a block mask (kernels/block_mask.py): `tiles`, the
+// schedule's Tr x Tc tile states (kernels.mask.tile_states: 0 skipped, 1 partial, 2 full),
+// and the CTA walks only the key blocks of its row that are not skipped, prefetching the next
+// one. The mask's blocks hold whole tiles (kernels/gpu.py checks), so a partial tile is
+// partial by the rows' intervals alone and is masked as above.
+//
 // SPLIT_KV = 1 (with MASKED = 1) builds FlashDecoding (kernels/flash_decode.py) from the same
 // loop: `flash_decode`, one CTA per (unit, Q block, split) as the schedule numbers them, walks
 // its split's share of the key blocks and writes a normalized partial output and its
@@ -38,8 +44,14 @@
 #ifndef SPLIT_KV
 #define SPLIT_KV 0
 #endif
+#ifndef BLOCK_SPARSE
+#define BLOCK_SPARSE 0
+#endif
 #if SPLIT_KV && !MASKED
 #error "SPLIT_KV needs MASKED = 1 (a decoding step's queries sit at the end of its keys)"
+#endif
+#if BLOCK_SPARSE && (!MASKED || SPLIT_KV)
+#error "BLOCK_SPARSE needs MASKED = 1 and no SPLIT_KV"
 #endif
 #if SPLIT_KV
 #define FWD_KERNEL flash_decode
@@ -69,6 +81,14 @@ extern "C" __global__ void flash2_fwd_smem_bytes(long long* out) { out[0] = SMEM
 #if MASKED
 #include "key_range.cu"
 #endif
+#if BLOCK_SPARSE
+// the first tile after j in this row of tile states that is not skipped, or `last`
+__device__ __forceinline__ int next_tile(const unsigned char* row, int j, int last) {
+    do ++j;
+    while (j < last && row[j] == 0);
+    return j;
+}
+#endif
 
 extern "C" __global__ void __launch_bounds__(NT)
     FWD_KERNEL(const u16* __restrict__ Q, const u16* __restrict__ K, const u16* __restrict__ V,
@@ -82,6 +102,9 @@ extern "C" __global__ void __launch_bounds__(NT)
 #endif
 #if SPLIT_KV
                , int num_splits, int packed
+#endif
+#if BLOCK_SPARSE
+               , const unsigned char* __restrict__ tiles
 #endif
                ) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -135,6 +158,13 @@ extern "C" __global__ void __launch_bounds__(NT)
     const int per_split = (t_kv + num_splits - 1) / num_splits;
     const int j_lo = max(seeing < q0 + r ? first_kr.lo / BLOCK_KV : 0, sp * per_split);
     const int last = min(seeing < q0 + r ? last_kr.hi / BLOCK_KV + 1 : 0, (sp + 1) * per_split);
+#elif BLOCK_SPARSE
+    // the interval's key blocks narrowed to the first and last the block mask keeps
+    const unsigned char* tile_row = tiles + (long)i * ((nk + BLOCK_KV - 1) / BLOCK_KV);
+    int j_lo = seeing < q0 + r ? first_kr.lo / BLOCK_KV : 0;
+    int last = seeing < q0 + r ? last_kr.hi / BLOCK_KV + 1 : 0;
+    while (j_lo < last && tile_row[j_lo] == 0) ++j_lo;
+    while (last > j_lo && tile_row[last - 1] == 0) --last;
 #else
     const int j_lo = seeing < q0 + r ? first_kr.lo / BLOCK_KV : 0;
     const int last = seeing < q0 + r ? last_kr.hi / BLOCK_KV + 1 : 0;
@@ -174,7 +204,11 @@ extern "C" __global__ void __launch_bounds__(NT)
     }
     const int wr = warp * WM;  // first row of this warp within the block
 
+#if BLOCK_SPARSE
+    for (int j = j_lo; j < last; j = next_tile(tile_row, j, last)) {
+#else
     for (int j = j_lo; j < last; ++j) {
+#endif
         const int k0 = j * BLOCK_KV;
         cp_async_wait<0>();
         __syncthreads();  // K_j (and Q_i) landed; every warp is done with V_{j-1}
@@ -277,8 +311,14 @@ extern "C" __global__ void __launch_bounds__(NT)
 
         cp_async_wait<0>();
         __syncthreads();  // V_j landed; every warp is done with K_j
+#if BLOCK_SPARSE
+        const int jn = next_tile(tile_row, j, last);
+        if (jn < last) {  // the next kept K block: HBM -> SRAM, overlapping P V
+            const int k1 = jn * BLOCK_KV;
+#else
         if (j + 1 < last) {  // K_{j+1}: HBM -> SRAM, overlapping P V
             const int k1 = k0 + BLOCK_KV;
+#endif
             load_tile<BLOCK_KV, HEAD_DIM, NT>(sK, gK + (long)k1 * HEAD_DIM, HEAD_DIM, nk - k1, tid);
             cp_async_commit();
         }

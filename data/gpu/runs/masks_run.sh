@@ -10,6 +10,11 @@
 #     $OUT/measure_bwd.log, $OUT/masks_bwd_ncu.csv, masks_bwd_ncu.log).
 #   masks_run.sh measure-decode: flash_decode beside PyTorch's decoding
 #     ($OUT/masks/masks_decode.json, $OUT/measure_decode.log, $OUT/masks_decode_ncu.csv).
+#   masks_run.sh block: the block-sparse GPU tests ($OUT/pytest_block.log), the sanitizers
+#     on block-sparse launches ($OUT/sanitizer_block.log) and Nsight Compute's bytes of
+#     benchmarks/masks_ncu.py --block-sparse ($OUT/masks_block_ncu.csv).
+#   masks_run.sh measure-block: the forward and backward with block masks beside
+#     flex_attention ($OUT/masks/masks_block.json, $OUT/measure_block.log).
 export PYTHONUNBUFFERED=1
 python3 -m pip install --quiet --no-deps --no-build-isolation -e .
 L=$OUT/extra.log
@@ -71,4 +76,35 @@ elif [ "$1" = measure-decode ]; then
     --log-file $OUT/masks_decode_ncu.csv --metrics $B -k regex:"^flash_decode" \
     python3 -m benchmarks.masks_ncu --decode > /dev/null 2>&1
   echo "ncu-decode rc=$?" >> $L
+elif [ "$1" = block ]; then
+  timeout 150 python3 -m pytest tests/test_gpu_kernels.py -q -p no:cacheprovider -n 8 \
+    --timeout 120 -rfE -k "block" > $OUT/pytest_block.log 2>&1
+  echo "pytest-block rc=$?" >> $L
+  for t in memcheck racecheck synccheck; do
+    timeout 90 compute-sanitizer --tool $t --print-limit 20 python3 -c "
+from flashio import kernels
+from flashio.kernels import gpu
+from tests._util import random_inputs
+bm = kernels.BlockMask
+for f in ({'block_mask': bm.random(300, 0.4, block_q=64, block_kv=64, seed=3)},
+          {'causal': True, 'block_mask': bm.local(300, 2, global_blocks=1, block_q=64,
+                                                   block_kv=64)}):
+    sh = kernels.AttentionShape(1, 2, 300, 64, 'bf16', **f)
+    for name, tiles in (('flash2', (64, 64, 4)), ('flash2_bwd', (64, 64, 4))):
+        s = kernels.schedule(name, sh, *tiles)
+        gpu.run_schedule(s, *random_inputs(sh, seed=1, backward=name == 'flash2_bwd'))
+print('ran')
+"
+  done > $OUT/sanitizer_block.log 2>&1
+  echo "sanitizer-block rc=$?" >> $L
+  B=l1tex__m_xbar2l1tex_read_bytes.sum,l1tex__m_l1tex2xbar_write_bytes.sum,dram__bytes_read.sum
+  B=$B,dram__bytes_write.sum,gpu__time_duration.sum
+  timeout 120 ncu --clock-control none --print-units base --csv \
+    --log-file $OUT/masks_block_ncu.csv --metrics $B -k regex:"^flash2" \
+    python3 -m benchmarks.masks_ncu --block-sparse > /dev/null 2>&1
+  echo "ncu-block rc=$?" >> $L
+elif [ "$1" = measure-block ]; then
+  timeout 500 python3 -m benchmarks.masks_measure --out $OUT/masks --block-sparse \
+    --budget-s 400 > $OUT/measure_block.log 2>&1
+  echo "measure-block rc=$?" >> $L
 fi
