@@ -27,7 +27,7 @@ from hypothesis.errors import InvalidArgument
 from flashio import kernels, simulator
 from flashio.kernels.registry import spec
 
-__all__ = ["attention_shapes", "gpu_specs", "tilings", "variant_shapes"]
+__all__ = ["attention_shapes", "gpu_specs", "paged_kvs", "tilings", "variant_shapes"]
 
 # a granule of the L2 model: 64 lines (docs/model.md); an L2 is 0 or whole granules
 _LINES_PER_GRANULE = 64
@@ -214,6 +214,37 @@ def variant_shapes(
         return kernels.AttentionShape(**{**shape.to_dict(), **fields})
 
     return draw_variant()
+
+
+def paged_kvs(
+    shape: kernels.AttentionShape, *, max_page_size: int | None = None, shared: bool = True
+) -> st.SearchStrategy[kernels.PagedKV]:
+    """``PagedKV`` caches for ``shape``'s batch and keys (``AttentionShape(...,
+    paged_kv=...)``; ``flash_decode`` reads them): any page size up to ``max_page_size``
+    (default: two more than the keys, so one page larger than the cache too), ragged last
+    pages, tables with pages to spare, a pool with pages no sequence uses, the pages in any
+    order and, with ``shared``, leading pages common to every sequence (prefix caching: the
+    executors need equal keys there). Shrinks towards the largest pages (one per sequence
+    when ``max_page_size`` holds the keys), in order."""
+    if not isinstance(shape, kernels.AttentionShape):
+        raise InvalidArgument(f"shape must be an AttentionShape, got {type(shape).__name__}")
+    top = shape.n_kv + 2 if max_page_size is None else max_page_size
+    _check_range("page_size", 1, top)
+
+    @st.composite
+    def draw_pages(draw):
+        size = top + 1 - draw(st.integers(1, top))  # shrinks to the largest pages
+        per = math.ceil(shape.n_kv / size) + draw(st.integers(0, 2))
+        common = draw(st.integers(0, per)) if shared and shape.batch > 1 else 0
+        pool = common + shape.batch * (per - common) + draw(st.integers(0, 3))
+        order = draw(st.permutations(range(pool)))
+        table = np.empty((shape.batch, per), np.int64)
+        table[:, :common] = order[:common]
+        table[:, common:] = np.reshape(order[common : common + shape.batch * (per - common)],
+                                       (shape.batch, per - common))  # fmt: skip
+        return kernels.PagedKV.from_array(table, size, pool)
+
+    return draw_pages()
 
 
 def _block(draw, n: int, max_blocks: int, max_block: int) -> int:

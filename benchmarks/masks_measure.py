@@ -9,6 +9,7 @@ largest difference of their outputs recorded (both compute the same masked atten
     python3 -m benchmarks.masks_measure --out $OUT/masks --backward
     python3 -m benchmarks.masks_measure --out $OUT/masks --decode
     python3 -m benchmarks.masks_measure --out $OUT/masks --block-sparse
+    python3 -m benchmarks.masks_measure --out $OUT/masks --paged
 
 Writes masks.json: provenance, the copy bandwidth, and a row per (implementation, case) with
 the shape, the tiling (ours), the median/min/max of CUDA-event timings over inputs rotated
@@ -21,7 +22,9 @@ flash_decode (flash2_fwd.cu's SPLIT_KV build and its combine, flash-attn's split
 tiles) against PyTorch SDPA's flash backend on decoding steps over 8k to 128k cached tokens.
 ``--block-sparse`` writes masks_block.json: block masks of 128 x 128 blocks (the BLOCK_SPARSE
 builds), forward and backward, beside flex_attention with the same block mask, and the same
-shapes without a mask.
+shapes without a mask. ``--paged`` writes masks_paged.json: flash_decode over a paged KV cache
+(the PAGED build: pages of 16 and 256 tokens, shuffled and in order) beside the same decoding step
+over a contiguous cache and PyTorch SDPA's flash backend (contiguous).
 """
 
 from __future__ import annotations
@@ -104,6 +107,62 @@ def decode_cases() -> list[tuple[str, dict]]:
     """(case, shape fields) of the decoding comparison: GQA 32/8, d = 128, one query."""
     base = {"batch": 1, "heads": 32, "kv_heads": 8, "seq_len": 1, "head_dim": 128, "dtype": DTYPE}
     return [(f"decode {c}", {**base, "kv_seq_len": c}) for c in (8192, 32768, 65536, 131072)]
+
+
+PAGE_SIZES = (16, 256)  # vLLM's default page, flash-attn 2's smallest
+
+
+def paged_cases() -> list[tuple[str, dict]]:
+    """(case, shape fields) of the paged decoding comparison: decode_cases' shapes."""
+    return decode_cases()
+
+
+def measure_paged(case: str, fields: dict, l2: int, flex_fn) -> list[dict]:
+    """flash_decode over shuffled pages of each PAGE_SIZES, over a contiguous cache and
+    PyTorch SDPA's flash backend (contiguous), on the same keys."""
+    import cupy
+
+    shape = kernels.AttentionShape(**fields)
+    scheds = {"flashio": kernels.schedule("flash_decode", shape)}
+    for ps in PAGE_SIZES:
+        pk = kernels.PagedKV
+        for suffix, table in (
+            ("", pk.shuffled(shape.batch, shape.n_kv, ps, seed=ps)),  # pages in any order
+            ("_in_order", pk.contiguous(shape.batch, shape.n_kv, ps)),
+        ):
+            paged = kernels.AttentionShape(**{**fields, "paged_kv": table})
+            scheds[f"flashio_paged{ps}{suffix}"] = kernels.schedule("flash_decode", paged)
+    rows = measure_decode(case, fields, l2, flex_fn)  # contiguous: ours and PyTorch's
+    n_sets = rows[0]["rotate_buffers"]
+    data = [_bits(shape) for _ in range(n_sets)]
+    plain = gpu.compile_schedule(scheds["flashio"])
+    plain.launch(ref := plain.alloc(*(x for x, _ in data[0])))
+    for impl, sched in list(scheds.items())[1:]:
+        c = gpu.compile_schedule(sched)
+        ours = [c.alloc(*(x for x, _ in s)) for s in data]
+        c.launch(ours[0])
+        cupy.cuda.get_current_stream().synchronize()
+        diff = float(cupy.abs(_as_float(ours[0]["o"]) - _as_float(ref["o"])).max())
+        t = time_events(lambda i, ev, c=c, ours=ours: c.launch(ours[i], events=ev), n_sets, REPS,
+                        len(c.launches) + 1)  # fmt: skip
+        rows.append({"impl": impl, "block_q": sched.block_q, "block_kv": sched.block_kv,
+                     "warps": sched.warps, "num_splits": sched.option("num_splits"),
+                     "defines": dict(gpu.defines(sched)), **t, "case": case,
+                     "shape": sched.shape.to_dict(), "rotate_buffers": n_sets,
+                     "max_abs_diff": diff, "page_size": sched.shape.paged_kv.page_size,
+                     "page_order": "contiguous" if impl.endswith("_in_order") else "shuffled",
+                     "page_seed": sched.shape.paged_kv.page_size})  # fmt: skip
+        del ours
+    for r in rows:  # tables: PagedKV.shuffled(.., seed=page_seed), or .contiguous (in order)
+        r["shape"] = {k: v for k, v in r["shape"].items() if k != "paged_kv"}
+    return rows
+
+
+def _as_float(bits):
+    """bf16 bits (CuPy uint16) as float32."""
+    import cupy
+
+    return (bits.astype(cupy.uint32) << 16).view(cupy.float32)
 
 
 def _bits(shape):
@@ -340,6 +399,11 @@ def main(argv=None) -> None:
         help="flash_decode beside PyTorch's decoding (masks_decode.json)",
     )
     what.add_argument(
+        "--paged",
+        action="store_true",
+        help="flash_decode over a paged cache beside a contiguous one (masks_paged.json)",
+    )
+    what.add_argument(
         "--block-sparse",
         action="store_true",
         help="block masks, forward and backward, beside flex_attention (masks_block.json)",
@@ -365,6 +429,8 @@ def main(argv=None) -> None:
         if args.backward
         else ("masks_decode.json", decode_cases(), measure_decode)
         if args.decode
+        else ("masks_paged.json", paged_cases(), measure_paged)
+        if args.paged
         else ("masks_block.json", block_sparse_cases(), measure_both)
         if args.block_sparse
         else ("masks.json", cases(), measure)

@@ -9,6 +9,7 @@ from flashio.kernels.implementation import (
     Tiling,
     implementation,
 )
+from flashio.kernels.paged_kv import PagedKV
 from flashio.kernels.reference import attention_backward, attention_forward
 from flashio.kernels.schedules import SCHEDULES, Schedule, default_block, schedule
 from flashio.kernels.shape import DTYPES, AttentionShape
@@ -22,6 +23,7 @@ __all__ = [
     "BlockMask",
     "Implementation",
     "ImplementationError",
+    "PagedKV",
     "Schedule",
     "ShapeError",
     "Tiling",

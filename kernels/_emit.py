@@ -1,9 +1,11 @@
 """Shared machinery of the fast tracers: one jitted event writer and the schedule registry glue.
 
 Every tracer is a private ``@njit`` function ``_emit(ev, write, kernel, cta_start, cta_stop, p,
-kmin, kmax, keep)`` that walks the schedule's loops for a range of CTAs and calls ``put`` once
-per event; ``kmin, kmax`` are the shape's mask (``kernels.mask.key_ranges``) and ``keep`` its
-block mask (``kernels.mask.keep_table``, grain ``p[P_MASK_BQ], p[P_MASK_BKV]``). It runs
+kmin, kmax, keep, pages)`` that walks the schedule's loops for a range of CTAs and calls ``put``
+once per event; ``kmin, kmax`` are the shape's mask (``kernels.mask.key_ranges``), ``keep`` its
+block mask (``kernels.mask.keep_table``, grain ``p[P_MASK_BQ], p[P_MASK_BKV]``) and ``pages``
+its paged KV cache's block table (``kernels.paged_kv``, page size ``p[P_PAGE]``; a 0 x 0 array
+and page size 0 when K and V are contiguous). It runs
 twice: with ``write=False`` to count events (nothing is stored), then with ``write=True`` into an
 array of exactly that size, so memory is bounded by the CTA range asked for.
 """
@@ -24,8 +26,9 @@ JIT = {"cache": True, "nogil": True}  # JIT options live here, once
 P_BATCH, P_HEADS, P_KV_HEADS, P_SEQ, P_DIM, P_EB, P_ACC, P_BQ, P_BKV, P_WARPS, P_CAUSAL = range(11)
 P_KV_SEQ = 11  # rows of K and V
 P_MASK_BQ, P_MASK_BKV = 12, 13  # the block mask's grain (kernels.mask.NO_GRAIN: none)
-P_EXTRA = 14  # schedule-specific options start here
-N_PARAMS = 18
+P_PAGE = 14  # tokens per page of a paged KV cache (0: K and V contiguous)
+P_EXTRA = 15  # schedule-specific options start here
+N_PARAMS = 19
 
 
 @njit(inline="always")
@@ -86,16 +89,13 @@ def buf(ev, k, write, kernel, cta, op, tensor, nbytes):
     return put(ev, k, write, kernel, cta, -1, op, tensor, -1, -1, 0, 0, 0, 0, nbytes, 0)
 
 
-def run_emitter(
-    emit, kernel: int, start: int, stop: int, params: np.ndarray, mask, keep, out=None
-):
+def run_emitter(emit, kernel: int, start: int, stop: int, params: np.ndarray, tables, out=None):
     """Count, then write the events of CTAs ``start..stop-1`` of one kernel: into the start of
     ``out`` if it has room (returning that view), else into a new array of the exact size.
-    ``mask`` is the shape's ``kernels.mask.key_ranges``, ``keep`` its ``keep_table``'s
-    summed-area table."""
-    kmin, kmax = mask
-    n = emit(np.empty(0, EVENT_DTYPE), False, kernel, start, stop, params, kmin, kmax, keep)
+    ``tables`` are the tracer's arrays after ``p``: the shape's ``kernels.mask.key_ranges``
+    (two), its ``keep_table``'s summed-area table and its page table."""
+    n = emit(np.empty(0, EVENT_DTYPE), False, kernel, start, stop, params, *tables)
     ev = out[:n] if out is not None and len(out) >= n else np.empty(n, EVENT_DTYPE)
-    written = emit(ev, True, kernel, start, stop, params, kmin, kmax, keep)
+    written = emit(ev, True, kernel, start, stop, params, *tables)
     assert written == n, "tracer wrote a different number of events than it counted"
     return ev

@@ -136,7 +136,7 @@ _jit_sizes = njit(inline="always")(_buffer_sizes)
 
 
 @njit(**JIT)
-def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep):
+def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep, pages):
     mq, mk = p[P_MASK_BQ], p[P_MASK_BKV]
     nh, nkh, n, nk, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_KV_SEQ], p[P_DIM]
     eb, acc, br, bc = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV]

@@ -32,6 +32,7 @@ from flashio.kernels._emit import (
     P_KV_SEQ,
     P_MASK_BKV,
     P_MASK_BQ,
+    P_PAGE,
     P_SEQ,
     STORE,
     buf,
@@ -43,12 +44,14 @@ from flashio.kernels._record import offset4
 from flashio.kernels._resources import regs_per_thread
 from flashio.kernels._terms import terms
 from flashio.kernels.mask import PARTIAL, SKIP, allowed, keep_table, kv_tiles, tile_state
+from flashio.kernels.paged_kv import TABLE_BYTES
 from flashio.simulator.trace import KernelInfo, Op, Space, TensorInfo
 
 OPTIONS = ()
 
 # tensor indices, in the order of tensors()
 Q, K, V, O, LSE, Q_S, K_S, V_S, O_ACC, S_ACC, M_L = range(11)
+BLOCK_TABLE = 14  # flash_decode's paged cache's table (its tensors() index)
 
 # FP32 operations per score and per row that are not matmuls (documented in docs/model.md):
 # scale-and-subtract, row max, row sum per score; rescale of O per output element; m, l updates.
@@ -96,24 +99,48 @@ def kernels(s) -> tuple[KernelInfo, ...]:
 
 
 @njit(inline="always")
-def emit_blocks(ev, k, write, kernel, cta, brow, lo, hi, r0, r, kvbase, p, kmin, kmax, keep):
+def emit_kv(ev, k, write, kernel, cta, j, k0, c, kvbase, p, pages, b):
+    """The loads of key block j (rows k0..k0+c-1) of K and V: one run of rows each at byte
+    ``kvbase + k0 row``, or from a paged cache (``p[P_PAGE]`` > 0) first the block table's
+    entries for those rows (int32, row ``b`` of ``pages``), then a run per page they span,
+    ``kvbase`` being the head's first row within a page (``kernels.paged_kv``'s layout)."""
+    row, ps = p[P_DIM] * p[P_EB], p[P_PAGE]
+    if ps == 0:
+        k = mem(ev, k, write, kernel, cta, j, LOAD, K, j, -1, kvbase + k0 * row, c, row, row)
+        return mem(ev, k, write, kernel, cta, j, LOAD, V, j, -1, kvbase + k0 * row, c, row, row)
+    first, span = k0 // ps, (k0 + c - 1) // ps - k0 // ps + 1
+    off = (b * pages.shape[1] + first) * TABLE_BYTES
+    nb = span * TABLE_BYTES
+    k = mem(ev, k, write, kernel, cta, j, LOAD, BLOCK_TABLE, j, -1, off, 1, nb, nb)
+    page_rows = p[P_KV_HEADS] * ps  # rows of one page over every kv head
+    for tensor in (K, V):
+        t = k0
+        while t < k0 + c:
+            pg = t // ps
+            end = min(k0 + c, (pg + 1) * ps)
+            off = kvbase + (pages[b, pg] * page_rows + t - pg * ps) * row
+            k = mem(ev, k, write, kernel, cta, j, LOAD, tensor, j, -1, off, end - t, row, row)
+            t = end
+    return k
+
+
+@njit(inline="always")
+def emit_blocks(ev, k, write, kernel, cta, brow, lo, hi, r0, r, kvbase, p, kmin, kmax, keep,
+                pages, b):  # fmt: skip
     """FA2's inner loop for Q rows r0..r0+r-1 (of the rows ``kmin, kmax`` describe): the key
     blocks lo..hi-1 the block mask ``keep`` keeps, of the K/V head whose first row is at byte
-    ``kvbase``, then, if any was visited, the normalization; ``brow`` labels the events' Q
-    block. Shared by flash_decode."""
-    nk, d, eb, bc = p[P_KV_SEQ], p[P_DIM], p[P_EB], p[P_BKV]
+    ``kvbase`` (loaded by ``emit_kv``, batch ``b``), then, if any was visited, the
+    normalization; ``brow`` labels the events' Q block. Shared by flash_decode."""
+    nk, d, bc = p[P_KV_SEQ], p[P_DIM], p[P_BKV]
     mq, mk = p[P_MASK_BQ], p[P_MASK_BKV]
-    row = d * eb
     for j in range(lo, hi):
         k0 = j * bc
         c = min(bc, nk - k0)
         state = tile_state(kmin, kmax, keep, mq, mk, r0, r0 + r, k0, k0 + c)
         if state == SKIP:
             continue
-        kvoff = kvbase + k0 * row
         # K_j, V_j: HBM -> SRAM, once per (i, j)
-        k = mem(ev, k, write, kernel, cta, j, LOAD, K, j, -1, kvoff, c, row, row)
-        k = mem(ev, k, write, kernel, cta, j, LOAD, V, j, -1, kvoff, c, row, row)
+        k = emit_kv(ev, k, write, kernel, cta, j, k0, c, kvbase, p, pages, b)
         k = calc(ev, k, write, kernel, cta, j, MMA, brow, j, 2 * r * c * d)  # S = Q K^T
         ew = EW_PER_SCORE * r * c + r * d + EW_PER_ROW * r
         if state == PARTIAL:
@@ -128,7 +155,7 @@ def emit_blocks(ev, k, write, kernel, cta, brow, lo, hi, r0, r, kvbase, p, kmin,
 
 
 @njit(**JIT)
-def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep):
+def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep, pages):
     nh, nkh, n, nk, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_KV_SEQ], p[P_DIM]
     eb, acc, br, bc = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV]
     t_q, grp = (n + br - 1) // br, nh // nkh
@@ -151,7 +178,9 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep):
         if lo < hi:
             k = mem(ev, k, write, kernel, cta, -1, LOAD, Q, i, -1, qoff, r, row, row)
         kvbase = (b * nkh + kvh) * nk * row
-        k = emit_blocks(ev, k, write, kernel, cta, i, lo, hi, q0, r, kvbase, p, kmin, kmax, keep)
+        k = emit_blocks(
+            ev, k, write, kernel, cta, i, lo, hi, q0, r, kvbase, p, kmin, kmax, keep, pages, b
+        )
         # O_i, L_i: SRAM -> HBM, once per CTA
         k = mem(ev, k, write, kernel, cta, -1, STORE, O, i, -1, qoff, r, row, row)
         loff = ((b * nh + h) * n + q0) * acc
@@ -161,26 +190,37 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep):
     return k
 
 
-def attend_blocks(s, rec, q_i, k_h, v_h, *, cta, brow, blocks, r0, kvbase):
+def contiguous_kv(k_h, v_h, kvbase, row):
+    """The K/V loads of ``attend_blocks`` for one head held contiguously (``k_h, v_h``:
+    (N_kv, d), first row at byte ``kvbase``): ``fetch(rec, cta, j, k0, c)`` logs a run of
+    rows of each and returns them."""
+
+    def fetch(rec, cta, j, k0, c):
+        rec.mem(0, cta, j, Op.LOAD, K, j, -1, kvbase + k0 * row, c, row, row)
+        rec.mem(0, cta, j, Op.LOAD, V, j, -1, kvbase + k0 * row, c, row, row)
+        return k_h[k0 : k0 + c], v_h[k0 : k0 + c]
+
+    return fetch
+
+
+def attend_blocks(s, rec, q_i, fetch, *, cta, brow, blocks, r0):
     """The numeric twin of ``emit_blocks`` (kernel 0 of schedule ``s``): Q rows ``q_i``, rows
-    r0.. of ``s.mask``, against the kept key blocks of ``blocks = (lo, hi)`` of one K/V head
-    (``k_h, v_h``: (N_kv, d), first row at byte ``kvbase``), online softmax in the accumulator
-    type, each event logged. Returns the normalized O rows and their logsumexp (a row that saw
-    no key: O = 0, L = -inf)."""
+    r0.. of ``s.mask``, against the kept key blocks of ``blocks = (lo, hi)`` of one K/V head,
+    whose rows ``fetch(rec, cta, j, k0, c)`` loads and logs (``contiguous_kv``), online
+    softmax in the accumulator type, each event logged. Returns the normalized O rows and
+    their logsumexp (a row that saw no key: O = 0, L = -inf)."""
     sh, (kmin, kmax), (lo, hi), kernel = s.shape, s.mask, blocks, 0
     keep, mq, mk = keep_table(sh)
     at, dt, d, bc = acc_dtype(sh.dtype), sh.dtype, sh.head_dim, s.block_kv
-    r, row = q_i.shape[0], d * sh.elem_bytes
+    r = q_i.shape[0]
     o_i, m_i, l_i = np.zeros((r, d), at), np.full(r, -np.inf, at), np.zeros(r, at)
     for j in range(lo, hi):
         k0 = j * bc
-        c = min(bc, k_h.shape[0] - k0)
+        c = min(bc, sh.n_kv - k0)
         state = tile_state(kmin, kmax, keep, mq, mk, r0, r0 + r, k0, k0 + c)
         if state == SKIP:
             continue
-        k_j, v_j = k_h[k0 : k0 + c].astype(at), v_h[k0 : k0 + c].astype(at)
-        rec.mem(kernel, cta, j, Op.LOAD, K, j, -1, kvbase + k0 * row, c, row, row)
-        rec.mem(kernel, cta, j, Op.LOAD, V, j, -1, kvbase + k0 * row, c, row, row)
+        k_j, v_j = (x.astype(at) for x in fetch(rec, cta, j, k0, c))
         s_ij = (q_i @ k_j.T) * at.type(sh.scale)
         rec.calc(kernel, cta, j, Op.MMA, brow, j, 2 * r * c * d)
         ew = EW_PER_SCORE * r * c + r * d + EW_PER_ROW * r
@@ -245,8 +285,8 @@ def execute(s, q, k, v, grad_out, rec):
             qoff = offset4(qd, b, h, q0, 0, eb)
             rec.mem(0, cta, -1, Op.LOAD, Q, i, -1, qoff, r, d * eb, d * eb)
         kvbase = offset4(kd, b, kvh, 0, 0, eb)
-        o_i, part = attend_blocks(s, rec, q_i, k[b, kvh], v[b, kvh], cta=cta, brow=i,
-                                  blocks=(lo, hi), r0=q0, kvbase=kvbase)  # fmt: skip
+        fetch = contiguous_kv(k[b, kvh], v[b, kvh], kvbase, d * eb)
+        o_i, part = attend_blocks(s, rec, q_i, fetch, cta=cta, brow=i, blocks=(lo, hi), r0=q0)
         lse[b, h, q0 : q0 + r] = np.where(np.isneginf(part), np.inf, part)  # no key: +inf
         out[b, h, q0 : q0 + r] = to_dtype(o_i, dt)
         rec.mem(0, cta, -1, Op.STORE, O, i, -1, offset4(qd, b, h, q0, 0, eb), r, d * eb, d * eb)

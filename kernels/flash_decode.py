@@ -18,6 +18,10 @@ FlashDecoding splits the keys as well. Two kernels:
    reads every split's LSE_s and O_s and writes L = log sum_s exp(LSE_s) and O = sum_s
    exp(LSE_s - L) O_s. A row that sees no key gets L = +inf and O = 0, as flash-attn does.
 
+Over a paged KV cache (``AttentionShape.paged_kv``, ``kernels.paged_kv``) K and V are pools of
+(pages, kv heads, page size, d): a visited key block reads its span of the block table (int32
+page ids), then a run of rows per page it spans; everything else is as above.
+
 Options
 -------
 num_splits : int or None
@@ -66,6 +70,7 @@ from flashio.kernels._emit import (
     P_HEADS,
     P_KV_HEADS,
     P_KV_SEQ,
+    P_PAGE,
     P_SEQ,
     STORE,
     buf,
@@ -74,8 +79,9 @@ from flashio.kernels._emit import (
 )
 from flashio.kernels._numerics import acc_dtype, to_dtype
 from flashio.kernels._resources import regs_per_thread
-from flashio.kernels.flash2 import attend_blocks, emit_blocks
+from flashio.kernels.flash2 import BLOCK_TABLE, attend_blocks, contiguous_kv, emit_blocks
 from flashio.kernels.mask import key_ranges, kv_block_range
+from flashio.kernels.paged_kv import TABLE_BYTES
 from flashio.simulator.errors import TilingError
 from flashio.simulator.trace import KernelInfo, Op, Space, TensorInfo
 
@@ -85,8 +91,9 @@ DEFAULT_SM_COUNT = 132  # the H200's
 MAX_SPLITS = 128  # flash-attn: TORCH_CHECK(params.num_splits <= 128)
 COMBINE_PER_SPLIT, COMBINE_PER_ROW, COMBINE_PER_SPLIT_ELEM = 3, 2, 2
 
-# tensor indices, in the order of tensors()
+# tensor indices, in the order of tensors() (BLOCK_TABLE = 14 with a paged cache)
 Q, K, V, O, LSE, O_ACCUM, LSE_ACCUM, Q_S, K_S, V_S, O_ACC, S_ACC, M_L, C_ROWS = range(14)
+PAGED_KV = True  # reads AttentionShape.paged_kv (kernels.Schedule refuses it elsewhere)
 
 
 # -- units, splits ------------------------------------------------------------------------------
@@ -190,10 +197,13 @@ def tensors(s) -> tuple[TensorInfo, ...]:
     b, h, kh, n, nk, d = sh.batch, sh.heads, sh.n_kv_heads, sh.seq_len, sh.n_kv, sh.head_dim
     eb, acc, ns = sh.elem_bytes, sh.acc_bytes, splits(s)
     g, sm, rg = Space.GLOBAL, Space.SHARED, Space.REGISTERS
+    pk = sh.paged_kv  # a pool of pages, (pages, kv heads, page size, d), and its table
+    kv = (b, kh, nk, d) if pk is None else (pk.num_pages, kh, pk.page_size, d)
+    table = () if pk is None else (TensorInfo("block_table", g, pk.table.shape, TABLE_BYTES),)
     return (
         TensorInfo("Q", g, (b, h, n, d), eb),
-        TensorInfo("K", g, (b, kh, nk, d), eb),
-        TensorInfo("V", g, (b, kh, nk, d), eb),
+        TensorInfo("K", g, kv, eb),
+        TensorInfo("V", g, kv, eb),
         TensorInfo("O", g, (b, h, n, d), eb),
         TensorInfo("L", g, (b, h, n), acc),
         TensorInfo("O_accum", g, (ns, b, h, n, d), acc),
@@ -205,6 +215,7 @@ def tensors(s) -> tuple[TensorInfo, ...]:
         TensorInfo("S_ij", rg, (br, bc), acc),
         TensorInfo("m_l", rg, (2, br), acc),
         TensorInfo("O_rows", rg, (ns + 1, combine_rows(d), d), acc),
+        *table,
     )
 
 
@@ -224,8 +235,10 @@ def kernels(s) -> tuple[KernelInfo, ...]:
     n_units, rows = units(sh)
     t_m = -(-rows // s.block_q)
     z = _split_sizes(s)
+    # paged: two slots of a key block's page ids beside the tiles (kernels/cuda/flash2_fwd.cu)
+    ids = 0 if sh.paged_kv is None else 2 * int(page_spans(s).max()) * TABLE_BYTES
     split = KernelInfo(
-        "flash_decode", n_units * t_m * splits(s), s.warps, sum(z[:3]),
+        "flash_decode", n_units * t_m * splits(s), s.warps, sum(z[:3]) + ids,
         regs_per_thread(sum(z[3:]), s.warps),
     )  # fmt: skip
     if splits(s) == 1:
@@ -240,7 +253,7 @@ def kernels(s) -> tuple[KernelInfo, ...]:
 
 # -- fast tracer ---------------------------------------------------------------------------------
 @njit(**JIT)
-def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep):
+def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep, pages):
     nb, nh, nkh, n, nk, d = p[P_BATCH], p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_KV_SEQ], p[P_DIM]
     eb, acc, br, bc, ns = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV], p[P_NUM_SPLITS]
     grp = nh // nkh
@@ -304,8 +317,11 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep):
         lo, hi = max(lo, sp * per_split), min(hi, (sp + 1) * per_split)
         if lo < hi:  # Q_i: HBM -> SRAM, once per CTA that visits a key block
             k = mem(ev, k, write, 0, cta, -1, LOAD, Q, m, sp, first * row, r, row, row)
-        kvbase = (b * nkh + kvh) * nk * row
-        k = emit_blocks(ev, k, write, 0, cta, m, lo, hi, r0, r, kvbase, p, kmin, kmax, keep)
+        # the head's first row: in its (b, kv head) slab, or within a page when paged
+        kvbase = (b * nkh + kvh) * nk * row if p[P_PAGE] == 0 else kvh * p[P_PAGE] * row
+        k = emit_blocks(
+            ev, k, write, 0, cta, m, lo, hi, r0, r, kvbase, p, kmin, kmax, keep, pages, b
+        )
         if ns == 1:  # O, L directly
             k = mem(ev, k, write, 0, cta, -1, STORE, O, m, -1, first * row, r, row, row)
             k = mem(ev, k, write, 0, cta, -1, STORE, LSE, m, -1, first * acc, 1, r * acc, r * acc)
@@ -338,6 +354,8 @@ def execute(s, q, k, v, grad_out, rec):
     rows = kmin.shape[0]
     packed = packs_group(sh)
     t_m, per_split = -(-rows // br), -(-s.t_kv // ns)
+    if sh.paged_kv is not None:
+        k_pool, v_pool = page_pool(sh, k), page_pool(sh, v)
     total = nb * nh * n
     q_rows = q.reshape(total, d)  # (b, h, query) rows, the order the kernels address
     out = np.zeros((total, d), q.dtype)
@@ -365,9 +383,11 @@ def execute(s, q, k, v, grad_out, rec):
         q_i = q_rows[first : first + r].astype(at)
         if lo < hi:
             rec.mem(0, cta, -1, Op.LOAD, Q, m, sp, first * row, r, row, row)
-        kvbase = (b * sh.n_kv_heads + kvh) * nk * row
-        o_i, part_lse = attend_blocks(s, rec, q_i, k[b, kvh], v[b, kvh], cta=cta, brow=m,
-                                      blocks=(lo, hi), r0=r0, kvbase=kvbase)  # fmt: skip
+        if sh.paged_kv is None:
+            fetch = contiguous_kv(k[b, kvh], v[b, kvh], (b * sh.n_kv_heads + kvh) * nk * row, row)
+        else:
+            fetch = paged_kv_rows(sh, k_pool, v_pool, b, kvh)
+        o_i, part_lse = attend_blocks(s, rec, q_i, fetch, cta=cta, brow=m, blocks=(lo, hi), r0=r0)
         seen = ~np.isneginf(part_lse)
         if ns == 1:
             out[first : first + r] = to_dtype(o_i, dt)
@@ -385,6 +405,54 @@ def execute(s, q, k, v, grad_out, rec):
     if ns > 1:
         _combine(s, rec, o_acc, lse_acc, out, lse)
     return out.reshape(q.shape), lse.reshape(nb, nh, n)
+
+
+def page_pool(shape, x: np.ndarray) -> np.ndarray:
+    """K or V, (batch, kv heads, N_kv, d), laid out in ``shape.paged_kv``'s pool, (pages, kv
+    heads, page size, d); slots no sequence fills are NaN, so a wrong page read shows. A page
+    that sequences share must hold the same keys in each."""
+    pk, nk = shape.paged_kv, shape.n_kv
+    ps = pk.page_size
+    pool = np.full((pk.num_pages, x.shape[1], ps, x.shape[3]), np.nan, x.dtype)
+    owner = {}
+    for b, row in enumerate(pk.table):
+        for i in range(-(-nk // ps)):
+            rows = x[b, :, i * ps : (i + 1) * ps]
+            page = int(row[i])
+            if page in owner and not np.array_equal(pool[page, :, : rows.shape[1]], rows):
+                raise ValueError(
+                    f"sequences {owner[page]} and {b} share page {page} but hold other keys there"
+                )
+            owner.setdefault(page, b)
+            pool[page, :, : rows.shape[1]] = rows
+    return pool
+
+
+def paged_kv_rows(shape, k_pool, v_pool, b: int, kvh: int):
+    """The K/V loads of ``attend_blocks`` from a paged cache, as ``flash2.emit_kv`` traces
+    them: sequence ``b``'s table entries for a key block, then a run of rows per page it
+    spans, of K and then of V, gathered from the pools."""
+    pk, kh, d = shape.paged_kv, shape.n_kv_heads, shape.head_dim
+    ps, table, row = pk.page_size, pk.table, d * shape.elem_bytes
+
+    def fetch(rec, cta, j, k0, c):
+        first, last = k0 // ps, (k0 + c - 1) // ps
+        nb = (last - first + 1) * TABLE_BYTES
+        off = (b * pk.pages_per_seq + first) * TABLE_BYTES
+        rec.mem(0, cta, j, Op.LOAD, BLOCK_TABLE, j, -1, off, 1, nb, nb)
+        out = []
+        for tensor, pool in ((K, k_pool), (V, v_pool)):
+            parts = []
+            for pg in range(first, last + 1):
+                t0, t1 = max(k0, pg * ps), min(k0 + c, (pg + 1) * ps)
+                page = int(table[b, pg])
+                off = ((page * kh + kvh) * ps + t0 - pg * ps) * row
+                rec.mem(0, cta, j, Op.LOAD, tensor, j, -1, off, t1 - t0, row, row)
+                parts.append(pool[page, kvh, t0 - pg * ps : t1 - pg * ps])
+            out.append(np.concatenate(parts))
+        return out
+
+    return fetch
 
 
 def _combine(s, rec, o_acc, lse_acc, out, lse):
@@ -430,7 +498,7 @@ BOUND_CONSTANT = 4  # as flash2: K, V: 2 cv d >= 2 W d / Br, M > 2 Br d
 WARP_SPECIALIZED = ("flash_decode",)
 
 
-def _visits(s) -> tuple[np.ndarray, np.ndarray]:
+def _visits(s) -> tuple:
     """Per (Q block m, split): rows r_m and the visited key blocks' (count, rows), vectorized."""
     kmin, kmax = mask(s)
     rows, br, bc, nk, ns = kmin.shape[0], s.block_q, s.block_kv, s.shape.n_kv, splits(s)
@@ -445,21 +513,40 @@ def _visits(s) -> tuple[np.ndarray, np.ndarray]:
     a, b = np.maximum(lo, sp * per_split), np.minimum(hi, (sp + 1) * per_split)
     blocks = np.maximum(0, b - a)
     keys = np.where(blocks > 0, np.minimum(nk, b * bc) - a * bc, 0)
-    return np.minimum(br, rows - r0)[:, None], blocks, keys
+    return np.minimum(br, rows - r0)[:, None], blocks, keys, (a, np.maximum(a, b))
+
+
+def page_spans(s) -> np.ndarray:
+    """Pages each key block's rows span in ``s.shape.paged_kv``, (Tc,)."""
+    ps, bc, nk = s.shape.paged_kv.page_size, s.block_kv, s.shape.n_kv
+    k0 = np.arange(s.t_kv, dtype=np.int64) * bc
+    return (np.minimum(k0 + bc, nk) - 1) // ps - k0 // ps + 1
+
+
+def _table_entries(s, first, stop) -> int:
+    """Block-table entries a unit reads: per visited key block, one per page its rows span,
+    summed over the (Q block, split) block ranges ``first..stop-1``."""
+    before = np.concatenate(([0], np.cumsum(page_spans(s))))
+    first, stop = np.minimum(first, s.t_kv), np.minimum(stop, s.t_kv)  # empty splits past Tc
+    return int((before[stop] - before[first]).sum())
 
 
 def traffic(s) -> list[tuple[str, int, int, int]]:
     """(tensor, element bytes, elements read, elements written): per unit, Q rows once per
-    (Q block, split) that visits a key block, K and V the rows of its visited blocks, and the
-    fp32 partial results of every split once written and once read by the combine."""
+    (Q block, split) that visits a key block, K and V the rows of its visited blocks (and,
+    paged, the block table's entries of their pages), and the fp32 partial results of every
+    split once written and once read by the combine."""
     sh = s.shape
     eb, acc, d, ns = sh.elem_bytes, sh.acc_bytes, sh.head_dim, splits(s)
     n_units, _ = units(sh)
-    r, blocks, keys = _visits(s)
+    r, blocks, keys, ranges = _visits(s)
     q = n_units * int((r * (blocks > 0)).sum()) * d
     kv = n_units * int(keys.sum()) * d
     rows = sh.batch * sh.heads * sh.seq_len  # every (b, h, query) row
     part = int(ns > 1)  # one split writes O and L itself
+    table = [] if sh.paged_kv is None else [
+        ("block_table", TABLE_BYTES, n_units * _table_entries(s, *ranges), 0)
+    ]  # fmt: skip
     return [
         ("Q", eb, q, 0),
         ("K", eb, kv, 0),
@@ -468,6 +555,7 @@ def traffic(s) -> list[tuple[str, int, int, int]]:
         ("L", acc, 0, rows),
         ("O_accum", acc, part * ns * rows * d, part * ns * rows * d),
         ("LSE_accum", acc, part * ns * rows, part * ns * rows),
+        *table,
     ]
 
 
@@ -475,7 +563,7 @@ def outer_steps(s, bs) -> tuple[int, ...]:
     """Split kernel: a step per visited key block of each (unit, Q block, split); the combine
     a step per split it reads (the LSE and O loads of split s are step s)."""
     n_units, _ = units(s.shape)
-    _, blocks, _ = _visits(s)
+    _, blocks, _, _ = _visits(s)
     split = (n_units * int(blocks.sum()),)
     return split if splits(s) == 1 else (*split, s.kernels[1].ctas * splits(s))
 

@@ -100,6 +100,17 @@ def tiling_errors(sched: Schedule) -> list[str]:
             f"a block mask of {bm.block_q} x {bm.block_kv} blocks must hold whole {bq} x {bkv} "
             "tiles (its block sizes multiples of block_q and block_kv), as flex_attention's"
         )
+    pk = sh.paged_kv
+    if pk is not None and (bkv % pk.page_size and pk.page_size % bkv):
+        errs.append(
+            f"a paged cache's pages of {pk.page_size} tokens must divide block_kv={bkv} or be a "
+            "multiple of it"
+        )
+    elif pk is not None and bkv // pk.page_size > 32:
+        errs.append(
+            f"block_kv={bkv} spans {bkv // pk.page_size} pages of {pk.page_size} tokens; one "
+            "warp reads a key block's page ids: at most 32"
+        )
     if sh.dtype not in _NAN_BITS:
         errs.append(f"dtype {sh.dtype!r} has no GPU version; use fp16 or bf16")
     if d % 16 or d > 256:
@@ -170,6 +181,9 @@ def defines(sched: Schedule) -> tuple[tuple[str, int], ...]:
         d["SPLIT_KV"] = 1
     if sched.shape.block_mask is not None:  # the tile states of a block mask
         d["BLOCK_SPARSE"] = 1
+    if sched.shape.paged_kv is not None:  # K and V from pages through the block table
+        d["PAGED"] = 1
+        d["PAGE_SIZE"] = sched.shape.paged_kv.page_size
     if sched.name == "standard":
         d["SOFTMAX_ROWS"] = sched.option("softmax_rows")
         d["SOFTMAX_PASSES"] = sched.option("softmax_passes")
@@ -228,6 +242,9 @@ class CompiledSchedule:
             "k": _to_bits(k, sh.dtype, (b, kh, sh.n_kv, d)),
             "v": _to_bits(v, sh.dtype, (b, kh, sh.n_kv, d)),
         }
+        if sh.paged_kv is not None:  # K and V moved into their pools, unused slots NaN
+            bufs["k"], bufs["v"] = (_paged(bufs[x], sh) for x in "kv")
+            bufs["table"] = cp.asarray(sh.paged_kv.table, dtype=cp.int32)
         if _masked(self.sched):  # the segments' cumulative ends (one 0 when there are none)
             ends = np.cumsum(sh.segments) if sh.segments else np.zeros(1)
             bufs["seg_ends"] = cp.asarray(ends, dtype=cp.int32)
@@ -285,10 +302,12 @@ class CompiledSchedule:
             masked = (i32(sh.n_kv), i32(left), i32(right), "seg_ends", i32(n_segs))
             if sh.block_mask is not None:
                 masked += ("tiles",)
-        split = ()
+        split, paged = (), ()
         if self.sched.name == "flash_decode":
             ns = self.sched.option("num_splits")
             split = (i32(ns), i32(flash_decode.packs_group(sh)))
+        if sh.paged_kv is not None:
+            paged = ("table", i32(sh.paged_kv.pages_per_seq))
         args = {
             "flash2_fwd": ("q", "k", "v", "o", "lse", heads, kvh, n, scale, causal, *masked),
             "flash2_bwd_pre": ("o", "do", "dvec", "dq_acc", n),
@@ -312,7 +331,7 @@ class CompiledSchedule:
             "flash2_bwd_post": ("dq_acc", "dq", n),
             "flash_decode": (
                 *("q", "k", "v", "o", "lse", "o_accum", "lse_accum"),
-                *(heads, kvh, n, scale, causal, *masked, *split),
+                *(heads, kvh, n, scale, causal, *masked, *split, *paged),
             ),
             "flash_decode_combine": (
                 *("o_accum", "lse_accum", "o", "lse"),
@@ -385,6 +404,20 @@ def run_schedule(sched: Schedule, q, k, v, grad_out=None) -> tuple[np.ndarray, .
     c.launch(bufs)
     _cupy().cuda.get_current_stream().synchronize()
     return c.outputs(bufs)
+
+
+def _paged(x, shape):
+    """A device K or V, (batch, kv heads, N_kv, d) bits, laid out in ``shape.paged_kv``'s pool,
+    (pages, kv heads, page size, d); slots no sequence fills hold NaN."""
+    cp, pk = _cupy(), shape.paged_kv
+    ps, need = pk.page_size, -(-shape.n_kv // pk.page_size)
+    b, kh, nk, d = x.shape
+    pool = cp.full((pk.num_pages, kh, ps, d), _NAN_BITS[shape.dtype], dtype=cp.uint16)
+    whole = cp.full((b, kh, need * ps, d), _NAN_BITS[shape.dtype], dtype=cp.uint16)
+    whole[:, :, :nk] = x
+    pages = whole.reshape(b, kh, need, ps, d).transpose(0, 2, 1, 3, 4).reshape(-1, kh, ps, d)
+    pool[cp.asarray(pk.table[:, :need].ravel())] = pages
+    return pool
 
 
 def _to_bits(x, dtype: str, shape: tuple[int, ...]):

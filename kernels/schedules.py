@@ -98,6 +98,10 @@ class Schedule:
             if impl == implementation(DEFAULT_IMPLEMENTATION):
                 impl = None
             object.__setattr__(self, "impl", impl)
+        if self.shape.paged_kv is not None and not getattr(_module(self.name), "PAGED_KV", False):
+            raise TilingError(
+                f"{self.name} does not read a paged KV cache (paged_kv): flash_decode does"
+            )
         _module(self.name).validate(self)
 
     @property
@@ -130,6 +134,19 @@ class Schedule:
         ``params``)."""
         return keep_table(self.shape)[0]
 
+    @property
+    def pages(self) -> np.ndarray:
+        """The paged KV cache's block table (batch x pages per sequence), or a 0 x 0 array
+        when K and V are contiguous; its page size is in ``params``."""
+        pk = self.shape.paged_kv
+        return np.zeros((0, 0), np.int64) if pk is None else pk.table
+
+    @property
+    def tables(self) -> tuple[np.ndarray, ...]:
+        """The arrays the jitted tracers take after ``params``: kmin, kmax, keep, pages."""
+        lo, hi = self.mask
+        return lo, hi, self.keep, self.pages
+
     def option(self, key: str) -> int:
         return dict(self.options)[key]
 
@@ -151,6 +168,7 @@ class Schedule:
             int(s.causal),
             s.n_kv,
             *keep_table(s)[1:],
+            0 if s.paged_kv is None else s.paged_kv.page_size,
         )
         for i, (_, value) in enumerate(self.options):
             p[P_EXTRA + i] = value
@@ -199,28 +217,26 @@ class Schedule:
         if start == stop:
             return np.empty(0, EVENT_DTYPE)
         emit = _module(self.name)._emit
-        return run_emitter(emit, kernel, start, stop, self.params(), self.mask, self.keep, out)
+        return run_emitter(emit, kernel, start, stop, self.params(), self.tables, out)
 
     def n_events(self) -> int:
         """Number of events in the whole trace, counted without storing them."""
-        emit, p, (lo, hi), keep = _module(self.name)._emit, self.params(), self.mask, self.keep
+        emit, p, tables = _module(self.name)._emit, self.params(), self.tables
         empty = np.empty(0, EVENT_DTYPE)
         return sum(
-            emit(empty, False, k, 0, ki.ctas, p, lo, hi, keep) for k, ki in enumerate(self.kernels)
+            emit(empty, False, k, 0, ki.ctas, p, *tables) for k, ki in enumerate(self.kernels)
         )
 
     def trace(self) -> Trace:
         """The whole trace, built by the fast tracer (no arithmetic), in one allocation."""
         emit, p, kernels = _module(self.name)._emit, self.params(), self.kernels
-        (lo, hi), keep = self.mask, self.keep
+        tables = self.tables
         empty = np.empty(0, EVENT_DTYPE)
-        counts = [
-            emit(empty, False, k, 0, ki.ctas, p, lo, hi, keep) for k, ki in enumerate(kernels)
-        ]
+        counts = [emit(empty, False, k, 0, ki.ctas, p, *tables) for k, ki in enumerate(kernels)]
         events = np.empty(sum(counts), EVENT_DTYPE)
         start = 0
         for k, (ki, n) in enumerate(zip(kernels, counts, strict=True)):
-            emit(events[start : start + n], True, k, 0, ki.ctas, p, lo, hi, keep)
+            emit(events[start : start + n], True, k, 0, ki.ctas, p, *tables)
             start += n
         return Trace(events, self.meta)
 

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from flashio.kernels.block_mask import BlockMask
+from flashio.kernels.paged_kv import PagedKV
 from flashio.simulator.errors import ShapeError
 
 __all__ = ["DTYPES", "AttentionShape"]
@@ -58,6 +59,11 @@ class AttentionShape:
         Block-sparse attention (FlashAttention's Prop. 4, flex_attention's ``BlockMask``):
         query i sees key j only where block ``(i // block_q, j // block_kv)`` is kept, on top
         of the masks above. A dict (``BlockMask.to_dict``) is accepted too.
+    paged_kv : kernels.PagedKV or None
+        K and V kept in a paged cache (vLLM, FlashInfer, flash-attn's ``block_table``): a pool
+        of fixed-size pages and a table of each sequence's pages. It changes where keys lie,
+        not which keys a query sees; ``flash_decode`` reads it. A dict
+        (``PagedKV.to_dict``) is accepted too.
 
     Notes
     -----
@@ -75,6 +81,7 @@ class AttentionShape:
     window: int | tuple[int, int] | None = None
     segments: tuple[int, ...] | None = None
     block_mask: BlockMask | None = None
+    paged_kv: PagedKV | None = None
 
     def __post_init__(self):
         for name in ("batch", "heads", "seq_len", "head_dim"):
@@ -183,6 +190,16 @@ class AttentionShape:
                     f"{type(bm).__name__}"
                 )
             bm.check_fits(self.seq_len, self.n_kv)
+        pk = self.paged_kv
+        if isinstance(pk, dict):
+            pk = PagedKV.from_dict(pk)
+            object.__setattr__(self, "paged_kv", pk)
+        if pk is not None:
+            if not isinstance(pk, PagedKV):
+                raise ShapeError(
+                    f"AttentionShape.paged_kv must be a kernels.PagedKV, got {type(pk).__name__}"
+                )
+            pk.check_fits(self.batch, self.n_kv)
 
     @property
     def n_kv(self) -> int:
@@ -271,15 +288,19 @@ class AttentionShape:
             parts.append(f"segments=({', '.join(map(str, seg[:4]))}{more})")
         if self.block_mask is not None:
             parts.append(self.block_mask.describe())
+        if self.paged_kv is not None:
+            parts.append(self.paged_kv.describe())
         return ", ".join(parts)
 
     def to_dict(self) -> dict:
-        """The fields as a dict (JSON-able); ``kv_seq_len``, ``window``, ``segments`` and
-        ``block_mask`` only when set."""
+        """The fields as a dict (JSON-able); ``kv_seq_len``, ``window``, ``segments``,
+        ``block_mask`` and ``paged_kv`` only when set."""
         d = asdict(self)
         if self.block_mask is not None:
             d["block_mask"] = self.block_mask.to_dict()
-        for k in ("kv_seq_len", "window", "segments", "block_mask"):
+        if self.paged_kv is not None:
+            d["paged_kv"] = self.paged_kv.to_dict()
+        for k in ("kv_seq_len", "window", "segments", "block_mask", "paged_kv"):
             if d[k] is None:
                 del d[k]
             elif isinstance(d[k], tuple):

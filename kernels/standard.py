@@ -205,7 +205,7 @@ def _emit_softmax(ev, write, cta_start, cta_stop, p, kmin, kmax, keep):
 
 
 @njit(**JIT)
-def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep):
+def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep, pages):
     if kernel == 0:  # qk: S = Q K^T / sqrt(d)
         bufs = (Q_S, K_S, S_ACC)
         return _emit_tile(ev, write, 0, cta_start, cta_stop, p, Q, K, S, bufs, EW_QK_PER_SCORE)

@@ -220,7 +220,7 @@ def _emit_ds(ev, write, cta_start, cta_stop, p):
 
 
 @njit(**JIT)
-def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep):
+def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep, pages):
     start, stop = cta_start, cta_stop
     if kernel == 0:  # dv: dV = P^T dO
         return _emit_kv(ev, write, 0, start, stop, p, P, DO, DV, (P_S, DO_S, DV_ACC), 0)

@@ -302,6 +302,61 @@ def test_flash_decode(dtype, d, fields, splits):
     _check_masked_forward(sched)
 
 
+# a paged cache (the PAGED build): pages smaller than a key block, equal to it and larger,
+# in a shuffled pool with pages to spare, ragged last pages, sequences sharing their first
+# pages (prefix caching: equal keys there), GQA packed and not, one split and several
+PAGED = [
+    ({"seq_len": 1, "kv_seq_len": 3000, "heads": 8, "kv_heads": 2}, 16, None),
+    ({"seq_len": 1, "kv_seq_len": 2000, "heads": 4}, 64, 3),
+    ({"seq_len": 1, "kv_seq_len": 999, "heads": 8, "kv_heads": 2}, 256, 1),
+    ({"seq_len": 4, "kv_seq_len": 1000, "heads": 4, "causal": True}, 8, 2),
+    ({"seq_len": 1, "kv_seq_len": 2000, "heads": 4, "causal": True, "window": 100}, 32, 8),
+]
+
+
+def _paged(shape, page_size: int, shared: int, seed: int) -> kernels.PagedKV:
+    """A pool with 5 pages to spare, in a random order; ``shared`` leading pages common to
+    both sequences."""
+    need = -(-shape.n_kv // page_size)
+    ids = np.random.default_rng(seed).permutation(shared + 2 * (need - shared) + 5)
+    own = ids[shared : shared + 2 * (need - shared)].reshape(2, need - shared)
+    table = np.concatenate([np.tile(ids[:shared], (2, 1)), own], axis=1)
+    return kernels.PagedKV.from_array(table, page_size, len(ids))
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize(("fields", "page", "splits"), PAGED, ids=lambda x: str(x))
+@pytest.mark.parametrize("shared", [0, 2])
+def test_flash_decode_paged(dtype, d, fields, page, splits, shared):
+    """The PAGED build reads K and V through the block table from a pool whose unused slots
+    are NaN: the split kernel and the combine against the dense masked reference, and the
+    shared memory it carves out (tiles and two slots of page ids) is the schedule's."""
+    import cupy
+
+    shape = kernels.AttentionShape(batch=2, head_dim=d, dtype=dtype, **fields)
+    seed = _fresh_seed()
+    pk = _paged(shape, page, shared, seed)
+    paged = kernels.AttentionShape(**{**shape.to_dict(), "paged_kv": pk})
+    sched = kernels.schedule("flash_decode", paged, num_splits=splits)
+    if gpu.tiling_errors(sched):  # 4-token pages of a 256-key block: more ids than a warp
+        pytest.skip("; ".join(gpu.tiling_errors(sched)))
+    assert dict(gpu.defines(sched))["PAGED"] == 1
+    q, k, v = random_inputs(paged, seed=seed)
+    k[:, :, : shared * page], v[:, :, : shared * page] = (x[:1, :, : shared * page]
+                                                          for x in (k, v))  # fmt: skip
+    o, lse = gpu.run_schedule(sched, q, k, v)
+    exact, m, l, _ = kernels.attention_forward(q, k, v, mask=shape)
+    same = kernels.attention_forward(q, k, v, mask=shape, dtype=dtype)[0]
+    _check_rule("O", o, exact, same, dtype, seed)
+    seen = l > 0
+    np.testing.assert_allclose(lse[seen], (m + np.log(np.where(seen, l, 1)))[seen], rtol=0,
+                               atol=1e-4, err_msg=f"seed {seed}")  # fmt: skip
+    out = cupy.zeros(1, cupy.int64)
+    gpu.compile_schedule(sched).function("flash2_fwd_smem_bytes")((1,), (1,), (out,))
+    assert int(out.get()[0]) == gpu.launches(sched)[0].smem_bytes == sched.kernels[0].smem_bytes
+
+
 SMEM_CASES = [
     ("flash2", 128, 128, 64, 8),
     ("flash2", 64, 64, 64, 4),

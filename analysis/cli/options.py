@@ -8,6 +8,7 @@ import argparse
 
 from flashio import kernels
 from flashio.kernels.block_mask import parse_block_mask
+from flashio.kernels.paged_kv import parse_paged_kv
 from flashio.kernels.schedules import DEFAULT_WARPS
 
 # Every verb's default GPU: the validation H200 as its microbenchmarks measured it
@@ -118,8 +119,14 @@ SHAPE_FLAGS = {
     "mask_block": ("--mask-block", {"type": int, "default": 128, "metavar": "B",
                                     "help": "block size of --block-mask, queries and keys "
                                     "(default 128, flex_attention's)"}),
+    "paged_kv": ("--paged-kv", {"default": None, "metavar": "SPEC",
+                                "help": "flash_decode over a paged KV cache (vLLM, FlashInfer): "
+                                "PAGE_SIZE[:shuffled[:SEED]] (pages of that many tokens in a "
+                                "random order), PAGE_SIZE:contiguous, or TABLE.npy:PAGE_SIZE "
+                                "(a saved block table, sequences x pages) (default: K and V "
+                                "contiguous)"}),
 }  # fmt: skip
-VARIANT_FLAGS = ("kv_seq_len", "window", "segments", "block_mask", "mask_block")
+VARIANT_FLAGS = ("kv_seq_len", "window", "segments", "block_mask", "mask_block", "paged_kv")
 # a sweep's lists: several lengths and head dims
 SWEEP_LISTS = {
     "seq_len": {"type": listed(int), "nargs": "+", "default": [(1024, 2048, 4096)],
@@ -139,8 +146,8 @@ def add_shape_flags(g, *names: str, lists: bool = False) -> None:
 
 def add_shape(p: argparse.ArgumentParser, lists: bool = False) -> None:
     """--batch, --heads, --kv-heads, --seq-len, --head-dim, --dtype, --causal, --kv-seq-len,
-    --window, --segments; with ``lists`` --seq-len and --head-dim take several values (a
-    sweep)."""
+    --window, --segments, --block-mask, --mask-block, --paged-kv; with ``lists`` --seq-len and
+    --head-dim take several values (a sweep)."""
     add_shape_flags(p.add_argument_group("attention shape"), *SHAPE_FLAGS, lists=lists)
 
 
@@ -165,6 +172,9 @@ def shape_of(a: argparse.Namespace, **fields) -> kernels.AttentionShape:
         f["block_mask"] = parse_block_mask(
             spec, f["seq_len"], f.get("kv_seq_len"), getattr(a, "mask_block", 128)
         )
+    spec = getattr(a, "paged_kv", None)
+    if spec is not None:
+        f["paged_kv"] = parse_paged_kv(spec, f["batch"], f.get("kv_seq_len") or f["seq_len"])
     return kernels.AttentionShape(**f)
 
 

@@ -160,8 +160,9 @@ def pareto_front(rows: list[SweepRow]) -> dict[tuple, list[SweepRow]]:
 
 def mask_text(shape: kernels.AttentionShape) -> str:
     """The shape's mask beyond causal, as a sweep row records it: ``kv_seq_len=N;window=W;
-    segments=L1,L2;block_mask=BQxBK,DENSITY,DIGEST`` (the parts that are set; the digest, of
-    the kept blocks, tells masks of one density apart), or "" for none."""
+    segments=L1,L2;block_mask=BQxBK,DENSITY,DIGEST;paged_kv=PAGE,POOL,DIGEST`` (the parts that
+    are set; a digest, of the kept blocks or the block table, tells masks of one density or
+    caches of one page size apart), or "" for none."""
     parts = []
     if shape.kv_seq_len is not None:
         parts.append(f"kv_seq_len={shape.kv_seq_len}")
@@ -174,6 +175,10 @@ def mask_text(shape: kernels.AttentionShape) -> str:
     if bm is not None:
         digest = hashlib.sha1(bm.bits).hexdigest()[:12]
         parts.append(f"block_mask={bm.block_q}x{bm.block_kv},{bm.density:.4f},{digest}")
+    pk = shape.paged_kv
+    if pk is not None:
+        digest = hashlib.sha1(pk.ids).hexdigest()[:12]
+        parts.append(f"paged_kv={pk.page_size},{pk.num_pages},{digest}")
     return ";".join(parts)
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "NCU_BWD_CASES",
     "NCU_CASES",
     "NCU_DECODE_CASES",
+    "NCU_PAGED_CASES",
     "block_byte_rows",
     "block_time_rows",
     "bwd_byte_rows",
@@ -66,6 +67,20 @@ NCU_DECODE_CASES = tuple(
 )
 
 
+# flash_decode over a paged cache (--paged): 16- and 256-token pages in a shuffled pool
+NCU_PAGED_CASES = tuple(
+    (f"{label}, {ps}-token pages", f, ps) for label, f in NCU_DECODE_CASES for ps in (16, 256)
+)
+
+
+def paged_shape(fields: dict, page_size: int) -> kernels.AttentionShape:
+    """The profiled and timed paged shapes: NCU_BASE's with pages of ``page_size`` tokens,
+    ``PagedKV.shuffled`` with seed = page size (benchmarks/masks_measure.py)."""
+    f = {**NCU_BASE, **fields}
+    pk = kernels.PagedKV.shuffled(f["batch"], f["kv_seq_len"], page_size, seed=page_size)
+    return kernels.AttentionShape(**f, paged_kv=pk)
+
+
 def _block_cases():
     """Block masks profiled (benchmarks/masks_ncu.py --block-sparse), 128 x 128 blocks at 4k."""
     bm = kernels.BlockMask
@@ -77,13 +92,19 @@ def _block_cases():
 
 
 def ncu_schedules(kind: str = "forward") -> list[tuple[str, kernels.Schedule]]:
-    """The profiled schedules of ``kind``: "forward", "backward", "decode" or "block" (the
-    block masks' forward launches, then their backward's)."""
+    """The profiled schedules of ``kind``: "forward", "backward", "decode", "paged" (decoding
+    over a paged cache) or "block" (the block masks' forward launches, then their
+    backward's)."""
     if kind == "block":
         return [
             (label, kernels.schedule(name, kernels.AttentionShape(**NCU_BASE, **f), *tiles))
             for name, tiles in (("flash2", (128, 128, 8)), ("flash2_bwd", (64, 128, 8)))
             for label, f in _block_cases()
+        ]
+    if kind == "paged":
+        return [
+            (label, kernels.schedule("flash_decode", paged_shape(f, ps)))
+            for label, f, ps in NCU_PAGED_CASES
         ]
     if kind == "decode":
         return [
@@ -262,12 +283,14 @@ def bwd_time_rows() -> list[dict]:
     return time_rows(backward=True)
 
 
-def decode_byte_rows() -> list[dict]:
+def decode_byte_rows(kind: str = "decode") -> list[dict]:
     """Per NCU decoding case and kernel (split, combine): measured and replayed bytes in and
-    out of the SMs, the kernel's duration and, for the split kernel, the KV cache's bytes."""
-    launches = iter(parse_ncu_csv((DATA / "gpu" / "masks" / "masks_decode_ncu.csv").read_text()))
+    out of the SMs, the kernel's duration and, for the split kernel, the KV cache's bytes;
+    ``kind`` "paged": the paged cache's cases (masks_paged_ncu.csv)."""
+    csv = DATA / "gpu" / "masks" / f"masks_{kind}_ncu.csv"
+    launches = iter(parse_ncu_csv(csv.read_text()))
     out = []
-    for label, sched in ncu_schedules("decode"):
+    for label, sched in ncu_schedules(kind):
         res = simulator.simulate(sched, GPU, options=OPTIONS)
         sh = sched.shape
         for k, kinfo in zip(res.kernels, sched.kernels, strict=True):
@@ -290,32 +313,45 @@ def decode_byte_rows() -> list[dict]:
     return out
 
 
-def flash_decode_rows() -> list[dict]:
+def flash_decode_rows(paged: bool = False) -> list[dict]:
     """This project's flash_decode beside PyTorch SDPA's decoding (masks_decode.json): ours
     event-timed (through the launch harness) against the model, PyTorch's kernels' profiled
-    durations beside it."""
-    doc, harness = run_data("masks_decode.json"), load_calibration().harness
-    theirs = {r["case"]: r for r in doc["rows"] if r["impl"] == "torch_flash"}
+    durations beside it. ``paged``: ours over a paged cache (masks_paged.json), the same step
+    over a contiguous cache beside it."""
+    doc = run_data("masks_paged.json" if paged else "masks_decode.json")
+    harness = load_calibration().harness
+    beside = {
+        r["case"]: r for r in doc["rows"] if r["impl"] == ("flashio" if paged else "torch_flash")
+    }
     out = []
     for r in doc["rows"]:
-        if r["impl"] != "flashio":
+        if not (r["impl"].startswith("flashio_paged") if paged else r["impl"] == "flashio"):
             continue
         shape = kernels.AttentionShape(**r["shape"])
+        if paged:  # the table benchmarks/masks_measure.py drew
+            pk, size = kernels.PagedKV, r["page_size"]
+            table = (
+                pk.contiguous(shape.batch, shape.n_kv, size)
+                if r["page_order"] == "contiguous"
+                else pk.shuffled(shape.batch, shape.n_kv, size, seed=r["page_seed"])
+            )
+            shape = kernels.AttentionShape(**{**r["shape"], "paged_kv": table})
         sched = kernels.schedule("flash_decode", shape, r["block_q"], r["block_kv"], r["warps"])
         assert sched.option("num_splits") == r["num_splits"], r["case"]
         res = simulator.simulate(sched, GPU, options=OPTIONS)
         pred = harness.event_time([k.time_s for k in res.kernels])
-        other = theirs[r["case"]]
+        other = beside[r["case"]]
         out.append(
             {
                 "case": r["case"],
+                "impl": r["impl"],
                 "shape": shape,
                 "splits": r["num_splits"],
                 "measured_s": r["median_ms"] * 1e-3,
                 "predicted_s": pred,
                 "error": pred / (r["median_ms"] * 1e-3) - 1,
                 "other_s": other["median_ms"] * 1e-3,
-                "other_kernels_s": sum(other["kernel_us"]) * 1e-6,
+                "other_kernels_s": sum(other.get("kernel_us", [])) * 1e-6,
             }
         )
     return out

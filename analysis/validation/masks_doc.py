@@ -74,6 +74,7 @@ def markdown() -> str:
     lines += _bwd_lines()
     lines += _block_lines()
     lines += _decode_lines()
+    lines += _paged_lines()
     lines += [
         "",
         "Decoding, PyTorch SDPA's flash backend (flash-attn 2's split-KV kernel and combine; "
@@ -136,6 +137,49 @@ def _decode_lines() -> list[str]:
                 (f"{r['shape'].n_kv:,}", f"{r['splits']}", f"{r['measured_s'] * 1e3:.4f}",
                  f"{r['predicted_s'] * 1e3:.4f}", f"{r['error']:+.1%}",
                  f"{r['other_s'] * 1e3:.4f}", f"{r['other_kernels_s'] * 1e3:.4f}")
+                for r in rows
+            ),
+        ),
+    ]  # fmt: skip
+
+
+def _paged_lines() -> list[str]:
+    """flash_decode over a paged cache (the PAGED build): bytes per kernel, event times."""
+    copy = run_data("masks_paged.json")["ceilings"]["copy_bytes_per_s"] / 1e12
+    rows = flash_decode_rows(paged=True)
+    return [
+        "",
+        "Over a paged KV cache (flash2_fwd.cu's PAGED build; the same decoding steps, K and V in "
+        "pools of 16- or 256-token pages, shuffled): Nsight Compute's bytes and durations "
+        "(cold L2) against the replay and the issue model, and the cache each split kernel read "
+        f"per second (copy bandwidth {copy:.2f} TB/s in the timing run):",
+        "",
+        *_table(
+            ("case", "kernel", "read (GPU)", "read (trace)", "write (GPU)", "write (trace)",
+             "us (GPU)", "us (model)", "cache TB/s"),
+            (
+                (r["case"], r["kernel"], f"{r['read']:,.0f}", f"{r['trace_read']:,}",
+                 f"{r['write']:,.0f}", f"{r['trace_write']:,}", f"{r['measured_s'] * 1e6:.1f}",
+                 f"{r['predicted_s'] * 1e6:.1f}",
+                 f"{r['cache'] / r['measured_s'] / 1e12:.2f}"
+                 if r["kernel"] == "flash_decode" else "")
+                for r in decode_byte_rows("paged")
+            ),
+        ),
+        "",
+        "Event-timed, both kernels, against the issue model (which prices the contiguous "
+        f"build's loop: {_mape(rows)}), the contiguous cache beside it in the same run:",
+        "",
+        *_table(
+            ("cached tokens", "pages", "splits", "measured ms", "predicted ms", "error",
+             "contiguous ms", "paged / contiguous"),
+            (
+                (f"{r['shape'].n_kv:,}",
+                 f"{r['shape'].paged_kv.page_size}, "
+                 + ("in order" if r["impl"].endswith("_in_order") else "shuffled"),
+                 f"{r['splits']}", f"{r['measured_s'] * 1e3:.4f}",
+                 f"{r['predicted_s'] * 1e3:.4f}", f"{r['error']:+.1%}",
+                 f"{r['other_s'] * 1e3:.4f}", f"{r['measured_s'] / r['other_s']:.2f}")
                 for r in rows
             ),
         ),

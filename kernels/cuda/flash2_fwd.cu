@@ -36,6 +36,13 @@
 // the group's query heads, all at the query's position. `flash_decode_combine` then merges
 // the splits of each row: L = log sum_s exp(LSE_s), O = sum_s exp(LSE_s - L) O_s (a row that
 // sees no key: O = 0, L = +inf).
+//
+// PAGED = 1 (with SPLIT_KV = 1) reads K and V from a paged cache (kernels/paged_kv.py): pools
+// of (pages, kv_heads, PAGE_SIZE, HEAD_DIM) and `table`, each sequence's page ids
+// (pages_per_seq a row, int32). A key block spans PAGE_SLOTS pages at most (PAGE_SIZE divides
+// BLOCK_KV or is a multiple of it); warp 0 reads the ids of block j + 1 from L2 while block j
+// is computed and puts them in shared memory (two slots of PAGE_SLOTS ints after V), and every
+// 16-byte chunk of a tile is copied from its row's page.
 #include "mma_tiles.cu"
 
 #ifndef MASKED
@@ -47,11 +54,17 @@
 #ifndef BLOCK_SPARSE
 #define BLOCK_SPARSE 0
 #endif
+#ifndef PAGED
+#define PAGED 0
+#endif
 #if SPLIT_KV && !MASKED
 #error "SPLIT_KV needs MASKED = 1 (a decoding step's queries sit at the end of its keys)"
 #endif
 #if BLOCK_SPARSE && (!MASKED || SPLIT_KV)
 #error "BLOCK_SPARSE needs MASKED = 1 and no SPLIT_KV"
+#endif
+#if PAGED && !SPLIT_KV
+#error "PAGED needs SPLIT_KV = 1 (flash_decode reads the paged cache)"
 #endif
 #if SPLIT_KV
 #define FWD_KERNEL flash_decode
@@ -66,7 +79,15 @@ constexpr int WM = BLOCK_Q / WARPS;  // Q rows per warp
 constexpr int MT = WM / 16;          // m16 tiles per warp
 constexpr int NS = BLOCK_KV / 8;     // n8 tiles of S per m-tile
 constexpr int ND = HEAD_DIM / 8;     // n8 tiles of O per m-tile
+#if PAGED
+static_assert(BLOCK_KV % PAGE_SIZE == 0 || PAGE_SIZE % BLOCK_KV == 0,
+              "PAGE_SIZE must divide BLOCK_KV or be a multiple of it");
+constexpr int PAGE_SLOTS = BLOCK_KV % PAGE_SIZE == 0 ? BLOCK_KV / PAGE_SIZE : 1;
+static_assert(PAGE_SLOTS <= 32, "a key block's page ids are read by one warp: at most 32");
+constexpr long long SMEM_BYTES = (BLOCK_Q + 2LL * BLOCK_KV) * HEAD_DIM * 2 + 2LL * PAGE_SLOTS * 4;
+#else
 constexpr long long SMEM_BYTES = (BLOCK_Q + 2LL * BLOCK_KV) * HEAD_DIM * 2;
+#endif
 
 static_assert(WARPS >= 1 && WARPS <= 32, "warps * 32 threads must be 32..1024");
 static_assert(BLOCK_Q % (16 * WARPS) == 0,
@@ -80,6 +101,37 @@ extern "C" __global__ void flash2_fwd_smem_bytes(long long* out) { out[0] = SMEM
 
 #if MASKED
 #include "key_range.cu"
+#endif
+#if PAGED
+// the page id of the tid-th page key block j spans (row `ids` of the table), from L2; -1 for
+// a thread past the block's pages
+__device__ __forceinline__ int page_id(const int* ids, int j, int nk, int tid) {
+    const int k0 = j * BLOCK_KV, first = k0 / PAGE_SIZE;
+    const int span = (min(k0 + BLOCK_KV, nk) - 1) / PAGE_SIZE - first + 1;
+    int id = -1;
+    if (tid < span) asm volatile("ld.global.cg.s32 %0, [%1];\n" : "=r"(id) : "l"(ids + first + tid));
+    return id;
+}
+
+// load_tile for key rows k0.. of one head from a paged pool: `head`, the head's first row in
+// page 0; `pg`, the ids of the pages the block spans; pages `page_stride` elements apart
+template <int ROWS, int COLS>
+__device__ __forceinline__ void load_tile_paged(u16* s, const u16* head, long page_stride,
+                                                const int* pg, int k0, int rows_valid, int tid) {
+    constexpr int CH = COLS / 8, CHUNKS = ROWS * CH;
+    const int first = k0 / PAGE_SIZE;
+#pragma unroll 4
+    for (int it = 0; it < (CHUNKS + NT - 1) / NT; ++it) {
+        const int idx = tid + it * NT;
+        if (CHUNKS % NT != 0 && idx >= CHUNKS) break;
+        const int r = idx / CH, c = idx % CH, t = k0 + r;
+        const bool ok = r < rows_valid;
+        const u16* src =
+            ok ? head + pg[t / PAGE_SIZE - first] * page_stride + (t % PAGE_SIZE) * COLS + c * 8
+               : head;
+        cp_async16(s + swz<COLS>(r, c), src, ok ? 16 : 0);
+    }
+}
 #endif
 #if BLOCK_SPARSE
 // the first tile after j in this row of tile states that is not skipped, or `last`
@@ -105,6 +157,9 @@ extern "C" __global__ void __launch_bounds__(NT)
 #endif
 #if BLOCK_SPARSE
                , const unsigned char* __restrict__ tiles
+#endif
+#if PAGED
+               , const int* __restrict__ table, int pages_per_seq
 #endif
                ) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -138,8 +193,17 @@ extern "C" __global__ void __launch_bounds__(NT)
     const int q0 = i * BLOCK_Q, r = min(BLOCK_Q, n - q0);
     const u16* gQ = Q + ((long)bh * n + q0) * HEAD_DIM;
 #endif
+#if PAGED
+    // the head's row 0 in page 0; this sequence's page ids; two slots of a block's page ids
+    const u16* gK = K + (long)kvh * PAGE_SIZE * HEAD_DIM;
+    const u16* gV = V + (long)kvh * PAGE_SIZE * HEAD_DIM;
+    const long page_stride = (long)kv_heads * PAGE_SIZE * HEAD_DIM;
+    const int* ids = table + (long)b * pages_per_seq;
+    int* pg = reinterpret_cast<int*>(sV + BLOCK_KV * HEAD_DIM);
+#else
     const u16* gK = K + (long)(b * kv_heads + kvh) * nk * HEAD_DIM;
     const u16* gV = V + (long)(b * kv_heads + kvh) * nk * HEAD_DIM;
+#endif
 #if MASKED
     // the key blocks this CTA's rows see: from the first row that sees a key (rows that see
     // none are a prefix) to the last row's last key
@@ -181,8 +245,16 @@ extern "C" __global__ void __launch_bounds__(NT)
     if (j_lo < last) {
         load_tile<BLOCK_Q, HEAD_DIM, NT>(sQ, gQ, HEAD_DIM, r, tid);
         const int k_first = j_lo * BLOCK_KV;
+#if PAGED
+        const int id = page_id(ids, j_lo, nk, tid);
+        if (tid < PAGE_SLOTS) pg[(j_lo & 1) * PAGE_SLOTS + tid] = id;
+        __syncthreads();
+        load_tile_paged<BLOCK_KV, HEAD_DIM>(sK, gK, page_stride, pg + (j_lo & 1) * PAGE_SLOTS,
+                                            k_first, min(BLOCK_KV, nk - k_first), tid);
+#else
         load_tile<BLOCK_KV, HEAD_DIM, NT>(sK, gK + (long)k_first * HEAD_DIM, HEAD_DIM,
                                           min(BLOCK_KV, nk - k_first), tid);
+#endif
         cp_async_commit();
     }
 #else
@@ -213,7 +285,14 @@ extern "C" __global__ void __launch_bounds__(NT)
         cp_async_wait<0>();
         __syncthreads();  // K_j (and Q_i) landed; every warp is done with V_{j-1}
         // V_j: HBM -> SRAM, overlapping S = Q K^T
+#if PAGED
+        load_tile_paged<BLOCK_KV, HEAD_DIM>(sV, gV, page_stride, pg + (j & 1) * PAGE_SLOTS, k0,
+                                            nk - k0, tid);
+        // the next block's page ids, from L2 while this block is computed
+        const int next_id = j + 1 < last ? page_id(ids, j + 1, nk, tid) : -1;
+#else
         load_tile<BLOCK_KV, HEAD_DIM, NT>(sV, gV + (long)k0 * HEAD_DIM, HEAD_DIM, nk - k0, tid);
+#endif
         cp_async_commit();
 
         float s[MT][NS][4];
@@ -310,6 +389,9 @@ extern "C" __global__ void __launch_bounds__(NT)
         }
 
         cp_async_wait<0>();
+#if PAGED
+        if (tid < PAGE_SLOTS) pg[((j + 1) & 1) * PAGE_SLOTS + tid] = next_id;
+#endif
         __syncthreads();  // V_j landed; every warp is done with K_j
 #if BLOCK_SPARSE
         const int jn = next_tile(tile_row, j, last);
@@ -319,7 +401,12 @@ extern "C" __global__ void __launch_bounds__(NT)
         if (j + 1 < last) {  // K_{j+1}: HBM -> SRAM, overlapping P V
             const int k1 = k0 + BLOCK_KV;
 #endif
+#if PAGED
+            load_tile_paged<BLOCK_KV, HEAD_DIM>(sK, gK, page_stride,
+                                                pg + ((j + 1) & 1) * PAGE_SLOTS, k1, nk - k1, tid);
+#else
             load_tile<BLOCK_KV, HEAD_DIM, NT>(sK, gK + (long)k1 * HEAD_DIM, HEAD_DIM, nk - k1, tid);
+#endif
             cp_async_commit();
         }
 

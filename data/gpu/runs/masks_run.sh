@@ -13,6 +13,10 @@
 #   masks_run.sh block: the block-sparse GPU tests ($OUT/pytest_block.log), the sanitizers
 #     on block-sparse launches ($OUT/sanitizer_block.log) and Nsight Compute's bytes of
 #     benchmarks/masks_ncu.py --block-sparse ($OUT/masks_block_ncu.csv).
+#   masks_run.sh paged: flash_decode over a paged KV cache (the PAGED build): its GPU tests
+#     ($OUT/pytest_paged.log), the sanitizers ($OUT/sanitizer_paged.log), the timings beside a
+#     contiguous cache and PyTorch ($OUT/masks/masks_paged.json, $OUT/measure_paged.log) and
+#     Nsight Compute's bytes of benchmarks/masks_ncu.py --paged ($OUT/masks_paged_ncu.csv).
 #   masks_run.sh measure-block: the forward and backward with block masks beside
 #     flex_attention ($OUT/masks/masks_block.json, $OUT/measure_block.log).
 export PYTHONUNBUFFERED=1
@@ -103,6 +107,36 @@ print('ran')
     --log-file $OUT/masks_block_ncu.csv --metrics $B -k regex:"^flash2" \
     python3 -m benchmarks.masks_ncu --block-sparse > /dev/null 2>&1
   echo "ncu-block rc=$?" >> $L
+elif [ "$1" = paged ]; then
+  timeout 150 python3 -m pytest tests/test_gpu_kernels.py -q -p no:cacheprovider -n 8 \
+    --timeout 120 -rfE -k "paged or flash_decode" > $OUT/pytest_paged.log 2>&1
+  echo "pytest-paged rc=$?" >> $L
+  for t in memcheck racecheck synccheck; do
+    timeout 90 compute-sanitizer --tool $t --print-limit 20 python3 -c "
+from flashio import kernels
+from flashio.kernels import gpu
+from tests._util import random_inputs
+for ps, f in ((16, {'kv_heads': 2}), (64, {'causal': True, 'window': 100}),
+              (256, {'seq_len': 3, 'causal': True})):
+    pk = kernels.PagedKV.shuffled(2, 1000, ps, seed=1, num_pages=2 * (-(-1000 // ps)) + 3)
+    sh = kernels.AttentionShape(2, 4, **{'seq_len': 1, **f}, kv_seq_len=1000, head_dim=64,
+                                dtype='bf16', paged_kv=pk)
+    for splits in (None, 1, 3):
+        s = kernels.schedule('flash_decode', sh, num_splits=splits)
+        gpu.run_schedule(s, *random_inputs(sh, seed=1))
+print('ran')
+"
+  done > $OUT/sanitizer_paged.log 2>&1
+  echo "sanitizer-paged rc=$?" >> $L
+  timeout 200 python3 -m benchmarks.masks_measure --out $OUT/masks --paged \
+    > $OUT/measure_paged.log 2>&1
+  echo "measure-paged rc=$?" >> $L
+  B=l1tex__m_xbar2l1tex_read_bytes.sum,l1tex__m_l1tex2xbar_write_bytes.sum,dram__bytes_read.sum
+  B=$B,dram__bytes_write.sum,gpu__time_duration.sum
+  timeout 120 ncu --clock-control none --print-units base --csv \
+    --log-file $OUT/masks_paged_ncu.csv --metrics $B -k regex:"^flash_decode" \
+    python3 -m benchmarks.masks_ncu --paged > /dev/null 2>&1
+  echo "ncu-paged rc=$?" >> $L
 elif [ "$1" = measure-block ]; then
   timeout 500 python3 -m benchmarks.masks_measure --out $OUT/masks --block-sparse \
     --budget-s 400 > $OUT/measure_block.log 2>&1
