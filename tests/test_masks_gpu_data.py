@@ -103,20 +103,23 @@ def test_paged_decoding_bytes_are_the_replays():
             assert 0 <= extra_write <= r["ctas"] * 4 * masks.SECTOR, r
 
 
-def test_paged_decoding_times_and_the_models_known_bias():
-    """Paging costs the split kernel its per-chunk page lookups, which the issue model does
-    not price (the census holds the contiguous build): the model gives the contiguous step's
-    time, so it is too fast by 5-31% (docs/validation.md), more the more key blocks a split
-    walks; the page order (shuffled or in order) changes the measured time by under 3%."""
+def test_paged_decoding_is_near_the_contiguous_cache_and_priced_like_it():
+    """Over a paged cache (16- and 256-token pages, shuffled and in order) a decoding step
+    takes at most 1.25x the contiguous one's time in the same run (measured 0.94-1.20x; event
+    timings spread 10-20% from their minimum to their maximum), and at 64k cached tokens
+    the split kernel reads the cache at >= 75% of the copy bandwidth (Nsight; measured 76% and
+    81%). The issue model prices the contiguous build's loop (the census has no paged entry):
+    too fast by at most 20%, MAPE <= 12% (measured 9.3%), as for the contiguous steps."""
     rows = masks.flash_decode_rows(paged=True)
     assert len(rows) == 16
     for r in rows:
-        assert -0.35 <= r["error"] < 0, r
-        assert r["measured_s"] > r["other_s"], r  # slower than the contiguous cache
-    by = {(r["case"], r["impl"]): r["measured_s"] for r in rows}
-    for (case, impl), t in by.items():
-        if impl.endswith("_in_order"):
-            assert abs(t / by[(case, impl.removesuffix("_in_order"))] - 1) < 0.03
+        assert r["measured_s"] <= 1.25 * r["other_s"], r
+        assert -0.20 <= r["error"] < 0.05, r
+    assert np.abs([r["error"] for r in rows]).mean() <= 0.12
+    copy = masks.run_data("masks_paged.json")["ceilings"]["copy_bytes_per_s"]
+    split = [r for r in masks.decode_byte_rows("paged") if r["kernel"] == "flash_decode"]
+    at_64k = [r for r in split if r["case"].startswith("decode 65536")]
+    assert len(at_64k) == 2 and all(r["cache"] / r["measured_s"] >= 0.75 * copy for r in at_64k)
 
 
 def test_block_mask_bytes_are_the_replays():

@@ -114,22 +114,41 @@ __device__ __forceinline__ int page_id(const int* ids, int j, int nk, int tid) {
 }
 
 // load_tile for key rows k0.. of one head from a paged pool: `head`, the head's first row in
-// page 0; `pg`, the ids of the pages the block spans; pages `page_stride` elements apart
+// page 0; `pg`, the ids of the pages the block spans; pages `page_stride` elements apart. A
+// thread copies chunk c of rows rt, rt + RPI, ...: where a page holds whole passes of RPI
+// rows, the thread looks each page up once and copies its rows at fixed offsets from there,
+// as load_tile does; smaller pages look the page up per chunk.
 template <int ROWS, int COLS>
 __device__ __forceinline__ void load_tile_paged(u16* s, const u16* head, long page_stride,
                                                 const int* pg, int k0, int rows_valid, int tid) {
-    constexpr int CH = COLS / 8, CHUNKS = ROWS * CH;
-    const int first = k0 / PAGE_SIZE;
+    constexpr int CH = COLS / 8, RPI = NT / CH;  // 16-byte chunks a row, rows a pass
+    static_assert(NT % CH == 0 && ROWS % RPI == 0, "a pass of the threads copies whole rows");
+    const int rt = tid / CH, c = tid % CH;
+    if constexpr (PAGE_SIZE % RPI == 0) {
+        constexpr int PER_PAGE = PAGE_SIZE < ROWS ? PAGE_SIZE : ROWS;  // tile rows a page
+        const int in_page = k0 % PAGE_SIZE;  // 0 unless one page holds several tiles
+#pragma unroll
+        for (int pi = 0; pi < ROWS / PER_PAGE; ++pi) {
+            const int id = max(pg[pi], 0);  // -1: a page past the keys, none of its rows copied
+            const u16* base = head + id * page_stride + (long)(in_page + rt) * COLS + c * 8;
+#pragma unroll
+            for (int i = 0; i < PER_PAGE / RPI; ++i) {
+                const int r = pi * PER_PAGE + i * RPI + rt;
+                const bool ok = r < rows_valid;
+                cp_async16(s + swz<COLS>(r, c), ok ? base + i * RPI * COLS : head, ok ? 16 : 0);
+            }
+        }
+    } else {
+        const int first = k0 / PAGE_SIZE;
 #pragma unroll 4
-    for (int it = 0; it < (CHUNKS + NT - 1) / NT; ++it) {
-        const int idx = tid + it * NT;
-        if (CHUNKS % NT != 0 && idx >= CHUNKS) break;
-        const int r = idx / CH, c = idx % CH, t = k0 + r;
-        const bool ok = r < rows_valid;
-        const u16* src =
-            ok ? head + pg[t / PAGE_SIZE - first] * page_stride + (t % PAGE_SIZE) * COLS + c * 8
-               : head;
-        cp_async16(s + swz<COLS>(r, c), src, ok ? 16 : 0);
+        for (int it = 0; it < ROWS / RPI; ++it) {
+            const int r = rt + it * RPI, t = k0 + r;
+            const bool ok = r < rows_valid;
+            const u16* src =
+                ok ? head + pg[t / PAGE_SIZE - first] * page_stride + (t % PAGE_SIZE) * COLS + c * 8
+                   : head;
+            cp_async16(s + swz<COLS>(r, c), src, ok ? 16 : 0);
+        }
     }
 }
 #endif
