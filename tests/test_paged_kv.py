@@ -3,6 +3,8 @@ the block table and stays exact, the tracer moves what the executor moves, the c
 what the tracer moves, and every key row read is the row the unpaged schedule reads, found
 by inverting the table."""
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -284,3 +286,16 @@ def test_page_order_moves_no_byte_through_the_sms_and_sharing_never_adds_hbm_byt
             res[name].global_read_bytes == simulator.simulate(plain, gpu).global_read_bytes + table
         )
     assert res["shared"].hbm_read_bytes <= res["distinct"].hbm_read_bytes
+
+
+def test_tiling_search_over_a_paged_gqa_cache(capsys):
+    """`flashio tiling --search` takes the decoding step's GQA heads and paged cache."""
+    from flashio.analysis.cli.main import main
+
+    argv = ["tiling", "--schedule", "flash_decode", "--seq-len", "1", "--kv-seq-len", "4096",
+            "--heads", "8", "--kv-heads", "2", "--paged-kv", "16", "--search",
+            "--block-sizes", "16", "64", "--warps", "4"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    # 2 x 2 block sizes, the seed's and the paper's tilings
+    assert "Fastest:" in out and re.search(r"rank \d of 6", out)

@@ -74,7 +74,7 @@ def add_tiling_command(subparsers) -> argparse.ArgumentParser:
     )
     s = p.add_argument_group("tile search (with --search)")
     s.add_argument("--search", action="store_true", help="simulate and rank every tiling")
-    opts.add_shape_flags(s, "batch", "heads", "seq_len", "causal", *opts.VARIANT_FLAGS)
+    opts.add_shape_flags(s, "batch", "heads", "kv_heads", "seq_len", "causal", *opts.VARIANT_FLAGS)
     s.add_argument(
         "--block-sizes", type=opts.listed(int), nargs="+", default=[(16, 32, 64, 128, 256)],
         metavar="B",
