@@ -499,7 +499,8 @@ WARP_SPECIALIZED = ("flash_decode",)
 
 
 def _visits(s) -> tuple:
-    """Per (Q block m, split): rows r_m and the visited key blocks' (count, rows), vectorized."""
+    """Per (Q block m, split): rows r_m, the visited key blocks' count and rows, and their
+    range (first, stop) of key blocks, vectorized."""
     kmin, kmax = mask(s)
     rows, br, bc, nk, ns = kmin.shape[0], s.block_q, s.block_kv, s.shape.n_kv, splits(s)
     per_split = -(-s.t_kv // ns)

@@ -32,7 +32,7 @@ class PagedKV:
     ``num_pages`` pages of ``page_size`` tokens.
 
     Build one with :meth:`contiguous`, :meth:`shuffled` or :meth:`from_array`; ``table`` is
-    the block table as a read-only int64 array (batch x pages_per_seq). Sequences may share
+    the block table as a new int64 array (batch x pages_per_seq). Sequences may share
     a page (a common prefix, as vLLM's prefix caching does): a page id may repeat across
     rows, not within one.
     """
@@ -83,8 +83,8 @@ class PagedKV:
 
     @classmethod
     def contiguous(cls, batch: int, kv_seq_len: int, page_size: int) -> PagedKV:
-        """Sequence b in pages b P .. b P + P - 1 (P pages a sequence), in order: the layout
-        of an unpaged cache, cut into pages."""
+        """Sequence b in pages b n .. b n + n - 1, in order (n = ceil(kv_seq_len /
+        page_size) pages a sequence): the layout of an unpaged cache, cut into pages."""
         per = _pages(kv_seq_len, page_size)
         return cls.from_array(np.arange(batch * per).reshape(batch, per), page_size)
 

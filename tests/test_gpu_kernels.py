@@ -91,12 +91,15 @@ def test_flash2_forward_masked(dtype, tiles, fields):
     _check_masked_forward(sched)
 
 
-def _check_masked_forward(sched):
-    """Run a forward (flash2, flash_decode) on fresh inputs: the error rule on O against the
-    dense reference with the shape's mask; L = m + log(l) within fp32 rounding where a row
-    sees a key, +inf where it sees none."""
-    shape, dtype, seed = sched.shape, sched.shape.dtype, _fresh_seed()
+def _check_masked_forward(sched, seed=None, shared_keys=0):
+    """Run a forward (flash2, flash_decode) on fresh inputs (``seed``, else a fresh one; the
+    first ``shared_keys`` keys and values the same in every sequence, as pages sequences
+    share hold them): the error rule on O against the dense reference with the shape's mask;
+    L = m + log(l) within fp32 rounding where a row sees a key, +inf where it sees none."""
+    shape, dtype, seed = sched.shape, sched.shape.dtype, seed or _fresh_seed()
     q, k, v = random_inputs(shape, seed=seed)
+    for x in (k, v):
+        x[:, :, :shared_keys] = x[:1, :, :shared_keys]
     o, lse = gpu.run_schedule(sched, q, k, v)
     exact, m, l, _ = kernels.attention_forward(q, k, v, mask=shape)
     same = kernels.attention_forward(q, k, v, mask=shape, dtype=dtype)[0]
@@ -342,16 +345,7 @@ def test_flash_decode_paged(dtype, d, fields, page, splits, shared):
     if gpu.tiling_errors(sched):  # 4-token pages of a 256-key block: more ids than a warp
         pytest.skip("; ".join(gpu.tiling_errors(sched)))
     assert dict(gpu.defines(sched))["PAGED"] == 1
-    q, k, v = random_inputs(paged, seed=seed)
-    k[:, :, : shared * page], v[:, :, : shared * page] = (x[:1, :, : shared * page]
-                                                          for x in (k, v))  # fmt: skip
-    o, lse = gpu.run_schedule(sched, q, k, v)
-    exact, m, l, _ = kernels.attention_forward(q, k, v, mask=shape)
-    same = kernels.attention_forward(q, k, v, mask=shape, dtype=dtype)[0]
-    _check_rule("O", o, exact, same, dtype, seed)
-    seen = l > 0
-    np.testing.assert_allclose(lse[seen], (m + np.log(np.where(seen, l, 1)))[seen], rtol=0,
-                               atol=1e-4, err_msg=f"seed {seed}")  # fmt: skip
+    _check_masked_forward(sched, seed=seed, shared_keys=shared * page)
     out = cupy.zeros(1, cupy.int64)
     gpu.compile_schedule(sched).function("flash2_fwd_smem_bytes")((1,), (1,), (out,))
     assert int(out.get()[0]) == gpu.launches(sched)[0].smem_bytes == sched.kernels[0].smem_bytes

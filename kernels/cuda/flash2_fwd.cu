@@ -41,8 +41,8 @@
 // of (pages, kv_heads, PAGE_SIZE, HEAD_DIM) and `table`, each sequence's page ids
 // (pages_per_seq a row, int32). A key block spans PAGE_SLOTS pages at most (PAGE_SIZE divides
 // BLOCK_KV or is a multiple of it); warp 0 reads the ids of block j + 1 from L2 while block j
-// is computed and puts them in shared memory (two slots of PAGE_SLOTS ints after V), and every
-// 16-byte chunk of a tile is copied from its row's page.
+// is computed and puts them in shared memory (two slots of PAGE_SLOTS ints after V); each
+// thread copies its rows of a page from one look-up of that page (load_tile_paged).
 #include "mma_tiles.cu"
 
 #ifndef MASKED
