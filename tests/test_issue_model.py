@@ -312,13 +312,18 @@ def test_census_programs_load_and_count():
     reason="needs NVRTC 13.0 and cuobjdump (pip install -e '.[census]')",
 )
 def test_committed_census_is_what_the_sources_compile_to():
-    """A forward and a backward tiling, each unmasked and in its MASKED build, compiled from
-    today's sources: the committed census entries, instruction for instruction."""
+    """A forward and a backward tiling, each unmasked and in its MASKED build, and a decoding
+    split kernel's PAGED builds, compiled from today's sources: the committed census entries,
+    instruction for instruction."""
     bwd = next(c for c in sass_census.CONFIGS if c[0] == "flash2_bwd")
     configs = (sass_census.CONFIGS[0], bwd)
-    progs = sass_census.census(configs, ("bf16",), log=lambda *_: None, masked=configs)
+    paged = sass_census.PAGED_CONFIGS[:1]
+    progs = sass_census.census(
+        configs, ("bf16",), log=lambda *_: None, masked=configs, paged=paged
+    )
     committed = issue.census()
     assert sum(key.endswith(" masked") for key in progs) == 2
+    assert sum(" paged=" in key for key in progs) == len(sass_census.PAGE_SIZES)
     for key, prog in progs.items():
         assert committed[key] == prog, key
 

@@ -108,14 +108,15 @@ def test_paged_decoding_is_near_the_contiguous_cache_and_priced_like_it():
     takes at most 1.25x the contiguous one's time in the same run (measured 0.94-1.20x; event
     timings spread 10-20% from their minimum to their maximum), and at 64k cached tokens
     the split kernel reads the cache at >= 75% of the copy bandwidth (Nsight; measured 76% and
-    81%). The issue model prices the contiguous build's loop (the census has no paged entry):
-    too fast by at most 20%, MAPE <= 12% (measured 9.3%), as for the contiguous steps."""
+    81%). The issue model prices the PAGED build's compiled loop of each page size (the
+    census's `paged=` entries): -16% to +1%, MAPE <= 10% (measured 7.1%), as the contiguous
+    steps, whose event times it puts up to 18% too fast (the combine on the pipe rates)."""
     rows = masks.flash_decode_rows(paged=True)
     assert len(rows) == 16
     for r in rows:
         assert r["measured_s"] <= 1.25 * r["other_s"], r
         assert -0.20 <= r["error"] < 0.05, r
-    assert np.abs([r["error"] for r in rows]).mean() <= 0.12
+    assert np.abs([r["error"] for r in rows]).mean() <= 0.10
     copy = masks.run_data("masks_paged.json")["ceilings"]["copy_bytes_per_s"]
     split = [r for r in masks.decode_byte_rows("paged") if r["kernel"] == "flash_decode"]
     at_64k = [r for r in split if r["case"].startswith("decode 65536")]

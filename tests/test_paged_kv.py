@@ -299,3 +299,21 @@ def test_tiling_search_over_a_paged_gqa_cache(capsys):
     out = capsys.readouterr().out
     # 2 x 2 block sizes, the seed's and the paper's tilings
     assert "Fastest:" in out and re.search(r"rank \d of 6", out)
+
+
+def test_the_issue_model_prices_the_paged_build_where_the_census_has_it():
+    """A paged decoding step looks up the PAGED build of its page size (kernels/cuda's
+    flash2_fwd.cu, data/sass/flashio.json.gz); a page size the census lacks falls back to the
+    contiguous loop."""
+    from flashio.simulator import issue
+
+    base = A(1, 32, 1, 128, "bf16", kv_heads=8, kv_seq_len=8192)
+    plain = issue.lookup(kernels.schedule("flash_decode", base).meta.params, "flash_decode", 4)
+    got = {}
+    for ps in (16, 256, 64):
+        shape = A(**{**base.to_dict(), "paged_kv": PagedKV.contiguous(1, 8192, ps)})
+        params = kernels.schedule("flash_decode", shape).meta.params
+        got[ps] = issue.lookup(params, "flash_decode", 4)
+    assert plain is not None and all(c is not None for c in got.values())
+    assert got[16].key.endswith(" paged=16") and got[256].key.endswith(" paged=256")
+    assert got[64].key == plain.key  # not in the census: the contiguous build's loop
