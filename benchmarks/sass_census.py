@@ -8,7 +8,7 @@ keyed as simulator.issue.program_key names it. Needs NVRTC and cuobjdump of the 
 CUDA version (pip: nvidia-cuda-nvrtc==13.0.*, nvidia-cuda-cuobjdump); the simulator reads the
 committed file and needs neither.
 
-    python -m benchmarks.sass_census            # CONFIGS, their MASKED and PAGED builds
+    python -m benchmarks.sass_census            # CONFIGS, their MASKED, PAGED, BLOCK_SPARSE builds
     python -m benchmarks.sass_census --check    # rebuild and compare with the committed file
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from benchmarks import nvrtc
 from benchmarks.gpu_measure import parse_ptxas
-from flashio.kernels import AttentionShape, PagedKV, schedule
+from flashio.kernels import AttentionShape, BlockMask, PagedKV, schedule
 from flashio.kernels.gpu import defines, launches, nvrtc_options, source
 from flashio.simulator.issue import CENSUS_DIR, VARIANT_OPTIONS, program_key
 from flashio.simulator.sass import loop_copies_overlap, parts
@@ -55,6 +55,9 @@ MASKED_CONFIGS = tuple(c for c in CONFIGS if c[0] in ("flash2", "flash2_bwd"))
 # flash_decode over a paged KV cache (the PAGED build) at vLLM's and flash-attn 2's page sizes
 PAGED_CONFIGS = tuple(c for c in CONFIGS if c[0] == "flash_decode")
 PAGE_SIZES = (16, 256)
+# the BLOCK_SPARSE builds of the forward and the backward: a block mask of 128 x 128 blocks
+# (flex_attention's), whose blocks hold whole tiles of every tiling here
+SPARSE_CONFIGS = MASKED_CONFIGS
 # kernels with a main loop of MMA steps; of the others, standard attention's softmax is in the
 # census as one iteration of each of its two chunk loops (simulator.sass.parts, every_loop),
 # per number of passes over S, which stands for that many of the trace's steps
@@ -104,19 +107,25 @@ def compile_sass(sched, workdir: Path) -> tuple[str, dict]:
 
 
 def census(
-    configs=CONFIGS, dtypes=DTYPES, log=print, masked=MASKED_CONFIGS, paged=PAGED_CONFIGS
-) -> dict:
+    configs=CONFIGS, dtypes=DTYPES, log=print, masked=MASKED_CONFIGS, paged=PAGED_CONFIGS,
+    sparse=SPARSE_CONFIGS,
+) -> dict:  # fmt: skip
     out = {}
-    todo = [(c, False, 0) for c in configs] + [(c, True, 0) for c in masked]
-    todo += [(c, False, ps) for c in paged for ps in PAGE_SIZES]
+    # (config, build): "" as written, "masked", "sparse" or a page size
+    todo = [(c, "") for c in configs] + [(c, "masked") for c in masked]
+    todo += [(c, ps) for c in paged for ps in PAGE_SIZES] + [(c, "sparse") for c in sparse]
     with tempfile.TemporaryDirectory() as tmp:
         for dtype in dtypes:
-            for (name, d, bq, bk, w), is_masked, page in todo:
+            for (name, d, bq, bk, w), build in todo:
                 # a K/V length of its own (one that differs from the queries') is a mask beyond
-                # causal: the MASKED build; a paged cache: the PAGED build
+                # causal: the MASKED build; a paged cache: the PAGED build; a block mask: the
+                # BLOCK_SPARSE build
+                is_masked, page = build == "masked", build if isinstance(build, int) else 0
                 more = {"kv_seq_len": 8192} if is_masked else {}
                 if page:
                     more = {"paged_kv": PagedKV.contiguous(1, 4096, page)}
+                if build == "sparse":
+                    more = {"block_mask": BlockMask.random(4096, 0.25, seed=0)}
                 shape = AttentionShape(batch=1, heads=1, seq_len=4096, head_dim=d, dtype=dtype,
                                        **more)  # fmt: skip
                 sched = schedule(name, shape, block_q=bq, block_kv=bk, warps=w)
@@ -133,8 +142,9 @@ def census(
                         continue
                     # keyed by the trace's kernel name, which the simulator looks up
                     key = program_key(
-                        kinfo.name, d, bq, bk, w, dtype, masked=is_masked, paged=page
-                    )
+                        kinfo.name, d, bq, bk, w, dtype, masked=is_masked, paged=page,
+                        sparse=build == "sparse",
+                    )  # fmt: skip
                     progs = parts(text, fn, name=key)
                     out[key] = {
                         **progs["loop"].to_json(),
@@ -144,7 +154,7 @@ def census(
                         "epilogue": progs["epilogue"].to_json(),
                     }
                     log(f"{key}: {len(out[key]['class'])} instructions per step")
-                if name == "standard" and not is_masked and not page:
+                if name == "standard" and not build:
                     out.update(_softmax_entries(shape, bq, bk, w, Path(tmp), log))
     return out
 

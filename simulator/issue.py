@@ -171,6 +171,7 @@ VARIANT_OPTIONS = {"softmax": ("softmax_rows", "softmax_passes")}
 def program_key(
     kernel: str, head_dim: int, block_q: int, block_kv: int, warps: int, dtype: str,
     causal: bool = False, options: tuple = (), masked: bool = False, paged: int = 0,
+    sparse: bool = False,
 ) -> str:  # fmt: skip
     """The census key of a compiled kernel variant. ``causal`` marks the variant of an
     implementation that compiles causal attention separately (flash-attn's ``Is_causal``);
@@ -178,12 +179,13 @@ def program_key(
     (name, value) pairs of ``VARIANT_OPTIONS`` a kernel is compiled for. ``masked``: this
     project's build for masks beyond full and causal (a window, segments or kv_seq_len:
     kernels/cuda/flash2_fwd.cu's MASKED). ``paged``: the page size of flash_decode's build for
-    a paged KV cache (PAGED), 0 for none."""
+    a paged KV cache (PAGED), 0 for none. ``sparse``: the build for a block mask
+    (BLOCK_SPARSE, in place of ``masked``)."""
     return (
         f"{kernel} d={head_dim} {block_q}x{block_kv} w={warps} {dtype}"
         + "".join(f" {k}={v}" for k, v in options)
         + (" causal" if causal else "")
-        + (" masked" if masked else "")
+        + (" sparse" if sparse else " masked" if masked else "")
         + (f" paged={paged}" if paged else "")
     )
 
@@ -274,7 +276,9 @@ def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
     # where the trace has such a mask (else the unmasked loop prices it: docs/model.md)
     d = table.get(key + " causal") if params.get("causal") else None
     key = key + " causal" if d is not None else key
-    if any(params.get(f) is not None for f in MASK_FIELDS) and key + " masked" in table:
+    if params.get("block_mask") is not None and key + " sparse" in table:
+        key += " sparse"  # the block-sparse build
+    elif any(params.get(f) is not None for f in MASK_FIELDS) and key + " masked" in table:
         key += " masked"
     paged = params.get("paged_kv")  # flash_decode over a paged cache: its PAGED build
     if paged is not None and f"{key} paged={paged['page_size']}" in table:

@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks import sass_census
 from flashio import simulator
-from flashio.kernels import AttentionShape, schedule
+from flashio.kernels import AttentionShape, BlockMask, schedule
 from flashio.simulator import issue, sass
 from flashio.simulator.sass import CLASS_ID, NO_BARRIER, WarpProgram
 from flashio.simulator.simulate import LOCAL_NAME, ModelOptions
@@ -312,17 +312,18 @@ def test_census_programs_load_and_count():
     reason="needs NVRTC 13.0 and cuobjdump (pip install -e '.[census]')",
 )
 def test_committed_census_is_what_the_sources_compile_to():
-    """A forward and a backward tiling, each unmasked and in its MASKED build, and a decoding
-    split kernel's PAGED builds, compiled from today's sources: the committed census entries,
-    instruction for instruction."""
+    """A forward and a backward tiling, each unmasked, in its MASKED and its BLOCK_SPARSE
+    build, and a decoding split kernel's PAGED builds, compiled from today's sources: the
+    committed census entries, instruction for instruction."""
     bwd = next(c for c in sass_census.CONFIGS if c[0] == "flash2_bwd")
     configs = (sass_census.CONFIGS[0], bwd)
     paged = sass_census.PAGED_CONFIGS[:1]
     progs = sass_census.census(
-        configs, ("bf16",), log=lambda *_: None, masked=configs, paged=paged
+        configs, ("bf16",), log=lambda *_: None, masked=configs, paged=paged, sparse=configs
     )
     committed = issue.census()
     assert sum(key.endswith(" masked") for key in progs) == 2
+    assert sum(key.endswith(" sparse") for key in progs) == 2
     assert sum(" paged=" in key for key in progs) == len(sass_census.PAGE_SIZES)
     for key, prog in progs.items():
         assert committed[key] == prog, key
@@ -776,3 +777,23 @@ def test_warps_are_dealt_to_sub_partitions_in_turn():
         assert max(times) <= 1.03 * min(times), by_count
     means = [np.mean(by_count[k]) for k in sorted(by_count)]
     assert all(b > 1.3 * a for a, b in itertools.pairwise(means)), means
+
+
+def test_a_block_mask_is_priced_by_the_block_sparse_build():
+    """A block-masked forward and backward look up the census's BLOCK_SPARSE builds (their
+    tile-state loads and registers), other masks the MASKED builds, no mask the plain one."""
+    bm = BlockMask.random(4096, 0.25, seed=0)
+    shapes = {
+        "": AttentionShape(1, 16, 4096, 64, "bf16"),
+        " masked": AttentionShape(1, 16, 4096, 64, "bf16", causal=True, window=512),
+        " sparse": AttentionShape(1, 16, 4096, 64, "bf16", block_mask=bm),
+    }
+    for name, kernel, tiles in (("flash2", "flash2_fwd", (128, 128, 8)),
+                                ("flash2_bwd", "flash2_bwd", (64, 128, 8))):  # fmt: skip
+        for suffix, shape in shapes.items():
+            params = schedule(name, shape, *tiles).meta.params
+            got = issue.lookup(params, kernel, tiles[2])
+            assert (
+                got is not None
+                and got.key == issue.program_key(kernel, 64, *tiles, "bf16") + suffix
+            ), (name, suffix, got and got.key)
