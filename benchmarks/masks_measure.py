@@ -118,8 +118,8 @@ def paged_cases() -> list[tuple[str, dict]]:
 
 
 def measure_paged(case: str, fields: dict, l2: int, flex_fn) -> list[dict]:
-    """flash_decode over shuffled pages of each PAGE_SIZES, over a contiguous cache and
-    PyTorch SDPA's flash backend (contiguous), on the same keys."""
+    """flash_decode over pages of each PAGE_SIZES, shuffled and in order, beside the same
+    step over a contiguous cache and PyTorch SDPA's flash backend, on the same keys."""
     import cupy
 
     shape = kernels.AttentionShape(**fields)
