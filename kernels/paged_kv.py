@@ -62,9 +62,9 @@ class PagedKV:
                 f"PagedKV: page ids must lie in 0..{self.num_pages - 1} (num_pages), got "
                 f"{t.min()}..{t.max()}"
             )
-        for b, row in enumerate(t):
-            if len(np.unique(row)) != len(row):
-                raise ShapeError(f"PagedKV: sequence {b} lists a page twice")
+        twice = (np.diff(np.sort(t, axis=1), axis=1) == 0).any(axis=1)
+        if twice.any():
+            raise ShapeError(f"PagedKV: sequence {int(np.argmax(twice))} lists a page twice")
 
     # -- constructors ---------------------------------------------------------------------
     @classmethod

@@ -72,6 +72,12 @@ class ScheduleSpec:
         return hasattr(self.module, "default_blocks")
 
     @property
+    def reads_paged_kv(self) -> bool:
+        """Whether the schedule reads a paged KV cache (``AttentionShape.paged_kv``: the
+        module's ``PAGED_KV``, flash_decode's); the others refuse a paged shape."""
+        return getattr(self.module, "PAGED_KV", False)
+
+    @property
     def needs_sm_count(self) -> bool:
         """Whether the schedule's options depend on the GPU's SM count (flash_decode's split
         heuristic): callers that know the GPU pass ``sm_count``."""

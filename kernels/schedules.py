@@ -98,7 +98,7 @@ class Schedule:
             if impl == implementation(DEFAULT_IMPLEMENTATION):
                 impl = None
             object.__setattr__(self, "impl", impl)
-        if self.shape.paged_kv is not None and not getattr(_module(self.name), "PAGED_KV", False):
+        if self.shape.paged_kv is not None and not spec(self.name).reads_paged_kv:
             raise TilingError(
                 f"{self.name} does not read a paged KV cache (paged_kv): flash_decode does"
             )

@@ -123,26 +123,33 @@ def run_data(name: str = "masks.json") -> dict:
     return json.loads((DATA / "gpu" / "masks" / name).read_text())
 
 
+def _ncu_launches(name: str) -> list[dict]:
+    """The launches of one committed Nsight Compute CSV (data/gpu/masks/<name>)."""
+    return parse_ncu_csv((DATA / "gpu" / "masks" / name).read_text())
+
+
+def _bytes(metrics: dict, replayed) -> dict:
+    """Bytes in and out of the SMs as Nsight Compute measured one launch (``metrics``)
+    beside the replay's (``replayed``: a SimResult or one of its kernels)."""
+    return {
+        "read": metrics["l1tex__m_xbar2l1tex_read_bytes.sum"],
+        "write": metrics["l1tex__m_l1tex2xbar_write_bytes.sum"],
+        "trace_read": replayed.global_read_bytes,
+        "trace_write": replayed.global_write_bytes,
+    }
+
+
 def byte_rows() -> list[dict]:
     """Per NCU case: measured and replayed bytes in and out of the SMs. Allowed beyond the
     trace (docs/validation.md, "Masks"): the segment table the kernel reads, one sector per SM
     and 8 segment ends; and a row of the logsumexp shorter than a sector costs the sector."""
-    launches = parse_ncu_csv((DATA / "gpu" / "masks" / "masks_ncu.csv").read_text())
     out = []
-    for (label, sched), ln in zip(ncu_schedules(), launches, strict=True):
+    for (label, sched), ln in zip(ncu_schedules(), _ncu_launches("masks_ncu.csv"), strict=True):
         res = simulator.simulate(sched, GPU)
-        m = ln["metrics"]
         out.append(
-            {
-                "case": label,
-                "shape": sched.shape,
-                "read": m["l1tex__m_xbar2l1tex_read_bytes.sum"],
-                "write": m["l1tex__m_l1tex2xbar_write_bytes.sum"],
-                "trace_read": res.global_read_bytes,
-                "trace_write": res.global_write_bytes,
-                "ctas": sched.kernels[0].ctas,
-            }
-        )
+            {"case": label, "shape": sched.shape, **_bytes(ln["metrics"], res),
+             "ctas": sched.kernels[0].ctas}
+        )  # fmt: skip
     return out
 
 
@@ -150,7 +157,7 @@ def bwd_byte_rows() -> list[dict]:
     """Per NCU backward case and kernel (pre, main, post): measured and replayed bytes in and
     out of the SMs, replayed with the issue model (whose census holds the main kernel's spill
     stores), and the bytes of dK and dV (their stores leave as halves of 32-byte sectors)."""
-    launches = iter(parse_ncu_csv((DATA / "gpu" / "masks" / "masks_bwd_ncu.csv").read_text()))
+    launches = iter(_ncu_launches("masks_bwd_ncu.csv"))
     out = []
     for label, sched in ncu_schedules("backward"):
         res = simulator.simulate(sched, GPU, options=OPTIONS)
@@ -158,17 +165,13 @@ def bwd_byte_rows() -> list[dict]:
         dkdv = 2 * sh.batch * sh.n_kv_heads * sh.n_kv * sh.head_dim * sh.elem_bytes
         for k in res.kernels:
             ln = next(launches)
-            m = ln["metrics"]
             out.append(
                 {
                     "case": label,
                     "shape": sh,
                     "kernel": k.name,
                     "profiled": ln["kernel"],
-                    "read": m["l1tex__m_xbar2l1tex_read_bytes.sum"],
-                    "write": m["l1tex__m_l1tex2xbar_write_bytes.sum"],
-                    "trace_read": k.global_read_bytes,
-                    "trace_write": k.global_write_bytes,
+                    **_bytes(ln["metrics"], k),
                     "dkdv": dkdv if k.name == "flash2_bwd" else 0,
                 }
             )
@@ -181,8 +184,7 @@ def block_byte_rows() -> list[dict]:
     in and out of the SMs, and the tile states the kernel reads (``table``: the Tr x Tc bytes
     the trace leaves out, in 32-byte sectors, one a CTA for the forward's row of states, one a
     visited Q block for the backward's column)."""
-    launches = parse_ncu_csv((DATA / "gpu" / "masks" / "masks_block_ncu.csv").read_text())
-    launches = iter(launches)
+    launches = iter(_ncu_launches("masks_block_ncu.csv"))
     out = []
     for label, sched in ncu_schedules("block"):
         res = simulator.simulate(sched, GPU, options=OPTIONS)
@@ -200,10 +202,7 @@ def block_byte_rows() -> list[dict]:
                     "shape": sched.shape,
                     "kernel": k.name,
                     "profiled": ln["kernel"],
-                    "read": m["l1tex__m_xbar2l1tex_read_bytes.sum"],
-                    "write": m["l1tex__m_l1tex2xbar_write_bytes.sum"],
-                    "trace_read": k.global_read_bytes,
-                    "trace_write": k.global_write_bytes,
+                    **_bytes(m, k),
                     "table": k.ctas * t_q * SECTOR if reads_states else 0,
                     "time_s": m["gpu__time_duration.sum"] * 1e-9,
                 }
@@ -287,8 +286,7 @@ def decode_byte_rows(kind: str = "decode") -> list[dict]:
     """Per NCU decoding case and kernel (split, combine): measured and replayed bytes in and
     out of the SMs, the kernel's duration and, for the split kernel, the KV cache's bytes;
     ``kind`` "paged": the paged cache's cases (masks_paged_ncu.csv)."""
-    csv = DATA / "gpu" / "masks" / f"masks_{kind}_ncu.csv"
-    launches = iter(parse_ncu_csv(csv.read_text()))
+    launches = iter(_ncu_launches(f"masks_{kind}_ncu.csv"))
     out = []
     for label, sched in ncu_schedules(kind):
         res = simulator.simulate(sched, GPU, options=OPTIONS)
@@ -301,10 +299,7 @@ def decode_byte_rows(kind: str = "decode") -> list[dict]:
                     "kernel": k.name,
                     "ctas": kinfo.ctas,
                     "splits": sched.option("num_splits"),
-                    "read": m["l1tex__m_xbar2l1tex_read_bytes.sum"],
-                    "write": m["l1tex__m_l1tex2xbar_write_bytes.sum"],
-                    "trace_read": k.global_read_bytes,
-                    "trace_write": k.global_write_bytes,
+                    **_bytes(m, k),
                     "measured_s": m["gpu__time_duration.sum"] * 1e-9,
                     "predicted_s": k.time_s,
                     "cache": 2 * sh.batch * sh.n_kv_heads * sh.n_kv * sh.head_dim * sh.elem_bytes,

@@ -101,10 +101,6 @@ def _decode_lines() -> list[str]:
     """flash_decode's bytes, kernel times and cache bandwidth, and its event times."""
     copy = run_data("masks_decode.json")["ceilings"]["copy_bytes_per_s"] / 1e12
 
-    def tb_per_s(r):  # the split kernel's cache bytes per second
-        split = r["kernel"] == "flash_decode"
-        return f"{r['cache'] / r['measured_s'] / 1e12:.2f}" if split else ""
-
     rows = flash_decode_rows()
     return [
         "",
@@ -114,16 +110,7 @@ def _decode_lines() -> list[str]:
         "replay and the issue model, and the cache each split kernel read per second (copy "
         f"bandwidth {copy:.2f} TB/s):",
         "",
-        *_table(
-            ("case", "kernel", "CTAs", "read (GPU)", "read (trace)", "write (GPU)",
-             "write (trace)", "us (GPU)", "us (model)", "cache TB/s"),
-            (
-                (r["case"], r["kernel"], f"{r['ctas']}", f"{r['read']:,.0f}",
-                 f"{r['trace_read']:,}", f"{r['write']:,.0f}", f"{r['trace_write']:,}",
-                 f"{r['measured_s'] * 1e6:.1f}", f"{r['predicted_s'] * 1e6:.1f}", tb_per_s(r))
-                for r in decode_byte_rows()
-            ),
-        ),
+        *_decode_byte_table("decode"),
         "",
         "Event-timed, both kernels through the launch harness, against the issue model (the "
         "census holds the split kernel's loop; the combine, which has no matrix products, is "
@@ -154,18 +141,7 @@ def _paged_lines() -> list[str]:
         "(cold L2) against the replay and the issue model, and the cache each split kernel read "
         f"per second (copy bandwidth {copy:.2f} TB/s in the timing run):",
         "",
-        *_table(
-            ("case", "kernel", "read (GPU)", "read (trace)", "write (GPU)", "write (trace)",
-             "us (GPU)", "us (model)", "cache TB/s"),
-            (
-                (r["case"], r["kernel"], f"{r['read']:,.0f}", f"{r['trace_read']:,}",
-                 f"{r['write']:,.0f}", f"{r['trace_write']:,}", f"{r['measured_s'] * 1e6:.1f}",
-                 f"{r['predicted_s'] * 1e6:.1f}",
-                 f"{r['cache'] / r['measured_s'] / 1e12:.2f}"
-                 if r["kernel"] == "flash_decode" else "")
-                for r in decode_byte_rows("paged")
-            ),
-        ),
+        *_decode_byte_table("paged"),
         "",
         "Event-timed, both kernels, against the issue model (the census holds the PAGED "
         f"build's loop at 16- and 256-token pages): {_mape(rows)}; the contiguous cache "
@@ -185,6 +161,27 @@ def _paged_lines() -> list[str]:
             ),
         ),
     ]  # fmt: skip
+
+
+def _decode_byte_table(kind: str) -> list[str]:
+    """Nsight Compute's bytes and durations of flash_decode's kernels against the replay and
+    the issue model, and the cache each split kernel read per second (``kind``: "decode" or
+    "paged", masks.decode_byte_rows)."""
+
+    def tb_per_s(r):
+        split = r["kernel"] == "flash_decode"
+        return f"{r['cache'] / r['measured_s'] / 1e12:.2f}" if split else ""
+
+    return _table(
+        ("case", "kernel", "CTAs", "read (GPU)", "read (trace)", "write (GPU)",
+         "write (trace)", "us (GPU)", "us (model)", "cache TB/s"),
+        (
+            (r["case"], r["kernel"], f"{r['ctas']}", f"{r['read']:,.0f}",
+             f"{r['trace_read']:,}", f"{r['write']:,.0f}", f"{r['trace_write']:,}",
+             f"{r['measured_s'] * 1e6:.1f}", f"{r['predicted_s'] * 1e6:.1f}", tb_per_s(r))
+            for r in decode_byte_rows(kind)
+        ),
+    )  # fmt: skip
 
 
 def _block_lines() -> list[str]:
