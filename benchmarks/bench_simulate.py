@@ -1,13 +1,13 @@
 """Speed of simulate(): wall time, events per second and peak memory, with the L2 model on.
 
-    python -m benchmarks.bench_simulate              # FA2 forward N = 4k..128k, standard N = 16k
-    python -m benchmarks.bench_simulate --quick      # N = 4k and 16k only
+    python -m benchmarks.bench_simulate          # FA2 N = 4k..128k, causal 64k, standard 16k
+    python -m benchmarks.bench_simulate --quick  # FA2 N = 4k, 16k, causal 64k, standard 16k
 
-FlashAttention-2 forward on h200 (B=1, H=32, d=128, 128x64 tiles, fp16) and standard attention at
-N = 16k, each in its own process (peak RSS is its own), replayed exactly and sampled
-(``mode="sampled"``: the sampled run's seconds, and its time and HBM bytes against the exact
-run's, with its own error estimates); then the jitted engine against the pure-Python oracle
-(tests/oracle_sim.py) on one small trace, side by side in one process.
+FlashAttention-2 forward on h200 (B=1, H=32, d=128, 128x64 tiles, fp16), its causal form at
+N = 64k and standard attention at N = 16k, each in its own process (peak RSS is its own),
+replayed exactly and sampled (``mode="sampled"``: the sampled run's seconds, and its time and
+HBM bytes against the exact run's, with its own error estimates); then the jitted engine against
+the pure-Python oracle (tests/oracle_sim.py) on one small trace, side by side in one process.
 """
 
 from __future__ import annotations
@@ -21,19 +21,22 @@ from flashio import kernels, simulator
 
 FLASH2_NS = (4096, 16384, 65536, 131072)
 STANDARD_N = 16384
+CAUSAL_N = 65536
 
 
-def _schedule(name: str, n: int):
-    shape = kernels.AttentionShape(batch=1, heads=32, seq_len=n, head_dim=128, dtype="fp16")
+def _schedule(name: str, n: int, causal: bool = False):
+    shape = kernels.AttentionShape(
+        batch=1, heads=32, seq_len=n, head_dim=128, dtype="fp16", causal=causal
+    )
     return kernels.schedule(name, shape, block_q=128, block_kv=64, warps=4)
 
 
-def measure(name: str, n: int) -> dict:
+def measure(name: str, n: int, causal: bool = False) -> dict:
     gpu = simulator.load_gpu("h200")
     # compile (or load from numba's cache) outside the timing; few SMs, so that the small
     # warm-up run also takes the windowed path
     simulator.simulate(_schedule(name, 256), gpu.replace(sm_count=4), window_events=1000)
-    sched = _schedule(name, n)
+    sched = _schedule(name, n, causal)
     events = sched.n_events()
     t0, c0 = time.perf_counter(), time.process_time()
     res = simulator.simulate(sched, gpu)
@@ -46,6 +49,7 @@ def measure(name: str, n: int) -> dict:
         "sampled_time_error": sampled.time_s / res.time_s - 1,
         "sampled_hbm_error": sampled.hbm_bytes / res.hbm_bytes - 1,
         "sampled_estimates": [sampled.sampling.time_error, sampled.sampling.hbm_error],
+        "sampled_replayed": sampled.sampling.replayed_fraction,
         "schedule": name,
         "seq_len": n,
         "events": events,
@@ -78,25 +82,30 @@ def oracle_speedup() -> dict:
 def main() -> None:
     args = sys.argv[1:]
     if args and args[0] == "--one":
-        print(json.dumps(measure(args[1], int(args[2]))))
+        print(json.dumps(measure(args[1], int(args[2]), causal="--causal" in args)))
         return
     ns = FLASH2_NS[:2] if "--quick" in args else FLASH2_NS
     print(
         "simulate() on h200, L2 model on, B=1, H=32, d=128, 128x64 tiles, fp16; one process each"
     )
     print(
-        f"{'schedule':>9} {'N':>7} {'events':>13} {'seconds':>8} {'M ev/s':>7} "
-        f"{'CPU s':>7} {'M ev/CPU s':>10} {'RSS MiB':>8}  {'sampled s':>9} {'time err':>9} "
-        f"{'HBM err':>8} {'estimates':>15}"
+        f"{'schedule':>13} {'N':>7} {'events':>13} {'seconds':>8} {'M ev/s':>7} "
+        f"{'CPU s':>7} {'M ev/CPU s':>10} {'RSS MiB':>8}  {'sampled s':>9} {'replayed':>8} "
+        f"{'time err':>9} {'HBM err':>8} {'estimates':>15}"
     )
-    runs = [("flash2", n) for n in ns] + [("standard", STANDARD_N)]
-    for name, n in runs:
-        r = run_isolated("benchmarks.bench_simulate", "--one", name, str(n))
+    runs = [("flash2", n, False) for n in ns] + [("flash2", CAUSAL_N, True)]
+    runs += [("standard", STANDARD_N, False)]
+    for name, n, causal in runs:
+        r = run_isolated(
+            "benchmarks.bench_simulate", "--one", name, str(n), *(["--causal"] if causal else [])
+        )
+        label = f"{name} causal" if causal else name
         print(
-            f"{name:>9} {n:>7} {r['events']:>13,} {r['seconds']:>8.2f} "
+            f"{label:>13} {n:>7} {r['events']:>13,} {r['seconds']:>8.2f} "
             f"{r['events_per_s'] / 1e6:>7.2f} {r['cpu_seconds']:>7.2f} "
             f"{r['events'] / r['cpu_seconds'] / 1e6:>10.2f} {r['peak_rss_bytes'] / 2**20:>8.0f}"
-            f"  {r['sampled_seconds']:>9.2f} {r['sampled_time_error']:>+9.2%} "
+            f"  {r['sampled_seconds']:>9.2f} {r['sampled_replayed']:>8.1%} "
+            f"{r['sampled_time_error']:>+9.2%} "
             f"{r['sampled_hbm_error']:>+8.2%} "
             f"{r['sampled_estimates'][0]:>7.2%}/{r['sampled_estimates'][1]:.2%}"
         )

@@ -75,8 +75,14 @@ B_L2, B_HBM, B_TENSOR, B_FP32, B_SFU, B_SMEM, B_SM_MEM = range(7)
     K_PEAK_REGS,
     K_BAD_SMEM,
 ) = range(8)
-# runner registers: next CTA to dispatch, slot waiting for a CTA outside the window (or -1)
-R_NEXT, R_PENDING = range(2)
+# runner registers: next CTA to dispatch, slot waiting for a CTA outside the window (or -1),
+# next checkpoint (index into Kernel.marks)
+R_NEXT, R_PENDING, R_MARK = range(3)
+N_REG = 3
+# checkpoint columns (Kernel.snaps): the time a marked CTA is dispatched, the busy seconds then,
+# the bytes the L2 holds and the dirty ones among them, then each tensor's HBM read and write
+# bytes (2 columns a tensor)
+SNAP_T, SNAP_BUSY, SNAP_HELD, SNAP_DIRTY, SNAP_HBM = 0, 1, 8, 9, 10
 
 # The engine's state, named (numba passes namedtuples of arrays as they are).
 # What the memory system keeps across kernels: the L2 (``l2_on`` false: no L2), the L2 and HBM
@@ -84,9 +90,11 @@ R_NEXT, R_PENDING = range(2)
 Memory = namedtuple("Memory", "l2_on l2 srv local space tstat busy cnt")
 # One kernel: its CTA count, the SM count (slot s runs on SM s % sm_stride), the register spill
 # bytes a CTA stores and loads back per step, the shared memory a CTA declares, when it ends so
-# far, and the per-CTA timeline.
+# far, the per-CTA timeline, and the CTAs at whose dispatch the memory system is checkpointed
+# (ascending; empty for none) with their checkpoints (simulator.sampled).
 Kernel = namedtuple(
-    "Kernel", "n_ctas sm_stride spill_first spill_store spill_load smem_limit kernel_end span"
+    "Kernel",
+    "n_ctas sm_stride spill_first spill_store spill_load smem_limit kernel_end span marks snaps",
 )
 # The resident CTAs: integer and float slot state, the per-SM servers, the runner registers.
 Slots = namedtuple("Slots", "si sf units reg")
@@ -229,6 +237,26 @@ def _sample_memory(mem, span, c):
         span[c, 4], span[c, 5] = held_bytes(mem.l2)
 
 
+@njit(_nrt=False)
+def _dispatch(s, c, t, si, sf, cta_off, win_c0, lead, reg, kern, mem):
+    """Slot s takes CTA c (the next in order) at time t; if c is the next marked CTA, the memory
+    system is checkpointed first."""
+    marks, m = kern.marks, reg[R_MARK]
+    if m < marks.shape[0] and c == marks[m]:
+        snaps = kern.snaps
+        snaps[m, SNAP_T] = t
+        for b in range(mem.busy.shape[0]):
+            snaps[m, SNAP_BUSY + b] = mem.busy[b]
+        if mem.l2_on:
+            snaps[m, SNAP_HELD], snaps[m, SNAP_DIRTY] = held_bytes(mem.l2)
+        for tensor in range(mem.tstat.shape[0]):
+            snaps[m, SNAP_HBM + 2 * tensor] = mem.tstat[tensor, T_HBM_READ]
+            snaps[m, SNAP_HBM + 2 * tensor + 1] = mem.tstat[tensor, T_HBM_WRITE]
+        reg[R_MARK] = m + 1
+    _start_cta(s, c, t, si, sf, cta_off, win_c0, lead)
+    reg[R_NEXT] = c + 1
+
+
 @njit(cache=True, nogil=True, _nrt=False)
 def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
     """Replay until the kernel ends (returns 0) or a slot needs a CTA beyond the loaded window
@@ -252,8 +280,7 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
     if reg[R_PENDING] >= 0:  # resume: give the waiting slot its CTA
         s = reg[R_PENDING]
         reg[R_PENDING] = -1
-        _start_cta(s, reg[R_NEXT], sf[s, F_T], si, sf, cta_off, win_c0, lead)
-        reg[R_NEXT] += 1
+        _dispatch(s, reg[R_NEXT], sf[s, F_T], si, sf, cta_off, win_c0, lead, reg, kern, mem)
     # Two levels of order. The heap holds the SMs, keyed by the (time, slot) of their earliest
     # CTA; the root SM is being replayed. Within it, its earliest CTA runs until it passes its
     # earliest sibling (a cheap switch within the SM) or, at an event that needs the global
@@ -371,8 +398,7 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                         reg[R_PENDING] = s
                         hn[0] = n
                         return 1
-                    _start_cta(s, c, fin, si, sf, cta_off, win_c0, lead)
-                    reg[R_NEXT] += 1
+                    _dispatch(s, c, fin, si, sf, cta_off, win_c0, lead, reg, kern, mem)
                 else:  # no CTA left for this slot
                     si[s, S_CTA] = -1
                 break  # the SM's earliest CTA may have changed

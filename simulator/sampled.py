@@ -1,21 +1,30 @@
-"""Sampled replay: the first waves of a kernel replayed exactly, the rest extrapolated.
+"""Sampled replay: a prefix of a kernel's grid replayed exactly, the rest extended.
 
-A kernel of many waves of alike CTAs settles into a steady state: each further wave takes the
-same time, and the grid repeats itself with a period (the CTAs of one batch and K/V head read
-the same K and V, so the L2's hits and misses repeat head after head). ``simulate_sampled``
-replays the schedule's largest such kernel three times, each run an exact replay of its first
-CTAs (the schedule's other kernels whole, the L2 and servers carried from kernel to kernel as
-in a full run): its first ``waves`` waves of CTAs; one wave more; one period more. The time
-per wave comes from the first two runs, the bytes and counts per period from the first and
-the last, and both are extended over the CTAs not replayed. Each increment read the other way
-(time per period, HBM bytes per wave) gives a second extrapolation; how far the two disagree
-is the error estimate. A schedule whose largest kernel is short, or whose CTAs differ (causal
-or windowed masks: CTAs visit different numbers of blocks), is replayed whole.
+A kernel of many waves settles into a steady state, and its grid repeats itself with a period:
+the CTAs of one batch and K/V head, which read the same K and V. ``simulate_sampled`` replays
+one prefix of the schedule's largest kernel (its other kernels whole, the L2 and servers
+carried from kernel to kernel as in a full run), with the memory system checkpointed as marked
+CTAs are dispatched (``simulate.Probe``), after ``SAMPLED_WAVES`` waves:
 
-What is extrapolated is the prefix's steady state: traffic that changes only late (a working
-set that outgrows the L2 after many periods) is outside what the estimate sees, and waves that
-straddle two periods in a pattern the prefix does not show move the HBM bytes by a few percent.
-The L2 contents a kernel leaves to the next are those after its replayed prefix.
+- Alike CTAs (equal event counts) run in waves. Every wave boundary is a checkpoint; what a
+  wave adds depends on where in its period it starts (a head's first wave reads its K and V, a
+  second may find them in the L2) or, where the prefix cannot show every start, on how many
+  periods its CTAs come from (a wave of two heads reads both heads' K and V): each class's
+  mean over the steady waves. The prefix ends where the grid does in its last wave, whose
+  stand-in is then the prefix's last; the grid's other waves are added by class.
+- Unlike CTAs (causal and windowed grids visit different numbers of blocks) are extended by
+  whole periods: the prefix ends where the grid does in its period, and a period adds what it
+  added between two checkpoints a period apart.
+
+Counted work (global bytes per tensor, FLOPs, exponentials, shared-memory bytes, spill
+traffic) is not extended: the events of the prefix's last period are counted, and the grid is
+that period repeated. A grid whose CTAs do not repeat with the period, or too short to gain,
+is replayed whole.
+
+What is extended is the prefix's steady state: a state reached only late (an L2 still filling
+with a grid's working set when the prefix ends) is outside what it sees, and the dirty lines
+the L2 keeps at the end are a guess. The L2 contents a kernel leaves to the next are those
+after its replayed prefix.
 """
 
 from __future__ import annotations
@@ -25,28 +34,40 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
+from flashio.simulator import _engine as E
 from flashio.simulator.gpu import GPUSpec
 from flashio.simulator.result import SimResult, TensorTraffic
 from flashio.simulator.simulate import (
     DEFAULT_OPTIONS,
+    LOCAL_NAME,
+    Probe,
+    breakdown_of,
     busy_fractions,
+    cta_events_mean,
     launch_resources,
-    simulate,
+    replay,
+    spill_bytes,
 )
 from flashio.simulator.specfiles import load_gpu
-from flashio.simulator.trace import TraceSource
+from flashio.simulator.trace import Op, TraceSource
 
 __all__ = ["Sampling", "simulate_sampled"]
 
-SAMPLED_WAVES = 4  # waves of the sampled kernel replayed before its increments are read
+SAMPLED_WAVES = 2  # waves of the sampled kernel replayed before its first checkpoint
+STEADY_WAVES = 4  # waves between the checkpoints of alike CTAs, at least
+
+LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED = (int(o) for o in list(Op)[:7])
+# counted work (_count_work's ``work``): mma FLOPs, elementwise FLOPs, exponentials, shared bytes
+N_WORK = 4
 
 
 @dataclass(frozen=True, slots=True)
 class Sampling:
-    """How a sampled result was made: per kernel the CTAs of its longest replayed prefix and of
-    its grid (equal where it was replayed whole), and relative error estimates of the time and
-    the HBM bytes (0 where every kernel was replayed whole)."""
+    """How a sampled result was made: per kernel the CTAs replayed and those of its grid
+    (equal where it was replayed whole), and relative error estimates of the time and the HBM
+    bytes (0 where every kernel was replayed whole)."""
 
     replayed_ctas: tuple[int, ...]
     total_ctas: tuple[int, ...]
@@ -73,15 +94,66 @@ class _FirstCTAs:
         )
         self.meta = dataclasses.replace(source.meta, kernels=kernels)
 
-    def cta_events(self, kernel: int, start: int, stop: int) -> np.ndarray:
-        return self._source.cta_events(kernel, start, stop)
+    def cta_events(self, kernel: int, start: int, stop: int, out=None) -> np.ndarray:
+        if out is None:
+            return self._source.cta_events(kernel, start, stop)
+        return self._source.cta_events(kernel, start, stop, out=out)  # only when it takes one
 
 
-def _uniform(source: TraceSource, k: int, ctas: int) -> bool:
-    """Whether kernel ``k``'s CTAs look alike: equal event counts at five spread indices."""
-    probe = sorted({0, ctas // 4, ctas // 2, (3 * ctas) // 4, ctas - 1})
-    sizes = {len(source.cta_events(k, c, c + 1)) for c in probe}
-    return len(sizes) == 1
+@njit(cache=True, nogil=True)
+def _count_work(ev, spills, tensor_bytes, work):
+    """Adds the counted work of ``ev`` (whole CTAs, in order) as the engine counts it: global
+    bytes read and written per tensor (``tensor_bytes[t, 0/1]``, the last row local memory,
+    where register spills go: ``spills`` = first, per-step store and per-step load bytes, as
+    ``_engine.run_window`` sends them at each new step) and the arithmetic of ``work``."""
+    first, store, load = spills[0], spills[1], spills[2]
+    local = tensor_bytes.shape[0] - 1
+    cta, step = -1, -1
+    for i in range(ev.shape[0]):
+        e = ev[i]
+        if e.cta != cta:
+            cta, step = e.cta, -1
+        if first + store > 0 or load > 0:
+            if e.step >= 0 and e.step != step:
+                tensor_bytes[local, 1] += store + (first if step == -1 else 0)
+                tensor_bytes[local, 0] += load
+                step = e.step
+        op = np.int64(e.op)
+        if op == LOAD:
+            tensor_bytes[e.tensor, 0] += e.bytes
+        elif op == STORE or op == REDUCE:
+            tensor_bytes[e.tensor, 1] += e.bytes
+        elif op == MMA:
+            work[0] += e.flops
+        elif op == EW:
+            work[1] += e.flops
+        elif op == EXP:
+            work[2] += e.flops
+        elif op == SHARED:
+            work[3] += e.bytes
+
+
+class _Counter:
+    """Counts the work of the replayed CTAs ``[c0, c1)`` of each range as their windows pass
+    (a ``Probe.window``)."""
+
+    def __init__(self, ranges: list[tuple[int, int]], tensors: int, spills):
+        self.ranges = ranges
+        self.spills = np.array(spills, np.int64)
+        self.tensor_bytes = [np.zeros((tensors + 1, 2), np.int64) for _ in ranges]
+        self.work = [np.zeros(N_WORK, np.int64) for _ in ranges]
+
+    def __call__(self, ev, off, c0, c1):
+        for (a, b), tb, wk in zip(self.ranges, self.tensor_bytes, self.work, strict=True):
+            lo, hi = max(a, c0), min(b, c1)
+            if lo < hi:
+                _count_work(ev[off[lo - c0] : off[hi - c0]], self.spills, tb, wk)
+
+
+def _signature(source: TraceSource, k: int, c: int) -> tuple[int, int, int]:
+    """What CTA ``c`` of kernel ``k`` does: its events, bytes and FLOPs."""
+    ev = source.cta_events(k, c, c + 1)
+    return len(ev), int(ev["bytes"].sum()), int(ev["flops"].sum())
 
 
 def _period(meta, k: int) -> int:
@@ -93,41 +165,91 @@ def _period(meta, k: int) -> int:
     return ctas // groups if groups and ctas % groups == 0 else ctas
 
 
+def _grid(source: TraceSource, k: int, full: int, period: int) -> tuple[bool, bool]:
+    """(alike, periodic): whether kernel ``k``'s CTAs have equal event counts, and whether
+    they repeat with ``period``; each read at a few spread CTAs."""
+    probe = sorted({0, period // 2, period - 1})
+    seen = {c: _signature(source, k, c) for c in probe}
+    periodic = all(
+        _signature(source, k, c + shift) == seen[c]
+        for c in probe
+        for shift in {period, full - period}
+        if c + shift < full
+    )
+    spread = {full // 4, full // 2, (3 * full) // 4, full - 1}
+    sizes = {seen[c][0] for c in seen} | {_signature(source, k, c)[0] for c in spread}
+    return len(sizes) == 1, periodic
+
+
+@dataclass(frozen=True)
+class _Plan:
+    kernel: int
+    replayed: int  # CTAs of the prefix
+    marks: tuple[int, ...]  # CTAs at whose dispatch the memory system is checkpointed
+    slot: int  # CTAs a wave
+    period: int
+    alike: bool
+
+
+def _plan(source, gpu, options, waves, saving) -> _Plan | None:
+    """The prefix to replay and its checkpoints, or None where a whole replay is as cheap."""
+    meta = source.meta
+    _, _, occs = launch_resources(meta, gpu, options)
+    full = [k.ctas for k in meta.kernels]
+    # the kernel of the most events (a schedule's others are its short pre- and
+    # post-processing kernels)
+    events = [cta_events_mean(source, i) for i in range(len(full))]
+    k = max(range(len(full)), key=lambda i: full[i] * events[i])
+    slot, period = occs[k].ctas_per_sm * gpu.sm_count, _period(meta, k)
+    alike, periodic = _grid(source, k, full[k], period)
+    if not periodic:
+        return None
+    # checkpoints after `waves` waves, over a period and a wave (and at least STEADY_WAVES
+    # waves), all in the prefix; which ends where the grid does in its last wave (alike CTAs)
+    # or in its period (unlike ones): its tail is the grid's
+    least = waves * slot + max(slot + period, STEADY_WAVES * slot) + 1
+    unit = slot if alike else period
+    replayed = full[k] - ((full[k] - least) // unit) * unit
+    exact_cost = sum(f * e for f, e in zip(full, events, strict=True))
+    cost = exact_cost - (full[k] - replayed) * events[k]
+    if replayed >= full[k] or saving * cost >= exact_cost:
+        return None
+    if alike:  # every wave boundary from the `waves`-th to the prefix's last one
+        marks = tuple(range(waves * slot, replayed, slot))
+    else:  # two periods a wave apart, ending with the prefix's last dispatch
+        a = replayed - 1 - slot - period
+        marks = (a, a + slot, a + period, a + slot + period)
+    return _Plan(k, replayed, marks, slot, period, alike)
+
+
 def simulate_sampled(
     source: TraceSource, gpu: GPUSpec | str, options=None, waves: int = SAMPLED_WAVES,
     saving: float = 2.0,
 ) -> SimResult:  # fmt: skip
     """``simulator.simulate(source, gpu, options=options, mode="sampled")``: see the module
-    docstring. The kernel is sampled where its three runs replay less than 1 / ``saving`` of
-    the events of an exact replay. The result carries ``sampling`` (``Sampling``)."""
-    if waves < 2:
-        raise ValueError(f"a sampled replay replays at least 2 waves first, got {waves}")
+    docstring. The kernel is sampled where its prefix replays less than 1 / ``saving`` of the
+    events of an exact replay. The result carries ``sampling`` (``Sampling``)."""
+    if waves < 1:
+        raise ValueError(f"a sampled replay replays at least 1 wave first, got {waves}")
     gpu = gpu if isinstance(gpu, GPUSpec) else load_gpu(gpu)
     options = options or DEFAULT_OPTIONS
     meta = source.meta
-    _, _, occs = launch_resources(meta, gpu, options)
-    slots = [o.ctas_per_sm * gpu.sm_count for o in occs]
-    full = [k.ctas for k in meta.kernels]
-    # the kernel of the most events (a schedule's others are its short pre- and
-    # post-processing kernels), so that each increment is one kernel's
-    events = [len(source.cta_events(i, 0, 1)) for i in range(len(full))]
-    exact_cost = sum(f * e for f, e in zip(full, events, strict=True))
-    k = max(range(len(full)), key=lambda i: full[i] * events[i])
-    period = _period(meta, k)
-    start = waves * slots[k]  # the first `waves` waves; then a wave more, and a period more
-    others = exact_cost - full[k] * events[k]
-    cost = 3 * others + (3 * start + slots[k] + period) * events[k]
-    worth = saving * cost < exact_cost and start + max(slots[k], period) < full[k]
-    plan = (k, start, period) if worth and _uniform(source, k, full[k]) else None
+    full = tuple(k.ctas for k in meta.kernels)
+    plan = _plan(source, gpu, options, waves, saving)
     if plan is None:
-        res = simulate(source, gpu, options=options)
-        return _with(res, Sampling(tuple(full), tuple(full), 0.0, 0.0))
-    k, start, period = plan
-    runs = []
-    for n in (start, start + slots[k], start + period):
-        ctas = [n if i == k else f for i, f in enumerate(full)]
-        runs.append(simulate(_FirstCTAs(source, ctas), gpu, options=options))
-    return _extrapolate(runs, full, k, start, slots[k], period)
+        res = replay(source, gpu, options=options)
+        return _with(res, Sampling(full, full, 0.0, 0.0))
+    k, n = plan.kernel, plan.replayed
+    comps, kinfos, occs = launch_resources(meta, gpu, options)
+    spills = spill_bytes(kinfos[k], occs[k], gpu, comps[k])
+    # the prefix's last period is counted, and as much of it as the grid has past its whole
+    # periods after the prefix
+    a, left = n - plan.period, (full[k] - n) % plan.period
+    counter = _Counter([(a, n), (a, a + left)], len(meta.tensors), spills)
+    probe = Probe(k, np.array(plan.marks, np.int64), counter)
+    prefix = _FirstCTAs(source, [n if i == k else f for i, f in enumerate(full)])
+    res = replay(prefix, gpu, options=options, probe=probe)
+    return _extend(res, probe, counter, plan, meta, gpu)
 
 
 def _with(res: SimResult, sampling: Sampling) -> SimResult:
@@ -135,93 +257,159 @@ def _with(res: SimResult, sampling: Sampling) -> SimResult:
     return res
 
 
-def _extrapolate(runs, full, k, start, slot, period) -> SimResult:
-    """The full result from the runs of ``start``, ``start + slot`` (one more wave) and
-    ``start + period`` (one more period) CTAs of kernel ``k``: time per wave from the first
-    two, bytes and counts per period from the first and the last."""
-    base, wave, more = runs
-    left = full[k] - start  # CTAs not replayed
-    per_wave = wave.kernels[k].time_s - base.kernels[k].time_s
-    per_period = more.kernels[k].time_s - base.kernels[k].time_s
-    left_waves = math.ceil(full[k] / slot) - start // slot
-    added = per_wave * left_waves
-    # the same time read per period (fractional waves): how far the two disagree
-    err = abs(per_period * left / period - added)
-    periods = left / period
+def _periods_touched(waves: np.ndarray, slot: int, period: int, ctas: int) -> np.ndarray:
+    """How many periods the CTAs of each wave (``slot`` CTAs from ``wave * slot``, of a grid
+    of ``ctas``) belong to."""
+    first = waves * slot
+    last = np.minimum(first + slot, ctas) - 1
+    return last // period - first // period + 1
 
-    def grow(x_more, x_base):  # the base run's value and a period's increment per period left
-        value = x_base + (x_more - x_base) * periods
-        return round(value) if isinstance(x_base, int) else value
 
-    counts = {f: grow(getattr(more, f), getattr(base, f)) for f in _COUNT_FIELDS}
-    # written lines reach HBM only as the L2 evicts them: what a period writes is its growth in
-    # HBM writes plus dirty lines; the full run ends with the L2 as dirty as the longest prefix
-    written = [r.hbm_write_bytes + r.l2_dirty_bytes_at_end for r in (base, more)]
-    hbm_write = max(0, grow(written[1], written[0]) - more.l2_dirty_bytes_at_end)
-    counts["hbm_write_bytes"] = hbm_write
-    tensors = [
-        TensorTraffic(tb.name, *(grow(getattr(tm, f), getattr(tb, f)) for f in _TENSOR_FIELDS))
-        for tb, tm in zip(base.tensors, more.tensors, strict=True)
+def _by_class(steps: np.ndarray, seen: np.ndarray, need: np.ndarray, weight) -> np.ndarray:
+    """The sum, over waves of classes ``need`` times ``weight``, of what a wave of its class
+    adds: the mean of the ``steps`` of that class (classes ``seen``); a class not seen, from
+    the straight line through the means of those seen (their mean if only one was)."""
+    classes = np.unique(seen)
+    means = np.array([steps[seen == c].mean(axis=0) for c in classes])
+    if len(classes) > 1:
+        slope, icpt = np.polyfit(classes.astype(float), means, 1)
+    else:
+        slope, icpt = np.zeros_like(means[0]), means[0]
+    total = np.zeros(steps.shape[1])
+    for c, w in zip(need, weight, strict=True):
+        hit = np.flatnonzero(classes == c)
+        total += w * (means[hit[0]] if hit.size else icpt + c * slope)
+    return total
+
+
+def _class_error(steps: np.ndarray, seen: np.ndarray, need: np.ndarray, weight) -> np.ndarray:
+    """An error estimate of ``_by_class``: each class mean's standard error (a class seen
+    once: the largest relative one of the others; a class not seen, or no spread to go by:
+    its whole value) times the waves that need it."""
+    classes = np.unique(seen)
+    means = np.array([steps[seen == c].mean(axis=0) for c in classes])
+    rel = [
+        steps[seen == c].std(axis=0, ddof=1) / np.sqrt((seen == c).sum()) / np.abs(m).clip(1e-300)
+        for c, m in zip(classes, means, strict=True)
+        if (seen == c).sum() > 1
     ]
-    grown = sum(t.hbm_write_bytes for t in tensors)  # shared out as the increments share it
-    tensors = tuple(
-        dataclasses.replace(t, hbm_write_bytes=round(t.hbm_write_bytes * hbm_write / grown))
-        if grown
-        else t
-        for t in tensors
-    )
-    kernels, t_now = [], 0.0
-    for i, (kb, km) in enumerate(zip(base.kernels, more.kernels, strict=True)):
-        if i != k:
-            kernels.append(dataclasses.replace(kb, start_s=t_now))
-            t_now += kb.time_s
+    worst = np.max(rel, axis=0) if rel else np.ones(steps.shape[1])
+    err = np.zeros(steps.shape[1])
+    for c in np.unique(need):
+        waves = abs(np.asarray(weight)[need == c].sum())
+        hit = np.flatnonzero(classes == c)
+        if not hit.size:
+            err += waves * np.abs(_by_class(steps, seen, np.array([c]), [1.0]))
             continue
-        others = sum(o.hbm_write_bytes for j, o in enumerate(base.kernels) if j != k)
-        kernels.append(
-            dataclasses.replace(
-                kb,
+        n_c = (seen == c).sum()
+        se = steps[seen == c].std(axis=0, ddof=1) / np.sqrt(n_c) if n_c > 1 else None
+        err += waves * (se if se is not None else worst * np.abs(means[hit[0]]))
+    return err
+
+
+def _extend(res: SimResult, probe: Probe, counter: _Counter, plan: _Plan, meta, gpu) -> SimResult:
+    """The full result from the replayed prefix ``res``: the counted work of the periods not
+    replayed is its last period's again; their time, HBM bytes and busy seconds are the steady
+    increments between the checkpoints."""
+    k, n, slot, period = plan.kernel, plan.replayed, plan.slot, plan.period
+    full = tuple(kr.ctas for kr in meta.kernels)
+    periods = (full[k] - n) // period  # whole periods not replayed
+    snaps = probe.snaps
+    if plan.alike:
+        # alike CTAs run in waves, and what a wave adds depends on where in its period it
+        # starts (the first wave of a head reads its K and V, a second may find them in the
+        # L2) or, where the prefix cannot show each start, on how many periods its CTAs come
+        # from (a wave of two heads reads two heads' K and V): each class's mean over the
+        # prefix's steady waves. The grid's waves from the prefix's last on are added, and
+        # the prefix's last, partial wave (as large as the grid's last) taken back as one of
+        # its class: what is left of it is the partial wave's own share.
+        steps = np.diff(snaps, axis=0)
+        steady = np.arange(len(steps)) + plan.marks[0] // slot
+        last = math.ceil(n / slot) - 1
+        grid_waves = np.arange(last, math.ceil(full[k] / slot))
+        seen, grid, tail = steady * slot % period, grid_waves * slot % period, last * slot % period
+        if not np.isin(grid, seen).all():  # where in its period a wave starts: too many kinds
+            seen = _periods_touched(steady, slot, period, n)
+            grid = _periods_touched(grid_waves, slot, period, full[k])
+            tail = _periods_touched(np.array([last]), slot, period, n)[0]
+        need = np.append(grid, tail)
+        weight = np.append(np.ones(len(grid)), -1.0)
+        unit, units = _by_class(steps, seen, need, weight), 1
+        spread = _class_error(steps, seen, need, weight)
+        added, time_err = unit[E.SNAP_T], spread[E.SNAP_T]
+    else:
+        # CTAs that differ: what a period adds, between checkpoints a period apart (the
+        # later of two pairs a wave apart, whose disagreement is the error estimate)
+        units = periods
+        unit = snaps[3] - snaps[1]
+        spread = np.abs(unit - (snaps[2] - snaps[0]))
+        added, time_err = unit[E.SNAP_T] * units, spread[E.SNAP_T] * units
+    hbm = unit[E.SNAP_HBM :].reshape(-1, 2) * units  # per tensor: read, written
+    more_bytes = periods * counter.tensor_bytes[0] + counter.tensor_bytes[1]
+    more_work = periods * counter.work[0] + counter.work[1]
+    # written lines reach HBM only as the L2 evicts them: what the grid adds dirties its HBM
+    # writes plus the growth of the dirty lines, and the grid ends with the prefix's dirty
+    # share of an L2 that holds what it grew to
+    last = snaps[-1]
+    held = min(gpu.l2_bytes, last[E.SNAP_HELD] + unit[E.SNAP_HELD] * units)
+    dirty_end = res.l2_dirty_bytes_at_end * (held / last[E.SNAP_HELD] if held else 1.0)
+    dirtied = unit[E.SNAP_DIRTY] * units
+    rows = {t.name: i for i, t in enumerate(meta.tensors)}  # the engine's tensor rows
+    rows[LOCAL_NAME] = len(meta.tensors)
+    written = {t.name: t.hbm_write_bytes + hbm[rows[t.name], 1] for t in res.tensors}
+    # the dirtied lines shared out as the tensors' writes are (the prefix's where none)
+    wrote = {t.name: t.global_write_bytes for t in res.tensors}
+    for name in written:
+        written[name] += (res.l2_dirty_bytes_at_end + dirtied - dirty_end) * (
+            wrote[name] / max(1, sum(wrote.values()))
+        )
+    tensors = tuple(
+        TensorTraffic(
+            t.name,
+            t.global_read_bytes + int(more_bytes[rows[t.name], 0]),
+            t.global_write_bytes + int(more_bytes[rows[t.name], 1]),
+            t.hbm_read_bytes + int(hbm[rows[t.name], 0]),
+            max(0, round(written[t.name])),
+        )
+        for t in res.tensors
+    )
+    sums = {f: sum(getattr(t, f) for t in tensors) for f in _TENSOR_FIELDS}
+    kernels, t_now = [], 0.0
+    for i, kr in enumerate(res.kernels):
+        if i == k:
+            kr = dataclasses.replace(
+                kr,
                 ctas=full[k],
                 waves=math.ceil(full[k] / slot),
-                start_s=t_now,
-                time_s=kb.time_s + added,
-                **{f: grow(getattr(km, f), getattr(kb, f)) for f in _TENSOR_FIELDS[:3]},
-                hbm_write_bytes=max(0, hbm_write - others),
+                time_s=kr.time_s + added,
+                **{f: getattr(kr, f) + sums[f] - getattr(res, f) for f in _TENSOR_FIELDS},
             )
-        )
-        t_now += kernels[-1].time_s
-    # busy seconds grow with the work: per period, as the bytes do
-    breakdown = {
-        key: v if key == "launch_s" else grow(more.breakdown[key], v)
-        for key, v in base.breakdown.items()
-    }
-    span = max(t_now, 1e-30)
-    utilization = busy_fractions(breakdown, t_now)
-    hbm = [r.hbm_read_bytes + r.hbm_write_bytes for r in runs]
-    hbm_err = abs((hbm[1] - hbm[0]) * left / slot - (hbm[2] - hbm[0]) * periods)
-    res = dataclasses.replace(
-        more,
+        kernels.append(dataclasses.replace(kr, start_s=t_now))
+        t_now += kr.time_s
+    busy = probe.busy + unit[E.SNAP_BUSY : E.SNAP_HELD] * units
+    breakdown = breakdown_of(busy, gpu, len(kernels))
+    total_hbm = max(1, sums["hbm_read_bytes"] + sums["hbm_write_bytes"])
+    # and an L2 still filling at the checkpoints: its dirty share at the end is a guess
+    hbm_err = (
+        spread[E.SNAP_HBM :].sum() * units + abs(dirty_end - res.l2_dirty_bytes_at_end)
+    ) / total_hbm
+    out = dataclasses.replace(
+        res,
         kernels=tuple(kernels),
         tensors=tensors,
+        **sums,
+        l2_dirty_bytes_at_end=round(dirty_end),
+        mma_flops=res.mma_flops + int(more_work[0]),
+        elementwise_flops=res.elementwise_flops + int(more_work[1]),
+        exps=res.exps + int(more_work[2]),
+        shared_exchange_bytes=res.shared_exchange_bytes + int(more_work[3]),
         time_s=t_now,
-        cycles=base.cycles * t_now / max(base.time_s, 1e-30),
+        cycles=gpu.s_to_cycles(t_now),
         breakdown=breakdown,
-        utilization=utilization,
-        **counts,
+        utilization=busy_fractions(breakdown, t_now),
     )
-    longest = start + max(slot, period)  # of the three runs
-    replayed = tuple(longest if i == k else f for i, f in enumerate(full))
-    total_hbm = max(1, res.hbm_read_bytes + res.hbm_write_bytes)
-    return _with(res, Sampling(replayed, tuple(full), err / span, hbm_err / total_hbm))
+    replayed = tuple(n if i == k else f for i, f in enumerate(full))
+    return _with(out, Sampling(replayed, tuple(full), time_err / max(t_now, 1e-30), hbm_err))
 
 
 _TENSOR_FIELDS = ("global_read_bytes", "global_write_bytes", "hbm_read_bytes", "hbm_write_bytes")
-_COUNT_FIELDS = (
-    "global_read_bytes",
-    "global_write_bytes",
-    "hbm_read_bytes",
-    "hbm_write_bytes",
-    "mma_flops",
-    "elementwise_flops",
-    "exps",
-    "shared_exchange_bytes",
-)

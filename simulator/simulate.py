@@ -347,10 +347,10 @@ def simulate(
         Switches of the time model (shared arithmetic issue, prefetching kernels, the issue
         model); the default is docs/model.md's model without them.
     mode : {"exact", "sampled"}
-        "sampled": replay the first waves of the longest kernel exactly and extrapolate the
-        rest from the steady state (``simulator.sampled``; ``SimResult.sampling`` says how much
-        was replayed and estimates the error). A grid of few waves, or of unlike CTAs, is
-        replayed whole.
+        "sampled": replay a prefix of the largest kernel's grid exactly and extend its
+        steady state over the rest, global bytes and FLOPs counted exactly
+        (``simulator.sampled``; ``SimResult.sampling`` says how much was replayed and
+        estimates the error). A grid of few waves is replayed whole.
 
     Returns
     -------
@@ -377,6 +377,34 @@ def simulate(
         from flashio.simulator.sampled import simulate_sampled
 
         return simulate_sampled(source, gpu, options)
+    return replay(source, gpu, window_events, progress, timeline, options)
+
+
+@dataclass
+class Probe:
+    """What ``simulator.sampled`` watches in one kernel of a replay: the memory system at the
+    dispatch of the CTAs ``marks`` (ascending), into ``snaps`` (``_engine.Kernel``'s
+    checkpoint columns, one row a mark); every window of the kernel's events, handed to
+    ``window(events, offsets, c0, c1)`` as the engine receives it (``Windows.current``); and
+    the engine's busy seconds at the end of the replay."""
+
+    kernel: int
+    marks: np.ndarray
+    window: Callable[[np.ndarray, np.ndarray, int, int], None]
+    snaps: np.ndarray | None = None
+    busy: np.ndarray | None = None  # the busy seconds at the end of the replay
+
+
+def replay(
+    source: TraceSource,
+    gpu: GPUSpec | str | os.PathLike,
+    window_events: int = WINDOW_EVENTS,
+    progress: Callable[[int, int, int], None] | None = None,
+    timeline: bool = False,
+    options: ModelOptions = DEFAULT_OPTIONS,
+    probe: Probe | None = None,
+) -> SimResult:
+    """The exact replay of ``simulate``, with a ``Probe`` on one kernel where one is given."""
     if not isinstance(gpu, GPUSpec):
         gpu = load_gpu(gpu)
     meta = source.meta
@@ -425,7 +453,7 @@ def simulate(
         mem = E.Memory(l2_on, l2, srv, local, space, tstat, busy, cnt)
         end_s, span = _replay_kernel(
             source, k, kinfo, occ, gpu, cfg, start, mem, window_events, timeline, progress,
-            spill_bytes(kinfo, occ, gpu, comp),
+            spill_bytes(kinfo, occ, gpu, comp), probe if probe and probe.kernel == k else None,
         )  # fmt: skip
         if progress:
             progress(k, kinfo.ctas, kinfo.ctas)
@@ -455,6 +483,8 @@ def simulate(
         t_now = end_s
         spans.append(span)
     res = _result(meta, gpu, tstat, busy, cnt, kernel_results, t_now, l2 if l2_on else None)
+    if probe:
+        probe.busy = busy.copy()
     if timeline:
         object.__setattr__(res, "timeline", tuple(s[:, :3] for s in spans))
         object.__setattr__(res, "memory_timeline", tuple(s[:, [1, 3, 4, 5]] for s in spans))
@@ -462,11 +492,11 @@ def simulate(
 
 
 def _replay_kernel(
-    source, k, kinfo, occ, gpu, cfg, start, mem, window_events, timeline, progress, spills
+    source, k, kinfo, occ, gpu, cfg, start, mem, window_events, timeline, progress, spills, probe
 ):
     """Replay kernel ``k`` from ``start``: returns its end time and (with ``timeline``) the
     start, end and SM of each CTA. Updates ``mem``, the shared engine state (L2, servers,
-    counters)."""
+    counters), and ``probe`` (a Probe of this kernel, or None)."""
     slots = min(kinfo.ctas, occ.ctas_per_sm * gpu.sm_count)
     units = np.full((gpu.sm_count, E.N_UNITS), start)
     si = np.zeros((slots, E.N_SLOT_INT), np.int64)  # slot s runs on SM s % sm_count
@@ -477,15 +507,25 @@ def _replay_kernel(
     lead = cfg[E.C_CTA_LEAD]  # the first wave's CTAs issue their first events after it
     ht, hs = np.full(busy_sms, start + lead), np.arange(busy_sms, dtype=np.int64)
     hm, hn = np.arange(busy_sms, dtype=np.int64), np.array([busy_sms], np.int64)
-    reg = np.array([slots, -1], np.int64)  # the first wave takes CTAs 0..slots-1
+    reg = np.zeros(E.N_REG, np.int64)
+    reg[E.R_NEXT], reg[E.R_PENDING] = slots, -1  # the first wave takes CTAs 0..slots-1
     kernel_end = np.array([start])
-    per_cta = max(1, len(source.cta_events(k, 0, 1)))
-    width = max(2 * slots, window_events // per_cta)
+    # sized by an average CTA: a causal grid's first CTA is its shortest, and sized by it one
+    # window would hold the whole trace
+    width = max(2 * slots, window_events // max(1, round(cta_events_mean(source, k))))
     windows = Windows(source, k, kinfo.ctas, width, slots)
-    kern = E.Kernel(kinfo.ctas, gpu.sm_count, *spills, kinfo.smem_bytes, kernel_end, span)
+    marks = probe.marks if probe else np.zeros(0, np.int64)
+    if marks.size and marks[0] < slots:
+        raise ValueError(f"checkpoints start after the first wave ({slots} CTAs), got {marks}")
+    snaps = np.zeros((len(marks), E.SNAP_HBM + 2 * mem.tstat.shape[0]))
+    kern = E.Kernel(
+        kinfo.ctas, gpu.sm_count, *spills, kinfo.smem_bytes, kernel_end, span, marks, snaps
+    )
     state, heap = E.Slots(si, sf, units, reg), E.Heap(ht, hs, hm, hn)
     try:
         ev, cta_off, c0, c1 = windows.current
+        if probe:
+            probe.window(ev, cta_off, c0, c1)
         for s in range(slots):  # the first wave, in CTA order; equal times form a valid heap
             E._start_cta(s, s, start, si, sf, cta_off, c0, lead)
         while E.run_window(ev, cta_off, c0, c1, kern, cfg, mem, state, heap):
@@ -505,9 +545,20 @@ def _replay_kernel(
                 si[s, E.S_END] += shift
                 si[s, E.S_PTR] = pos
             ev, cta_off, c0, c1 = windows.current
+            if probe:
+                probe.window(ev, cta_off, c0, c1)
     finally:
         windows.close()
+    if probe:
+        probe.snaps = snaps
     return float(kernel_end[0]), span
+
+
+def cta_events_mean(source: TraceSource, k: int) -> float:
+    """Events of one of kernel ``k``'s CTAs, on average over five spread over its grid."""
+    ctas = source.meta.kernels[k].ctas
+    probes = sorted({0, ctas // 4, ctas // 2, (3 * ctas) // 4, ctas - 1})
+    return float(np.mean([len(source.cta_events(k, c, c + 1)) for c in probes]))
 
 
 def busy_fractions(breakdown: dict[str, float], total_s: float) -> dict[str, float]:
@@ -516,11 +567,11 @@ def busy_fractions(breakdown: dict[str, float], total_s: float) -> dict[str, flo
     return {k[: -len("_busy_s")]: v / span for k, v in breakdown.items() if "busy" in k}
 
 
-def _result(meta, gpu, tstat, busy, cnt, kernel_results, total_s, l2) -> SimResult:
-    total = tstat.sum(axis=0)
+def breakdown_of(busy: np.ndarray, gpu: GPUSpec, kernels: int) -> dict[str, float]:
+    """``SimResult.breakdown`` from the engine's busy seconds (per-SM ones summed over SMs)."""
     sms = gpu.sm_count
-    breakdown = {
-        "launch_s": gpu.kernel_launch_s * len(kernel_results),
+    return {
+        "launch_s": gpu.kernel_launch_s * kernels,
         "l2_busy_s": float(busy[E.B_L2]),
         "hbm_busy_s": float(busy[E.B_HBM]),
         "sm_memory_busy_s": float(busy[E.B_SM_MEM]) / sms,
@@ -529,6 +580,11 @@ def _result(meta, gpu, tstat, busy, cnt, kernel_results, total_s, l2) -> SimResu
         "sfu_busy_s": float(busy[E.B_SFU]) / sms,
         "smem_busy_s": float(busy[E.B_SMEM]) / sms,
     }
+
+
+def _result(meta, gpu, tstat, busy, cnt, kernel_results, total_s, l2) -> SimResult:
+    total = tstat.sum(axis=0)
+    breakdown = breakdown_of(busy, gpu, len(kernel_results))
     utilization = busy_fractions(breakdown, total_s)
     return SimResult(
         schedule=meta.schedule,

@@ -232,10 +232,10 @@ def add_sweep_command(sub) -> None:
         help="run the points on an existing Dask cluster, e.g. tcp://host:8786",
     )
     r.add_argument("--sampled", action="store_true",
-                   help="replay each point's first waves and extend the steady state over the "
-                   "rest (simulate's mode='sampled', docs/model.md 'Speed': the time within "
-                   "a fraction of a percent at long contexts, HBM bytes within a few); the "
-                   "rows say which mode made them")  # fmt: skip
+                   help="replay a prefix of each point's grid and extend its steady state "
+                   "over the rest (simulate's mode='sampled', docs/model.md 'Speed': time and "
+                   "HBM bytes within 1% at long contexts, global bytes exact); the rows say "
+                   "which mode made them")  # fmt: skip
     r.add_argument("--resume", action="store_true",
                    help="keep the points already in --out (or saved by an interrupted run) and "
                    "simulate only the others")  # fmt: skip

@@ -47,7 +47,7 @@ class SweepRow:
     block_kv: int
     warps: int
     options: str  # the schedule's options as built, "key=value;...", e.g. flash_decode's splits
-    mode: str  # simulate()'s mode: "exact", or "sampled" (first waves replayed, rest extended)
+    mode: str  # simulate()'s mode: "exact", or "sampled" (a prefix replayed, the rest extended)
     sm_count: int
     smem_per_cta_bytes: int
     hbm_bandwidth_bytes_per_s: float

@@ -224,7 +224,7 @@ def result_text(sched, res, gpu) -> str:
     if res.sampling is not None and res.sampling.replayed_fraction < 1:
         smp = res.sampling
         lines.append(
-            f"sampled: {smp.replayed_fraction:.1%} of the CTAs replayed (their longest prefix), "
+            f"sampled: {smp.replayed_fraction:.1%} of the CTAs replayed (a prefix), "
             f"the rest extended from the steady state; estimated error: time "
             f"{smp.time_error:.2%}, HBM bytes {smp.hbm_error:.2%} (simulator.sampled)"
         )
