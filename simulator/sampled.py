@@ -191,17 +191,11 @@ class _Plan:
     alike: bool
 
 
-def _plan(source, gpu, options, waves, saving) -> _Plan | None:
-    """The prefix to replay and its checkpoints, or None where a whole replay is as cheap."""
+def _plan(source, k: int, slot: int, waves: int) -> _Plan | None:
+    """Kernel ``k``'s prefix and checkpoints, or None where it is to be replayed whole."""
     meta = source.meta
-    _, _, occs = launch_resources(meta, gpu, options)
-    full = [k.ctas for k in meta.kernels]
-    # the kernel of the most events (a schedule's others are its short pre- and
-    # post-processing kernels)
-    events = [cta_events_mean(source, i) for i in range(len(full))]
-    k = max(range(len(full)), key=lambda i: full[i] * events[i])
-    slot, period = occs[k].ctas_per_sm * gpu.sm_count, _period(meta, k)
-    alike, periodic = _grid(source, k, full[k], period)
+    full, period = meta.kernels[k].ctas, _period(meta, k)
+    alike, periodic = _grid(source, k, full, period)
     if not periodic:
         return None
     # checkpoints after `waves` waves, over a period and a wave (and at least STEADY_WAVES
@@ -209,10 +203,8 @@ def _plan(source, gpu, options, waves, saving) -> _Plan | None:
     # or in its period (unlike ones): its tail is the grid's
     least = waves * slot + max(slot + period, STEADY_WAVES * slot) + 1
     unit = slot if alike else period
-    replayed = full[k] - ((full[k] - least) // unit) * unit
-    exact_cost = sum(f * e for f, e in zip(full, events, strict=True))
-    cost = exact_cost - (full[k] - replayed) * events[k]
-    if replayed >= full[k] or saving * cost >= exact_cost:
+    replayed = full - ((full - least) // unit) * unit
+    if replayed >= full:
         return None
     if alike:  # every wave boundary from the `waves`-th to the prefix's last one
         marks = tuple(range(waves * slot, replayed, slot))
@@ -227,29 +219,37 @@ def simulate_sampled(
     saving: float = 2.0,
 ) -> SimResult:  # fmt: skip
     """``simulator.simulate(source, gpu, options=options, mode="sampled")``: see the module
-    docstring. The kernel is sampled where its prefix replays less than 1 / ``saving`` of the
-    events of an exact replay. The result carries ``sampling`` (``Sampling``)."""
+    docstring. The kernel of the most events is sampled where the replay then has less than 1 /
+    ``saving`` of the events of an exact one. The result carries ``sampling``
+    (``Sampling``)."""
     if waves < 1:
         raise ValueError(f"a sampled replay replays at least 1 wave first, got {waves}")
     gpu = gpu if isinstance(gpu, GPUSpec) else load_gpu(gpu)
     options = options or DEFAULT_OPTIONS
     meta = source.meta
     full = tuple(k.ctas for k in meta.kernels)
-    plan = _plan(source, gpu, options, waves, saving)
-    if plan is None:
+    comps, kinfos, occs = launch_resources(meta, gpu, options)
+    per_cta = [cta_events_mean(source, k) for k in range(len(full))]
+    exact_cost = sum(f * e for f, e in zip(full, per_cta, strict=True))
+    # the kernel of the most events (a schedule's others are shorter, and the L2 a prefix of one
+    # leaves would give the next kernel's prefix the hits of the grid's first heads: standard
+    # attention's S, the backward's dO)
+    k = max(range(len(full)), key=lambda i: full[i] * per_cta[i])
+    plan = _plan(source, k, occs[k].ctas_per_sm * gpu.sm_count, waves)
+    n = plan.replayed if plan else full[k]
+    if plan is None or saving * (exact_cost - (full[k] - n) * per_cta[k]) >= exact_cost:
         res = replay(source, gpu, options=options)
         return _with(res, Sampling(full, full, 0.0, 0.0))
-    k, n = plan.kernel, plan.replayed
-    comps, kinfos, occs = launch_resources(meta, gpu, options)
-    spills = spill_bytes(kinfos[k], occs[k], gpu, comps[k])
     # the prefix's last period is counted, and as much of it as the grid has past its whole
     # periods after the prefix
     a, left = n - plan.period, (full[k] - n) % plan.period
+    spills = spill_bytes(kinfos[k], occs[k], gpu, comps[k])
     counter = _Counter([(a, n), (a, a + left)], len(meta.tensors), spills)
     probe = Probe(k, np.array(plan.marks, np.int64), counter)
     prefix = _FirstCTAs(source, [n if i == k else f for i, f in enumerate(full)])
-    res = replay(prefix, gpu, options=options, probe=probe)
-    return _extend(res, probe, counter, plan, meta, gpu)
+    res = replay(prefix, gpu, options=options, probes={k: probe})
+    ext = _extension(probe, plan, full[k], gpu.l2_bytes)
+    return _extend(res, {k: ext}, probe.busy, meta, gpu)
 
 
 def _with(res: SimResult, sampling: Sampling) -> SimResult:
@@ -307,13 +307,30 @@ def _class_error(steps: np.ndarray, seen: np.ndarray, need: np.ndarray, weight) 
     return err
 
 
-def _extend(res: SimResult, probe: Probe, counter: _Counter, plan: _Plan, meta, gpu) -> SimResult:
-    """The full result from the replayed prefix ``res``: the counted work of the periods not
-    replayed is its last period's again; their time, HBM bytes and busy seconds are the steady
-    increments between the checkpoints."""
-    k, n, slot, period = plan.kernel, plan.replayed, plan.slot, plan.period
-    full = tuple(kr.ctas for kr in meta.kernels)
-    periods = (full[k] - n) // period  # whole periods not replayed
+@dataclass(frozen=True)
+class _Extension:
+    """What the CTAs of one kernel that were not replayed add: seconds, and their estimated
+    error; per engine tensor row HBM bytes read and written (``hbm``) and counted global
+    bytes (``counted``); growth of the L2's dirty bytes; busy seconds; counted arithmetic; the
+    HBM error estimate in bytes; and the bytes the L2 holds at the prefix's last checkpoint
+    and at the end of the grid (estimated); the grid's waves."""
+
+    time: float
+    time_err: float
+    hbm: np.ndarray
+    counted: np.ndarray
+    dirtied: float
+    busy: np.ndarray
+    work: np.ndarray
+    hbm_err: float
+    held: tuple[float, float]
+    waves: int  # of the whole grid
+
+
+def _extension(probe: Probe, plan: _Plan, full: int, l2_bytes: int) -> _Extension:
+    """Kernel ``plan.kernel``'s extension from its checkpoints and counted work."""
+    n, slot, period, counter = plan.replayed, plan.slot, plan.period, probe.window
+    periods = (full - n) // period  # whole periods not replayed
     snaps = probe.snaps
     if plan.alike:
         # alike CTAs run in waves, and what a wave adds depends on where in its period it
@@ -326,90 +343,115 @@ def _extend(res: SimResult, probe: Probe, counter: _Counter, plan: _Plan, meta, 
         steps = np.diff(snaps, axis=0)
         steady = np.arange(len(steps)) + plan.marks[0] // slot
         last = math.ceil(n / slot) - 1
-        grid_waves = np.arange(last, math.ceil(full[k] / slot))
+        grid_waves = np.arange(last, math.ceil(full / slot))
         seen, grid, tail = steady * slot % period, grid_waves * slot % period, last * slot % period
         if not np.isin(grid, seen).all():  # where in its period a wave starts: too many kinds
             seen = _periods_touched(steady, slot, period, n)
-            grid = _periods_touched(grid_waves, slot, period, full[k])
+            grid = _periods_touched(grid_waves, slot, period, full)
             tail = _periods_touched(np.array([last]), slot, period, n)[0]
         need = np.append(grid, tail)
         weight = np.append(np.ones(len(grid)), -1.0)
-        unit, units = _by_class(steps, seen, need, weight), 1
+        unit = _by_class(steps, seen, need, weight)
         spread = _class_error(steps, seen, need, weight)
-        added, time_err = unit[E.SNAP_T], spread[E.SNAP_T]
     else:
         # CTAs that differ: what a period adds, between checkpoints a period apart (the
         # later of two pairs a wave apart, whose disagreement is the error estimate)
-        units = periods
-        unit = snaps[3] - snaps[1]
-        spread = np.abs(unit - (snaps[2] - snaps[0]))
-        added, time_err = unit[E.SNAP_T] * units, spread[E.SNAP_T] * units
-    hbm = unit[E.SNAP_HBM :].reshape(-1, 2) * units  # per tensor: read, written
-    more_bytes = periods * counter.tensor_bytes[0] + counter.tensor_bytes[1]
-    more_work = periods * counter.work[0] + counter.work[1]
+        unit = (snaps[3] - snaps[1]) * periods
+        spread = np.abs(snaps[3] - snaps[1] - (snaps[2] - snaps[0])) * periods
+    last_held = snaps[-1, E.SNAP_HELD]
+    return _Extension(
+        time=unit[E.SNAP_T],
+        time_err=spread[E.SNAP_T],
+        hbm=unit[E.SNAP_HBM :].reshape(-1, 2),
+        counted=periods * counter.tensor_bytes[0] + counter.tensor_bytes[1],
+        dirtied=unit[E.SNAP_DIRTY],
+        busy=unit[E.SNAP_BUSY : E.SNAP_HELD],
+        work=periods * counter.work[0] + counter.work[1],
+        hbm_err=float(spread[E.SNAP_HBM :].sum()),
+        held=(last_held, min(l2_bytes, last_held + unit[E.SNAP_HELD])),
+        waves=math.ceil(full / slot),
+    )
+
+
+def _extend(res: SimResult, exts: dict[int, _Extension], busy, meta, gpu) -> SimResult:
+    """The full result from the replay of prefixes ``res`` (``busy``: the engine's busy
+    seconds at its end) and each sampled kernel's extension."""
+    full = tuple(kr.ctas for kr in meta.kernels)
+    hbm = sum(x.hbm for x in exts.values())
+    counted = sum(x.counted for x in exts.values())
+    work = sum(x.work for x in exts.values())
     # written lines reach HBM only as the L2 evicts them: what the grid adds dirties its HBM
     # writes plus the growth of the dirty lines, and the grid ends with the prefix's dirty
-    # share of an L2 that holds what it grew to
-    last = snaps[-1]
-    held = min(gpu.l2_bytes, last[E.SNAP_HELD] + unit[E.SNAP_HELD] * units)
-    dirty_end = res.l2_dirty_bytes_at_end * (held / last[E.SNAP_HELD] if held else 1.0)
-    dirtied = unit[E.SNAP_DIRTY] * units
+    # share of an L2 that holds what it grew to (where the last kernel was sampled)
+    dirty_end = float(res.l2_dirty_bytes_at_end)
+    if len(full) - 1 in exts:
+        held = exts[len(full) - 1].held
+        dirty_end *= held[1] / held[0] if held[0] else 1.0
+    dirtied = sum(x.dirtied for x in exts.values())
     rows = {t.name: i for i, t in enumerate(meta.tensors)}  # the engine's tensor rows
     rows[LOCAL_NAME] = len(meta.tensors)
-    written = {t.name: t.hbm_write_bytes + hbm[rows[t.name], 1] for t in res.tensors}
-    # the dirtied lines shared out as the tensors' writes are (the prefix's where none)
+    # the dirtied lines shared out as the tensors' writes are
     wrote = {t.name: t.global_write_bytes for t in res.tensors}
-    for name in written:
-        written[name] += (res.l2_dirty_bytes_at_end + dirtied - dirty_end) * (
-            wrote[name] / max(1, sum(wrote.values()))
+    settle = (res.l2_dirty_bytes_at_end + dirtied - dirty_end) / max(1, sum(wrote.values()))
+    tensors = []
+    for t in res.tensors:
+        i = rows[t.name]
+        written = t.hbm_write_bytes + hbm[i, 1] + settle * wrote[t.name]
+        tensors.append(
+            TensorTraffic(
+                t.name,
+                t.global_read_bytes + int(counted[i, 0]),
+                t.global_write_bytes + int(counted[i, 1]),
+                t.hbm_read_bytes + round(hbm[i, 0]),
+                max(0, round(written)),
+            )
         )
-    tensors = tuple(
-        TensorTraffic(
-            t.name,
-            t.global_read_bytes + int(more_bytes[rows[t.name], 0]),
-            t.global_write_bytes + int(more_bytes[rows[t.name], 1]),
-            t.hbm_read_bytes + int(hbm[rows[t.name], 0]),
-            max(0, round(written[t.name])),
-        )
-        for t in res.tensors
-    )
     sums = {f: sum(getattr(t, f) for t in tensors) for f in _TENSOR_FIELDS}
     kernels, t_now = [], 0.0
     for i, kr in enumerate(res.kernels):
-        if i == k:
+        if i in exts:
+            x = exts[i]
             kr = dataclasses.replace(
                 kr,
-                ctas=full[k],
-                waves=math.ceil(full[k] / slot),
-                time_s=kr.time_s + added,
-                **{f: getattr(kr, f) + sums[f] - getattr(res, f) for f in _TENSOR_FIELDS},
+                ctas=full[i],
+                waves=x.waves,
+                time_s=kr.time_s + x.time,
+                global_read_bytes=kr.global_read_bytes + int(x.counted[:, 0].sum()),
+                global_write_bytes=kr.global_write_bytes + int(x.counted[:, 1].sum()),
+                hbm_read_bytes=kr.hbm_read_bytes + round(x.hbm[:, 0].sum()),
+                hbm_write_bytes=kr.hbm_write_bytes + round(x.hbm[:, 1].sum()),
             )
         kernels.append(dataclasses.replace(kr, start_s=t_now))
         t_now += kr.time_s
-    busy = probe.busy + unit[E.SNAP_BUSY : E.SNAP_HELD] * units
+    # what the tensors' HBM writes settle beyond the kernels' increments: the last kernel's
+    kernels[-1] = dataclasses.replace(
+        kernels[-1],
+        hbm_write_bytes=max(0, sums["hbm_write_bytes"] - sum(k.hbm_write_bytes for k in kernels)
+                            + kernels[-1].hbm_write_bytes),
+    )  # fmt: skip
+    busy = busy + sum(x.busy for x in exts.values())
     breakdown = breakdown_of(busy, gpu, len(kernels))
     total_hbm = max(1, sums["hbm_read_bytes"] + sums["hbm_write_bytes"])
     # and an L2 still filling at the checkpoints: its dirty share at the end is a guess
-    hbm_err = (
-        spread[E.SNAP_HBM :].sum() * units + abs(dirty_end - res.l2_dirty_bytes_at_end)
-    ) / total_hbm
+    hbm_err = sum(x.hbm_err for x in exts.values()) + abs(dirty_end - res.l2_dirty_bytes_at_end)
     out = dataclasses.replace(
         res,
         kernels=tuple(kernels),
-        tensors=tensors,
+        tensors=tuple(tensors),
         **sums,
         l2_dirty_bytes_at_end=round(dirty_end),
-        mma_flops=res.mma_flops + int(more_work[0]),
-        elementwise_flops=res.elementwise_flops + int(more_work[1]),
-        exps=res.exps + int(more_work[2]),
-        shared_exchange_bytes=res.shared_exchange_bytes + int(more_work[3]),
+        mma_flops=res.mma_flops + int(work[0]),
+        elementwise_flops=res.elementwise_flops + int(work[1]),
+        exps=res.exps + int(work[2]),
+        shared_exchange_bytes=res.shared_exchange_bytes + int(work[3]),
         time_s=t_now,
         cycles=gpu.s_to_cycles(t_now),
         breakdown=breakdown,
         utilization=busy_fractions(breakdown, t_now),
     )
-    replayed = tuple(n if i == k else f for i, f in enumerate(full))
-    return _with(out, Sampling(replayed, tuple(full), time_err / max(t_now, 1e-30), hbm_err))
+    replayed = tuple(kr.ctas for kr in res.kernels)
+    time_err = sum(x.time_err for x in exts.values()) / max(t_now, 1e-30)
+    return _with(out, Sampling(replayed, full, time_err, hbm_err / total_hbm))
 
 
 _TENSOR_FIELDS = ("global_read_bytes", "global_write_bytes", "hbm_read_bytes", "hbm_write_bytes")

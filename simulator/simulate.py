@@ -402,9 +402,9 @@ def replay(
     progress: Callable[[int, int, int], None] | None = None,
     timeline: bool = False,
     options: ModelOptions = DEFAULT_OPTIONS,
-    probe: Probe | None = None,
+    probes: dict[int, Probe] | None = None,
 ) -> SimResult:
-    """The exact replay of ``simulate``, with a ``Probe`` on one kernel where one is given."""
+    """The exact replay of ``simulate``, with ``probes[k]`` (a ``Probe``) on kernel k."""
     if not isinstance(gpu, GPUSpec):
         gpu = load_gpu(gpu)
     meta = source.meta
@@ -453,7 +453,7 @@ def replay(
         mem = E.Memory(l2_on, l2, srv, local, space, tstat, busy, cnt)
         end_s, span = _replay_kernel(
             source, k, kinfo, occ, gpu, cfg, start, mem, window_events, timeline, progress,
-            spill_bytes(kinfo, occ, gpu, comp), probe if probe and probe.kernel == k else None,
+            spill_bytes(kinfo, occ, gpu, comp), (probes or {}).get(k),
         )  # fmt: skip
         if progress:
             progress(k, kinfo.ctas, kinfo.ctas)
@@ -483,7 +483,7 @@ def replay(
         t_now = end_s
         spans.append(span)
     res = _result(meta, gpu, tstat, busy, cnt, kernel_results, t_now, l2 if l2_on else None)
-    if probe:
+    for probe in (probes or {}).values():
         probe.busy = busy.copy()
     if timeline:
         object.__setattr__(res, "timeline", tuple(s[:, :3] for s in spans))
