@@ -21,10 +21,11 @@ traffic) is not extended: the events of the prefix's last period are counted, an
 that period repeated. A grid whose CTAs do not repeat with the period, or too short to gain,
 is replayed whole.
 
-What is extended is the prefix's steady state: a state reached only late (an L2 still filling
-with a grid's working set when the prefix ends) is outside what it sees, and the dirty lines
-the L2 keeps at the end are a guess. The L2 contents a kernel leaves to the next are those
-after its replayed prefix.
+What is extended is the prefix's steady state: a state reached only late is outside what it
+sees. Where the L2 is not full at the prefix's last checkpoint but would fill after it, and the
+dirty lines it would keep at the end are too uncertain (over ``L2_FILL_TOLERANCE`` of the HBM
+bytes), the kernel is replayed again with checkpoints from after the L2 has filled, or whole.
+The L2 contents a kernel leaves to the next are those after its replayed prefix.
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ __all__ = ["Sampling", "simulate_sampled"]
 
 SAMPLED_WAVES = 2  # waves of the sampled kernel replayed before its first checkpoint
 STEADY_WAVES = 4  # waves between the checkpoints of alike CTAs, at least
+L2_FULL = 0.98  # of its bytes held, an L2 is full (the model's holds whole 8 KiB granules)
+# a prefix whose L2 fills later is extended if the dirty lines that leaves unsure are at most
+# this share of the HBM bytes (the sampled replay's aim: within 1%)
+L2_FILL_TOLERANCE = 0.01
 
 LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED = (int(o) for o in list(Op)[:7])
 # counted work (_count_work's ``work``): mma FLOPs, elementwise FLOPs, exponentials, shared bytes
@@ -235,21 +240,38 @@ def simulate_sampled(
     # leaves would give the next kernel's prefix the hits of the grid's first heads: standard
     # attention's S, the backward's dO)
     k = max(range(len(full)), key=lambda i: full[i] * per_cta[i])
-    plan = _plan(source, k, occs[k].ctas_per_sm * gpu.sm_count, waves)
-    n = plan.replayed if plan else full[k]
-    if plan is None or saving * (exact_cost - (full[k] - n) * per_cta[k]) >= exact_cost:
-        res = replay(source, gpu, options=options)
-        return _with(res, Sampling(full, full, 0.0, 0.0))
-    # the prefix's last period is counted, and as much of it as the grid has past its whole
-    # periods after the prefix
-    a, left = n - plan.period, (full[k] - n) % plan.period
+    slot = occs[k].ctas_per_sm * gpu.sm_count
     spills = spill_bytes(kinfos[k], occs[k], gpu, comps[k])
-    counter = _Counter([(a, n), (a, a + left)], len(meta.tensors), spills)
-    probe = Probe(k, np.array(plan.marks, np.int64), counter)
-    prefix = _FirstCTAs(source, [n if i == k else f for i, f in enumerate(full)])
-    res = replay(prefix, gpu, options=options, probes={k: probe})
-    ext = _extension(probe, plan, full[k], gpu.l2_bytes)
-    return _extend(res, {k: ext}, probe.busy, meta, gpu)
+    for _ in range(2):  # a second prefix where the L2 fills only after the first
+        plan = _plan(source, k, slot, waves)
+        n = plan.replayed if plan else full[k]
+        if plan is None or saving * (exact_cost - (full[k] - n) * per_cta[k]) >= exact_cost:
+            break
+        # the prefix's last period is counted, and as much of it as the grid has past its
+        # whole periods after the prefix
+        a, left = n - plan.period, (full[k] - n) % plan.period
+        counter = _Counter([(a, n), (a, a + left)], len(meta.tensors), spills)
+        probe = Probe(k, np.array(plan.marks, np.int64), counter)
+        prefix = _FirstCTAs(source, [n if i == k else f for i, f in enumerate(full)])
+        res = replay(prefix, gpu, options=options, probes={k: probe})
+        ext = _extension(probe, plan, full[k], gpu.l2_bytes)
+        full_l2 = L2_FULL * gpu.l2_bytes
+        # where the L2 fills only after the prefix, its steady state is not the grid's (the
+        # lines the grid's traffic evicts, the dirty ones it keeps at the end): how much the
+        # dirty lines it would keep change, against the grid's HBM bytes
+        filling = ext.held[0] < full_l2 <= ext.held[1]
+        moved = res.hbm_read_bytes + res.hbm_write_bytes + ext.hbm.sum()
+        unsure = res.l2_dirty_bytes_at_end * (ext.held[1] / max(ext.held[0], 1.0) - 1)
+        if not filling or unsure <= L2_FILL_TOLERANCE * moved:
+            return _extend(res, {k: ext}, probe.busy, meta, gpu)
+        # again, checkpoints from a wave after the L2 has filled, at the rate it filled
+        # between the checkpoints
+        snaps, marks = probe.snaps, plan.marks
+        rate = (snaps[-1, E.SNAP_HELD] - snaps[0, E.SNAP_HELD]) / max(1, marks[-1] - marks[0])
+        fill = marks[-1] + (full_l2 - snaps[-1, E.SNAP_HELD]) / max(rate, 1e-30)
+        waves = math.ceil(fill / slot) + 1
+    res = replay(source, gpu, options=options)
+    return _with(res, Sampling(full, full, 0.0, 0.0))
 
 
 def _with(res: SimResult, sampling: Sampling) -> SimResult:
