@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--sampled", action="store_true",
         help="replay a prefix of the largest kernel's grid exactly and extend its steady "
         "state over the rest, by waves (or, for a causal grid's unlike CTAs, by heads); global "
-        "bytes and FLOPs stay exact (simulator.sampled: for long contexts, 13x faster at "
+        "bytes and FLOPs stay exact (simulator.sampled: for long contexts, 14x faster at "
         "N = 128k; the report gives the replayed share and error estimates; a grid of few "
         "waves is replayed whole). Not with --perfetto",
     )  # fmt: skip
