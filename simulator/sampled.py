@@ -196,13 +196,10 @@ class _Plan:
     alike: bool
 
 
-def _plan(source, k: int, slot: int, waves: int) -> _Plan | None:
-    """Kernel ``k``'s prefix and checkpoints, or None where it is to be replayed whole."""
-    meta = source.meta
+def _plan(meta, k: int, slot: int, waves: int, alike: bool) -> _Plan | None:
+    """Kernel ``k``'s prefix and checkpoints (``alike``: whether its CTAs are), or None where
+    it is to be replayed whole."""
     full, period = meta.kernels[k].ctas, _period(meta, k)
-    alike, periodic = _grid(source, k, full, period)
-    if not periodic:
-        return None
     # checkpoints after `waves` waves, over a period and a wave (and at least STEADY_WAVES
     # waves), all in the prefix; which ends where the grid does in its last wave (alike CTAs)
     # or in its period (unlike ones): its tail is the grid's
@@ -242,8 +239,9 @@ def simulate_sampled(
     k = max(range(len(full)), key=lambda i: full[i] * per_cta[i])
     slot = occs[k].ctas_per_sm * gpu.sm_count
     spills = spill_bytes(kinfos[k], occs[k], gpu, comps[k])
-    for _ in range(2):  # a second prefix where the L2 fills only after the first
-        plan = _plan(source, k, slot, waves)
+    alike, periodic = _grid(source, k, full[k], _period(meta, k))
+    for _ in range(2 if periodic else 0):  # a second prefix where the L2 fills after the first
+        plan = _plan(meta, k, slot, waves, alike)
         n = plan.replayed if plan else full[k]
         if plan is None or saving * (exact_cost - (full[k] - n) * per_cta[k]) >= exact_cost:
             break
@@ -251,19 +249,19 @@ def simulate_sampled(
         # whole periods after the prefix
         a, left = n - plan.period, (full[k] - n) % plan.period
         counter = _Counter([(a, n), (a, a + left)], len(meta.tensors), spills)
-        probe = Probe(k, np.array(plan.marks, np.int64), counter)
+        probe = Probe(np.array(plan.marks, np.int64), counter)
         prefix = _FirstCTAs(source, [n if i == k else f for i, f in enumerate(full)])
         res = replay(prefix, gpu, options=options, probes={k: probe})
-        ext = _extension(probe, plan, full[k], gpu.l2_bytes)
+        ext = _extension(probe.snaps, counter, plan, full[k], gpu.l2_bytes)
         full_l2 = L2_FULL * gpu.l2_bytes
         # where the L2 fills only after the prefix, its steady state is not the grid's (the
         # lines the grid's traffic evicts, the dirty ones it keeps at the end): how much the
         # dirty lines it would keep change, against the grid's HBM bytes
         filling = ext.held[0] < full_l2 <= ext.held[1]
         moved = res.hbm_read_bytes + res.hbm_write_bytes + ext.hbm.sum()
-        unsure = res.l2_dirty_bytes_at_end * (ext.held[1] / max(ext.held[0], 1.0) - 1)
+        unsure = res.l2_dirty_bytes_at_end * (ext.grows - 1)
         if not filling or unsure <= L2_FILL_TOLERANCE * moved:
-            return _extend(res, {k: ext}, probe.busy, meta, gpu)
+            return _extend(res, k, ext, probe.busy, meta, gpu)
         # again, checkpoints from a wave after the L2 has filled, at the rate it filled
         # between the checkpoints
         snaps, marks = probe.snaps, plan.marks
@@ -348,12 +346,16 @@ class _Extension:
     held: tuple[float, float]
     waves: int  # of the whole grid
 
+    @property
+    def grows(self) -> float:
+        """How many times the bytes the L2 holds grow from the last checkpoint to the end."""
+        return self.held[1] / self.held[0] if self.held[0] else 1.0
 
-def _extension(probe: Probe, plan: _Plan, full: int, l2_bytes: int) -> _Extension:
+
+def _extension(snaps, counter: _Counter, plan: _Plan, full: int, l2_bytes: int) -> _Extension:
     """Kernel ``plan.kernel``'s extension from its checkpoints and counted work."""
-    n, slot, period, counter = plan.replayed, plan.slot, plan.period, probe.window
+    n, slot, period = plan.replayed, plan.slot, plan.period
     periods = (full - n) // period  # whole periods not replayed
-    snaps = probe.snaps
     if plan.alike:
         # alike CTAs run in waves, and what a wave adds depends on where in its period it
         # starts (the first wave of a head reads its K and V, a second may find them in the
@@ -395,84 +397,75 @@ def _extension(probe: Probe, plan: _Plan, full: int, l2_bytes: int) -> _Extensio
     )
 
 
-def _extend(res: SimResult, exts: dict[int, _Extension], busy, meta, gpu) -> SimResult:
-    """The full result from the replay of prefixes ``res`` (``busy``: the engine's busy
-    seconds at its end) and each sampled kernel's extension."""
+def _extend(res: SimResult, k: int, x: _Extension, busy, meta, gpu) -> SimResult:
+    """The full result from the replay of the prefix ``res`` (``busy``: the engine's busy
+    seconds at its end) and the extension ``x`` of its sampled kernel ``k``."""
     full = tuple(kr.ctas for kr in meta.kernels)
-    hbm = sum(x.hbm for x in exts.values())
-    counted = sum(x.counted for x in exts.values())
-    work = sum(x.work for x in exts.values())
     # written lines reach HBM only as the L2 evicts them: what the grid adds dirties its HBM
     # writes plus the growth of the dirty lines, and the grid ends with the prefix's dirty
-    # share of an L2 that holds what it grew to (where the last kernel was sampled)
-    dirty_end = float(res.l2_dirty_bytes_at_end)
-    if len(full) - 1 in exts:
-        held = exts[len(full) - 1].held
-        dirty_end *= held[1] / held[0] if held[0] else 1.0
-    dirtied = sum(x.dirtied for x in exts.values())
+    # share of an L2 that holds what it grew to (where the sampled kernel is the last)
+    dirty_end = res.l2_dirty_bytes_at_end * (x.grows if k == len(full) - 1 else 1.0)
     rows = {t.name: i for i, t in enumerate(meta.tensors)}  # the engine's tensor rows
     rows[LOCAL_NAME] = len(meta.tensors)
     # the dirtied lines shared out as the tensors' writes are
     wrote = {t.name: t.global_write_bytes for t in res.tensors}
-    settle = (res.l2_dirty_bytes_at_end + dirtied - dirty_end) / max(1, sum(wrote.values()))
+    settle = (res.l2_dirty_bytes_at_end + x.dirtied - dirty_end) / max(1, sum(wrote.values()))
     tensors = []
     for t in res.tensors:
         i = rows[t.name]
-        written = t.hbm_write_bytes + hbm[i, 1] + settle * wrote[t.name]
+        written = t.hbm_write_bytes + x.hbm[i, 1] + settle * wrote[t.name]
         tensors.append(
             TensorTraffic(
                 t.name,
-                t.global_read_bytes + int(counted[i, 0]),
-                t.global_write_bytes + int(counted[i, 1]),
-                t.hbm_read_bytes + round(hbm[i, 0]),
+                t.global_read_bytes + int(x.counted[i, 0]),
+                t.global_write_bytes + int(x.counted[i, 1]),
+                t.hbm_read_bytes + round(x.hbm[i, 0]),
                 max(0, round(written)),
             )
         )
     sums = {f: sum(getattr(t, f) for t in tensors) for f in _TENSOR_FIELDS}
-    kernels, t_now = [], 0.0
-    for i, kr in enumerate(res.kernels):
-        if i in exts:
-            x = exts[i]
-            kr = dataclasses.replace(
-                kr,
-                ctas=full[i],
-                waves=x.waves,
-                time_s=kr.time_s + x.time,
-                global_read_bytes=kr.global_read_bytes + int(x.counted[:, 0].sum()),
-                global_write_bytes=kr.global_write_bytes + int(x.counted[:, 1].sum()),
-                hbm_read_bytes=kr.hbm_read_bytes + round(x.hbm[:, 0].sum()),
-                hbm_write_bytes=kr.hbm_write_bytes + round(x.hbm[:, 1].sum()),
-            )
-        kernels.append(dataclasses.replace(kr, start_s=t_now))
-        t_now += kr.time_s
+    kernels = list(res.kernels)
+    kernels[k] = dataclasses.replace(
+        kernels[k],
+        ctas=full[k],
+        waves=x.waves,
+        time_s=kernels[k].time_s + x.time,
+        global_read_bytes=kernels[k].global_read_bytes + int(x.counted[:, 0].sum()),
+        global_write_bytes=kernels[k].global_write_bytes + int(x.counted[:, 1].sum()),
+        hbm_read_bytes=kernels[k].hbm_read_bytes + round(x.hbm[:, 0].sum()),
+        hbm_write_bytes=kernels[k].hbm_write_bytes + round(x.hbm[:, 1].sum()),
+    )
     # what the tensors' HBM writes settle beyond the kernels' increments: the last kernel's
     kernels[-1] = dataclasses.replace(
         kernels[-1],
-        hbm_write_bytes=max(0, sums["hbm_write_bytes"] - sum(k.hbm_write_bytes for k in kernels)
+        hbm_write_bytes=max(0, sums["hbm_write_bytes"] - sum(kr.hbm_write_bytes for kr in kernels)
                             + kernels[-1].hbm_write_bytes),
     )  # fmt: skip
-    busy = busy + sum(x.busy for x in exts.values())
-    breakdown = breakdown_of(busy, gpu, len(kernels))
+    t_now = 0.0
+    for i, kr in enumerate(kernels):
+        kernels[i] = dataclasses.replace(kr, start_s=t_now)
+        t_now += kr.time_s
+    breakdown = breakdown_of(busy + x.busy, gpu, len(kernels))
     total_hbm = max(1, sums["hbm_read_bytes"] + sums["hbm_write_bytes"])
     # and an L2 still filling at the checkpoints: its dirty share at the end is a guess
-    hbm_err = sum(x.hbm_err for x in exts.values()) + abs(dirty_end - res.l2_dirty_bytes_at_end)
+    hbm_err = x.hbm_err + abs(dirty_end - res.l2_dirty_bytes_at_end)
     out = dataclasses.replace(
         res,
         kernels=tuple(kernels),
         tensors=tuple(tensors),
         **sums,
         l2_dirty_bytes_at_end=round(dirty_end),
-        mma_flops=res.mma_flops + int(work[0]),
-        elementwise_flops=res.elementwise_flops + int(work[1]),
-        exps=res.exps + int(work[2]),
-        shared_exchange_bytes=res.shared_exchange_bytes + int(work[3]),
+        mma_flops=res.mma_flops + int(x.work[0]),
+        elementwise_flops=res.elementwise_flops + int(x.work[1]),
+        exps=res.exps + int(x.work[2]),
+        shared_exchange_bytes=res.shared_exchange_bytes + int(x.work[3]),
         time_s=t_now,
         cycles=gpu.s_to_cycles(t_now),
         breakdown=breakdown,
         utilization=busy_fractions(breakdown, t_now),
     )
     replayed = tuple(kr.ctas for kr in res.kernels)
-    time_err = sum(x.time_err for x in exts.values()) / max(t_now, 1e-30)
+    time_err = x.time_err / max(t_now, 1e-30)
     return _with(out, Sampling(replayed, full, time_err, hbm_err / total_hbm))
 
 

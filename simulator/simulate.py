@@ -382,13 +382,12 @@ def simulate(
 
 @dataclass
 class Probe:
-    """What ``simulator.sampled`` watches in one kernel of a replay: the memory system at the
-    dispatch of the CTAs ``marks`` (ascending), into ``snaps`` (``_engine.Kernel``'s
-    checkpoint columns, one row a mark); every window of the kernel's events, handed to
-    ``window(events, offsets, c0, c1)`` as the engine receives it (``Windows.current``); and
-    the engine's busy seconds at the end of the replay."""
+    """What ``simulator.sampled`` watches in one kernel of a replay (``replay``'s
+    ``probes``): the memory system at the dispatch of the CTAs ``marks`` (ascending), into
+    ``snaps`` (``_engine.Kernel``'s checkpoint columns, one row a mark); every window of the
+    kernel's events, handed to ``window(events, offsets, c0, c1)`` as the engine receives it
+    (``Windows.current``); and the engine's busy seconds at the end of the replay."""
 
-    kernel: int
     marks: np.ndarray
     window: Callable[[np.ndarray, np.ndarray, int, int], None]
     snaps: np.ndarray | None = None
