@@ -35,9 +35,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from flashio.simulator import _engine as E
+from flashio.simulator._counted import Counter
+from flashio.simulator._wave_classes import by_class, class_error, periods_touched
 from flashio.simulator.gpu import GPUSpec
 from flashio.simulator.result import SimResult, TensorTraffic
 from flashio.simulator.simulate import (
@@ -52,7 +53,7 @@ from flashio.simulator.simulate import (
     spill_bytes,
 )
 from flashio.simulator.specfiles import load_gpu
-from flashio.simulator.trace import Op, TraceSource
+from flashio.simulator.trace import TraceSource
 
 __all__ = ["Sampling", "simulate_sampled"]
 
@@ -62,10 +63,6 @@ L2_FULL = 0.98  # of its bytes held, an L2 is full (the model's holds whole 8 Ki
 # a prefix whose L2 fills later is extended if the dirty lines that leaves unsure are at most
 # this share of the HBM bytes (the sampled replay's aim: within 1%)
 L2_FILL_TOLERANCE = 0.01
-
-LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED = (int(o) for o in list(Op)[:7])
-# counted work (_count_work's ``work``): mma FLOPs, elementwise FLOPs, exponentials, shared bytes
-N_WORK = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,56 +100,6 @@ class _FirstCTAs:
         if out is None:
             return self._source.cta_events(kernel, start, stop)
         return self._source.cta_events(kernel, start, stop, out=out)  # only when it takes one
-
-
-@njit(cache=True, nogil=True)
-def _count_work(ev, spills, tensor_bytes, work):
-    """Adds the counted work of ``ev`` (whole CTAs, in order) as the engine counts it: global
-    bytes read and written per tensor (``tensor_bytes[t, 0/1]``, the last row local memory,
-    where register spills go: ``spills`` = first, per-step store and per-step load bytes, as
-    ``_engine.run_window`` sends them at each new step) and the arithmetic of ``work``."""
-    first, store, load = spills[0], spills[1], spills[2]
-    local = tensor_bytes.shape[0] - 1
-    cta, step = -1, -1
-    for i in range(ev.shape[0]):
-        e = ev[i]
-        if e.cta != cta:
-            cta, step = e.cta, -1
-        if first + store > 0 or load > 0:
-            if e.step >= 0 and e.step != step:
-                tensor_bytes[local, 1] += store + (first if step == -1 else 0)
-                tensor_bytes[local, 0] += load
-                step = e.step
-        op = np.int64(e.op)
-        if op == LOAD:
-            tensor_bytes[e.tensor, 0] += e.bytes
-        elif op == STORE or op == REDUCE:
-            tensor_bytes[e.tensor, 1] += e.bytes
-        elif op == MMA:
-            work[0] += e.flops
-        elif op == EW:
-            work[1] += e.flops
-        elif op == EXP:
-            work[2] += e.flops
-        elif op == SHARED:
-            work[3] += e.bytes
-
-
-class _Counter:
-    """Counts the work of the replayed CTAs ``[c0, c1)`` of each range as their windows pass
-    (a ``Probe.window``)."""
-
-    def __init__(self, ranges: list[tuple[int, int]], tensors: int, spills):
-        self.ranges = ranges
-        self.spills = np.array(spills, np.int64)
-        self.tensor_bytes = [np.zeros((tensors + 1, 2), np.int64) for _ in ranges]
-        self.work = [np.zeros(N_WORK, np.int64) for _ in ranges]
-
-    def __call__(self, ev, off, c0, c1):
-        for (a, b), tb, wk in zip(self.ranges, self.tensor_bytes, self.work, strict=True):
-            lo, hi = max(a, c0), min(b, c1)
-            if lo < hi:
-                _count_work(ev[off[lo - c0] : off[hi - c0]], self.spills, tb, wk)
 
 
 def _signature(source: TraceSource, k: int, c: int) -> tuple[int, int, int]:
@@ -248,7 +195,7 @@ def simulate_sampled(
         # the prefix's last period is counted, and as much of it as the grid has past its
         # whole periods after the prefix
         a, left = n - plan.period, (full[k] - n) % plan.period
-        counter = _Counter([(a, n), (a, a + left)], len(meta.tensors), spills)
+        counter = Counter([(a, n), (a, a + left)], len(meta.tensors), spills)
         probe = Probe(np.array(plan.marks, np.int64), counter)
         prefix = _FirstCTAs(source, [n if i == k else f for i, f in enumerate(full)])
         res = replay(prefix, gpu, options=options, probes={k: probe})
@@ -277,56 +224,6 @@ def _with(res: SimResult, sampling: Sampling) -> SimResult:
     return res
 
 
-def _periods_touched(waves: np.ndarray, slot: int, period: int, ctas: int) -> np.ndarray:
-    """How many periods the CTAs of each wave (``slot`` CTAs from ``wave * slot``, of a grid
-    of ``ctas``) belong to."""
-    first = waves * slot
-    last = np.minimum(first + slot, ctas) - 1
-    return last // period - first // period + 1
-
-
-def _by_class(steps: np.ndarray, seen: np.ndarray, need: np.ndarray, weight) -> np.ndarray:
-    """The sum, over waves of classes ``need`` times ``weight``, of what a wave of its class
-    adds: the mean of the ``steps`` of that class (classes ``seen``); a class not seen, from
-    the straight line through the means of those seen (their mean if only one was)."""
-    classes = np.unique(seen)
-    means = np.array([steps[seen == c].mean(axis=0) for c in classes])
-    if len(classes) > 1:
-        slope, icpt = np.polyfit(classes.astype(float), means, 1)
-    else:
-        slope, icpt = np.zeros_like(means[0]), means[0]
-    total = np.zeros(steps.shape[1])
-    for c, w in zip(need, weight, strict=True):
-        hit = np.flatnonzero(classes == c)
-        total += w * (means[hit[0]] if hit.size else icpt + c * slope)
-    return total
-
-
-def _class_error(steps: np.ndarray, seen: np.ndarray, need: np.ndarray, weight) -> np.ndarray:
-    """An error estimate of ``_by_class``: each class mean's standard error (a class seen
-    once: the largest relative one of the others; a class not seen, or no spread to go by:
-    its whole value) times the waves that need it."""
-    classes = np.unique(seen)
-    means = np.array([steps[seen == c].mean(axis=0) for c in classes])
-    rel = [
-        steps[seen == c].std(axis=0, ddof=1) / np.sqrt((seen == c).sum()) / np.abs(m).clip(1e-300)
-        for c, m in zip(classes, means, strict=True)
-        if (seen == c).sum() > 1
-    ]
-    worst = np.max(rel, axis=0) if rel else np.ones(steps.shape[1])
-    err = np.zeros(steps.shape[1])
-    for c in np.unique(need):
-        waves = abs(np.asarray(weight)[need == c].sum())
-        hit = np.flatnonzero(classes == c)
-        if not hit.size:
-            err += waves * np.abs(_by_class(steps, seen, np.array([c]), [1.0]))
-            continue
-        n_c = (seen == c).sum()
-        se = steps[seen == c].std(axis=0, ddof=1) / np.sqrt(n_c) if n_c > 1 else None
-        err += waves * (se if se is not None else worst * np.abs(means[hit[0]]))
-    return err
-
-
 @dataclass(frozen=True)
 class _Extension:
     """What the CTAs of one kernel that were not replayed add: seconds, and their estimated
@@ -352,7 +249,7 @@ class _Extension:
         return self.held[1] / self.held[0] if self.held[0] else 1.0
 
 
-def _extension(snaps, counter: _Counter, plan: _Plan, full: int, l2_bytes: int) -> _Extension:
+def _extension(snaps, counter: Counter, plan: _Plan, full: int, l2_bytes: int) -> _Extension:
     """Kernel ``plan.kernel``'s extension from its checkpoints and counted work."""
     n, slot, period = plan.replayed, plan.slot, plan.period
     periods = (full - n) // period  # whole periods not replayed
@@ -370,13 +267,13 @@ def _extension(snaps, counter: _Counter, plan: _Plan, full: int, l2_bytes: int) 
         grid_waves = np.arange(last, math.ceil(full / slot))
         seen, grid, tail = steady * slot % period, grid_waves * slot % period, last * slot % period
         if not np.isin(grid, seen).all():  # where in its period a wave starts: too many kinds
-            seen = _periods_touched(steady, slot, period, n)
-            grid = _periods_touched(grid_waves, slot, period, full)
-            tail = _periods_touched(np.array([last]), slot, period, n)[0]
+            seen = periods_touched(steady, slot, period, n)
+            grid = periods_touched(grid_waves, slot, period, full)
+            tail = periods_touched(np.array([last]), slot, period, n)[0]
         need = np.append(grid, tail)
         weight = np.append(np.ones(len(grid)), -1.0)
-        unit = _by_class(steps, seen, need, weight)
-        spread = _class_error(steps, seen, need, weight)
+        unit = by_class(steps, seen, need, weight)
+        spread = class_error(steps, seen, need, weight)
     else:
         # CTAs that differ: what a period adds, between checkpoints a period apart (the
         # later of two pairs a wave apart, whose disagreement is the error estimate)

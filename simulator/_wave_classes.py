@@ -1,0 +1,57 @@
+"""What a wave of alike CTAs adds, by class, for ``simulator.sampled``: waves are classed by
+where in its period each starts or by how many periods its CTAs come from, and a class's
+increment is its mean over the steady waves of a prefix."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def periods_touched(waves: np.ndarray, slot: int, period: int, ctas: int) -> np.ndarray:
+    """How many periods the CTAs of each wave (``slot`` CTAs from ``wave * slot``, of a grid
+    of ``ctas``) belong to."""
+    first = waves * slot
+    last = np.minimum(first + slot, ctas) - 1
+    return last // period - first // period + 1
+
+
+def by_class(steps: np.ndarray, seen: np.ndarray, need: np.ndarray, weight) -> np.ndarray:
+    """The sum, over waves of classes ``need`` times ``weight``, of what a wave of its class
+    adds: the mean of the ``steps`` of that class (classes ``seen``); a class not seen, from
+    the straight line through the means of those seen (their mean if only one was)."""
+    classes = np.unique(seen)
+    means = np.array([steps[seen == c].mean(axis=0) for c in classes])
+    if len(classes) > 1:
+        slope, icpt = np.polyfit(classes.astype(float), means, 1)
+    else:
+        slope, icpt = np.zeros_like(means[0]), means[0]
+    total = np.zeros(steps.shape[1])
+    for c, w in zip(need, weight, strict=True):
+        hit = np.flatnonzero(classes == c)
+        total += w * (means[hit[0]] if hit.size else icpt + c * slope)
+    return total
+
+
+def class_error(steps: np.ndarray, seen: np.ndarray, need: np.ndarray, weight) -> np.ndarray:
+    """An error estimate of ``_by_class``: each class mean's standard error (a class seen
+    once: the largest relative one of the others; a class not seen, or no spread to go by:
+    its whole value) times the waves that need it."""
+    classes = np.unique(seen)
+    means = np.array([steps[seen == c].mean(axis=0) for c in classes])
+    rel = [
+        steps[seen == c].std(axis=0, ddof=1) / np.sqrt((seen == c).sum()) / np.abs(m).clip(1e-300)
+        for c, m in zip(classes, means, strict=True)
+        if (seen == c).sum() > 1
+    ]
+    worst = np.max(rel, axis=0) if rel else np.ones(steps.shape[1])
+    err = np.zeros(steps.shape[1])
+    for c in np.unique(need):
+        waves = abs(np.asarray(weight)[need == c].sum())
+        hit = np.flatnonzero(classes == c)
+        if not hit.size:
+            err += waves * np.abs(by_class(steps, seen, np.array([c]), [1.0]))
+            continue
+        n_c = (seen == c).sum()
+        se = steps[seen == c].std(axis=0, ddof=1) / np.sqrt(n_c) if n_c > 1 else None
+        err += waves * (se if se is not None else worst * np.abs(means[hit[0]]))
+    return err
