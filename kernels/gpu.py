@@ -367,7 +367,13 @@ class CompiledSchedule:
 
 
 def compile_schedule(sched: Schedule) -> CompiledSchedule:
-    """Compile (cached per source and defines) the kernels of ``sched``."""
+    """Compile (cached per source and defines) the kernels of ``sched``; a ``flash2`` schedule
+    of the ``flashio-hopper`` implementation compiles kernels/cuda/hopper_fwd.cu
+    (kernels/hopper.py), every other one the ``mma.sync`` kernels."""
+    from flashio.kernels import hopper
+
+    if hopper.uses_hopper(sched):
+        return hopper.compile_hopper(sched)
     errs = tiling_errors(sched)
     if sched.name not in GPU_SCHEDULES:
         raise NotImplementedError(errs[0])

@@ -11,8 +11,9 @@ the implementation never changes a trace, only how long it takes (docs/implement
 Presets (``IMPLEMENTATIONS``): ``flashio`` (this project's kernels/cuda/*.cu), ``flash-attn2``
 (FlashAttention-2 as vendored in PyTorch's SDPA flash backend, sm80 code on sm90),
 ``triton`` (Triton's fused-attention tutorial and torch ``flex_attention``'s default configs on
-H100), ``fa3`` (FlashAttention-3, the ``hopper/`` directory of flash-attention) and
-``pytorch`` (eager attention: cuBLAS GEMMs and a softmax kernel). Every number carries its
+H100), ``fa3`` (FlashAttention-3, the ``hopper/`` directory of flash-attention),
+``flashio-hopper`` (this project's Hopper forward, kernels/cuda/hopper_fwd.cu) and ``pytorch``
+(eager attention: cuBLAS GEMMs and a softmax kernel). Every number carries its
 source next to it; where a fact could not be found the comment says so and names the
 assumption made instead.
 """
@@ -823,6 +824,50 @@ FA3 = Implementation(
 )
 
 # ---------------------------------------------------------------------------------------------
+# flashio-hopper: this project's Hopper forward, kernels/cuda/hopper_fwd.cu (kernels/hopper.py).
+# - wgmma m64nNk16: S = Q K^T with both operands from shared memory (N = block_kv), O += P V
+#   with P from registers (N = head_dim); TMA copies (cp.async.bulk.tensor, 128-byte swizzle)
+#   of Q, K and V completing on mbarriers; STAGES = 2 buffers of K and of V.
+# - One producer warpgroup (one thread issues every copy; setmaxnreg 24) and block_q / 64
+#   consumer warpgroups of 64 Q rows each (setmaxnreg 240, or 32 / 160 with three).
+# - PINGPONG: the two consumers take turns issuing their products (named barriers 1 and 2),
+#   so one's softmax runs under the other's products; INTRA: S_j is issued with P_{j-1} V_{j-1}
+#   and the softmax of block j runs under the latter (softmax_overlap "both": the two).
+# - One CTA per tile (blockIdx.x = (b H + h) Tr + i), not persistent.
+_HOPPER_NOTE = "kernels/cuda/hopper_fwd.cu"
+# Tiles: the fastest of the builds data/gpu/hopper/hopper_measure.json times at N = 16k (d = 64:
+# three consumers without overlap; d = 128: 176 keys a block, ping-pong and intra-warpgroup).
+_HOPPER_WG3 = {
+    "consumer_warpgroups": 3,
+    "register_budget": 160,
+    "producer_register_budget": 32,
+    "softmax_overlap": "none",
+}
+_HOPPER_TILINGS = _rows(
+    "flash2",
+    [(64, None, 192, 128, 16, _HOPPER_WG3), (128, None, 128, 176, 12), (256, None, 128, 64, 12)],
+    dtypes=_FP16_BF16,
+    note=_HOPPER_NOTE,
+)
+
+FLASHIO_HOPPER = Implementation(
+    name="flashio-hopper",
+    mma="wgmma.m64nNk16",
+    wgmma_n=None,
+    loads="tma",
+    stages=2,
+    producer_warps=4,
+    consumer_warpgroups=2,  # three at d <= 64 (the tiling row's overrides)
+    softmax_overlap="both",
+    persistent=False,
+    q_in_registers=False,
+    register_budget=240,
+    source="this project's kernels/cuda/hopper_fwd.cu and wgmma.cu",
+    tilings=_HOPPER_TILINGS,
+    producer_register_budget=24,
+)
+
+# ---------------------------------------------------------------------------------------------
 # pytorch: eager attention, softmax(Q K^T * scale) V as separate kernels: a cuBLAS GEMM for
 # Q K^T, an elementwise scale, a softmax kernel, a cuBLAS GEMM for P V (the project's
 # ``standard`` schedule; its backward, ``standard_bwd``, is the autograd of the same ops).
@@ -872,7 +917,7 @@ PYTORCH = Implementation(
 )
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
-    i.name: i for i in (FLASHIO, FLASH_ATTN2, TRITON, FA3, PYTORCH)
+    i.name: i for i in (FLASHIO, FLASH_ATTN2, TRITON, FA3, FLASHIO_HOPPER, PYTORCH)
 }
 
 

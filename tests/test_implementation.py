@@ -18,7 +18,7 @@ from flashio.kernels import (
 )
 from flashio.simulator.errors import FlashioError, TilingError
 
-PRESETS = ("flashio", "flash-attn2", "triton", "fa3", "pytorch")
+PRESETS = ("flashio", "flash-attn2", "triton", "fa3", "flashio-hopper", "pytorch")
 
 
 def _shape(d, causal=False, dtype="bf16", n=256):

@@ -30,6 +30,13 @@ from the instruction mix of this project's other compiled tilings, ``simulator.s
 wgmma forward from its description, ``simulator.synth``), each written without its own tiling's
 code: the error a user gets at a tiling never compiled (``report()["written"]``).
 
+- ``flashio-hopper``: this project's Hopper forward (kernels/cuda/hopper_fwd.cu: TMA, wgmma,
+  one producer and two or three consumer warpgroups), timed beside PyTorch's kernels by
+  benchmarks/hopper_measure.py (data/gpu/hopper/hopper_measure.json: the median of sets of
+  back-to-back launches, each set CUDA-event-timed) at its tilings and softmax overlaps, each
+  against the ``flashio-hopper`` description with that overlap; its consumer warps' program is
+  written by ``simulator.synth``, as cuDNN's is.
+
 cuDNN's backward, flex_attention and eager attention were measured too; their kernels are
 neither in the instruction census nor written by ``simulator.synth``, so they are listed as
 not modelled.
@@ -48,6 +55,7 @@ from flashio import kernels, simulator
 from flashio.analysis.paths import DATA
 from flashio.analysis.validation.calibration import load_calibration
 from flashio.analysis.validation.gpu_data import read_timings
+from flashio.kernels import hopper
 from flashio.kernels.registry import spec
 from flashio.simulator.simulate import ModelOptions
 
@@ -70,10 +78,17 @@ MARKERS = ("<!-- families:begin -->", "<!-- families:end -->")  # in docs/valida
 OPTIONS = ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
 # forwards priced by their written programs, each without its own tiling's compiled code
 WRITTEN = dataclasses.replace(OPTIONS, written_programs=True)
-FAMILIES = ("flashio", "flash-attn2", "triton", "cudnn")
+FAMILIES = ("flashio", "flash-attn2", "triton", "cudnn", "flashio-hopper")
 NOT_MODELLED = ("torch_cudnn", "flex", "torch_eager")
 # the implementation description each family's kernels are predicted with
-MODEL_IMPL = {"flashio": None, "flash-attn2": "flash-attn2", "triton": "triton", "cudnn": "fa3"}
+MODEL_IMPL = {
+    "flashio": None,
+    "flash-attn2": "flash-attn2",
+    "triton": "triton",
+    "cudnn": "fa3",
+    "flashio-hopper": "flashio-hopper",
+}
+HOPPER_RUN = DATA / "gpu" / "hopper" / "hopper_measure.json"
 CUDNN_TILING = (128, 128, 12)
 # event-timed runs shorter than this are launch overhead more than kernel; the profiler's
 # kernel durations (the other families) have no such floor
@@ -90,15 +105,29 @@ class Measured:
     warps: int
     time_s: float
     harness: bool  # event-timed through this project's launch loop
+    overlap: str | None = None  # the softmax overlap of a flashio-hopper row
 
     @property
     def label(self) -> str:
         sh = self.shape
         c = " causal" if sh.causal else ""
+        o = f" {self.overlap}" if self.overlap else ""
         return (
             f"{self.family} {self.schedule} {sh.dtype}{c} {sh.batch}x{sh.heads} N={sh.seq_len} "
-            f"d={sh.head_dim} {self.block_q}x{self.block_kv} w{self.warps}"
+            f"d={sh.head_dim} {self.block_q}x{self.block_kv} w{self.warps}{o}"
         )
+
+    @property
+    def variant(self) -> tuple:
+        """What distinguishes the kernels measured at one shape: tiling and overlap."""
+        return (self.block_q, self.block_kv, self.warps, self.overlap)
+
+    @property
+    def impl(self):
+        """The implementation description this row is predicted with."""
+        if self.overlap is None:
+            return MODEL_IMPL[self.family]
+        return hopper.description(self.block_q, self.overlap)
 
 
 def _shape(r) -> kernels.AttentionShape:
@@ -149,13 +178,35 @@ def measurements(families=FAMILIES) -> tuple[list[Measured], dict]:
         else:
             tiling = (int(r["block_m"]), int(r["block_n"]), int(r["num_warps"]))
         out.append(Measured(fam, sched, _shape(r), *tiling, t, False))
+    if "flashio-hopper" in families:
+        out += _hopper_rows()
     return out, skipped
+
+
+def _hopper_rows() -> list[Measured]:
+    """The Hopper forward's rows of benchmarks/hopper_measure.py (PyTorch's rows beside them
+    there are timed in impl_measure.json too, and come from there)."""
+    rows = json.loads(HOPPER_RUN.read_text())["rows"]
+    return [
+        Measured(
+            "flashio-hopper",
+            "flash2",
+            _shape(r),
+            r["block_q"],
+            r["block_kv"],
+            4 * (r["block_q"] // 64 + 1),
+            r["median_s"],
+            False,
+            r["softmax_overlap"],
+        )
+        for r in rows
+        if r["kernel"].startswith("hopper")
+    ]
 
 
 def predict(m: Measured, options: ModelOptions = OPTIONS) -> float:
     """Simulated seconds of ``m`` (see the module docstring)."""
-    impl = MODEL_IMPL[m.family]
-    sched = kernels.schedule(m.schedule, m.shape, m.block_q, m.block_kv, m.warps, impl=impl)
+    sched = kernels.schedule(m.schedule, m.shape, m.block_q, m.block_kv, m.warps, impl=m.impl)
     res = simulator.simulate(sched, GPU, options=options)
     times = [k.time_s for k in res.kernels]
     if m.harness:
@@ -230,7 +281,7 @@ def tiling_ranking(ms: list[Measured], preds: list[float]) -> list[dict]:
         groups.setdefault((m.family, m.schedule, m.shape), []).append((m, p))
     out = []
     for (fam, sched, shape), pts in groups.items():
-        if len({(m.block_q, m.block_kv, m.warps) for m, _ in pts}) < 3:
+        if len({m.variant for m, _ in pts}) < 3:
             continue
         meas = np.array([m.time_s for m, _ in pts])
         pred = np.array([p for _, p in pts])
@@ -245,7 +296,8 @@ def tiling_ranking(ms: list[Measured], preds: list[float]) -> list[dict]:
                 "shape": shape.to_dict(),
                 "tilings": len(pts),
                 "spearman": rho,
-                "picked": [pick.block_q, pick.block_kv, pick.warps],
+                "picked": [pick.block_q, pick.block_kv, pick.warps]
+                + ([pick.overlap] if pick.overlap else []),
                 "picked_slower_than_best": float(pick.time_s / meas.min() - 1),
             }
         )

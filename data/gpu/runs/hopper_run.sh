@@ -1,0 +1,39 @@
+#!/bin/bash
+# Device calls for the Hopper forward (kernels/cuda/hopper_fwd.cu). Run from the repository root.
+#   hopper_run.sh check: one small case first (a hang or a wrong layout shows in a minute), then
+#     the GPU tests of the kernel (tests/test_gpu_hopper.py), then a first timing beside
+#     PyTorch SDPA at N = 4k and 16k. Writes $OUT/smoke.log, pytest.log, hopper_measure.json/.csv.
+#   hopper_run.sh full: compute-sanitizer (memcheck, racecheck, synccheck) on the two preset
+#     builds at a ragged causal shape with grouped heads, then benchmarks/hopper_measure.py at
+#     N = 1k..16k beside SDPA (flash, cuDNN) and flex_attention. Writes $OUT/sanitizer.log,
+#     measure.log, hopper_measure.json/.csv.
+export PYTHONUNBUFFERED=1
+python3 -m pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
+L=$OUT/extra.log
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv >> $L
+if [ "$1" = check ]; then
+  timeout 90 python3 -m pytest tests/test_gpu_hopper.py -q -p no:cacheprovider -x \
+    -k "both and bf16 and n1000 and d128-128x128" --timeout 60 -rfE > $OUT/smoke.log 2>&1
+  rc=$?; echo "smoke rc=$rc" >> $L
+  if [ $rc = 0 ]; then
+    timeout 300 python3 -m pytest tests/test_gpu_hopper.py -q -p no:cacheprovider -n 8 \
+      --timeout 30 --maxfail 8 -rfE > $OUT/pytest.log 2>&1
+    echo "pytest rc=$?" >> $L
+    timeout 150 python3 -m benchmarks.hopper_measure --out $OUT --seq-lens 4096,16384 \
+      --backends sdpa-flash,sdpa-cudnn > $OUT/measure.log 2>&1
+    echo "measure rc=$?" >> $L
+  fi
+elif [ "$1" = full ]; then
+  for t in memcheck racecheck synccheck; do
+    timeout 50 compute-sanitizer --tool $t --print-limit 20 python3 -m pytest \
+      tests/test_gpu_hopper.py -q -p no:cacheprovider \
+      -k "bf16 and n333 and (d128-128x176 and both or d64-192x128 and none)"
+  done > $OUT/sanitizer.log 2>&1
+  echo "sanitizer rc=$?" >> $L
+  timeout 380 python3 -m benchmarks.hopper_measure --out $OUT > $OUT/measure.log 2>&1
+  echo "measure rc=$?" >> $L
+fi
+# what is committed names no machine path: the output folder as $OUT, packages as site-packages/
+SP=$(python3 -c "import site; print(site.getsitepackages()[0])")
+for f in $OUT/*; do sed -i "s#$OUT#\$OUT#g; s#$SP/#site-packages/#g" "$f"; done
+cat $L

@@ -1,0 +1,339 @@
+// FlashAttention forward for Hopper (sm_90a): TMA copies, wgmma, warp specialization.
+//
+// The loop order of kernels/flash2.py (FlashAttention-2's Algorithm 1): one CTA per (batch,
+// head, Q block i), blockIdx.x = (b * H + h) * Tr + i, the schedule's CTA index. What differs
+// from flash2_fwd.cu is how the tiles are moved and multiplied (the design of FlashAttention-3,
+// Shah et al. 2024, Sec. 3.1):
+// - Warpgroup 0 is the producer: one thread issues TMA copies of Q_i and of K_j, V_j into
+//   STAGES buffers each, and the copies complete on mbarriers (`*_full`). The consumers free a
+//   buffer by arriving on its `*_empty` barrier when their wgmma have read it.
+// - Warpgroups 1..CONSUMERS each own 64 rows of Q_i (BLOCK_Q = 64 * CONSUMERS). Per key block:
+//   S = Q K_j^T by wgmma from shared memory (m64 n BLOCK_KV k16), the online softmax in
+//   registers, then O += P V_j by wgmma with P from registers (m64 n HEAD_DIM k16).
+// - setmaxnreg moves registers from the producer (24) to the consumers (240; with three
+//   consumer warpgroups 32 and 160, as FlashAttention-3's kernel does).
+// - PINGPONG = 1: the consumers take turns issuing their matrix products (two named barriers;
+//   a turn is one S = Q K^T or one O += P V), so one warpgroup's softmax runs while the other's
+//   products do (FlashAttention-3 Sec. 3.1).
+// - INTRA = 1: within a warpgroup, S_j = Q K_j^T is issued together with O += P_{j-1} V_{j-1},
+//   so the softmax of block j runs while the tensor cores multiply block j - 1
+//   (FlashAttention-3 Sec. 3.2); P_{j-1} stays in registers until that product is done.
+//
+// Shared memory: Q_i, then STAGES K buffers and STAGES V buffers, each a tile of 128-byte
+// swizzled rows (kernels/cuda/wgmma.cu), 1024-byte aligned: (BLOCK_Q + 2 * STAGES * BLOCK_KV)
+// * HEAD_DIM * 2 bytes of tiles, plus the barriers and 1 KiB of alignment slack.
+//
+// Masks: full and causal attention of equal lengths; a ragged last block reads zeros past N
+// (TMA fills them) and masks those keys. Rows of a causal tile see keys up to their own.
+//
+// Compile-time parameters (kernels/hopper.py): BLOCK_Q, BLOCK_KV, HEAD_DIM, DTYPE_BF16,
+// STAGES, PINGPONG, INTRA.
+#include "mma_tiles.cu"
+#include "wgmma.cu"
+
+#ifndef STAGES
+#define STAGES 2
+#endif
+#ifndef PINGPONG
+#define PINGPONG 0
+#endif
+#ifndef INTRA
+#define INTRA 0
+#endif
+
+constexpr int CONSUMERS = BLOCK_Q / 64;
+constexpr int NT = (CONSUMERS + 1) * 128;
+constexpr int CB = HEAD_DIM / 64;  // column blocks of 64 elements (128 bytes)
+constexpr int Q_BYTES = BLOCK_Q * HEAD_DIM * 2;
+constexpr int KV_BYTES = BLOCK_KV * HEAD_DIM * 2;
+constexpr int NS = BLOCK_KV / 2;   // S accumulators a thread (64 x BLOCK_KV over 128 threads)
+constexpr int NO = HEAD_DIM / 2;   // O accumulators a thread
+// registers a thread after setmaxnreg; the CTA's 65536 hold 128 producer threads and the rest
+constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : 24;
+constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
+static_assert(128 * PRODUCER_REGS + 128 * CONSUMERS * CONSUMER_REGS <= 65536, "register file");
+static_assert(BLOCK_Q % 64 == 0 && CONSUMERS >= 1 && CONSUMERS <= 3, "BLOCK_Q: 64, 128 or 192");
+static_assert(HEAD_DIM % 64 == 0 && HEAD_DIM <= 256, "HEAD_DIM: 64, 128, 192 or 256");
+static_assert(BLOCK_KV == 64 || BLOCK_KV == 128 || BLOCK_KV == 176 || BLOCK_KV == 192 ||
+                  BLOCK_KV == 256, "BLOCK_KV: a wgmma N of wgmma.cu");
+static_assert(!PINGPONG || CONSUMERS == 2, "PINGPONG takes two consumer warpgroups");
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define WGMMA_S CAT(wgmma_ss_n, BLOCK_KV)
+#define WGMMA_O CAT(CAT(wgmma_rs_n, HEAD_DIM), _tb)
+
+// Named barriers 1 and 2 (0 is __syncthreads): warpgroup c waits on its own before its matrix
+// products and, once they are issued, arrives on the other's, handing it the tensor cores.
+__device__ __forceinline__ void named_sync(int id) {
+    asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id) {
+    asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+
+// Ping-pong turns (PINGPONG = 1): warpgroup c waits for its turn on named barrier 1 + c and,
+// once its products are issued, hands the turn to the other on 2 - c.
+__device__ __forceinline__ void turn_begin(int c) {
+#if PINGPONG
+    named_sync(1 + c);
+#endif
+}
+__device__ __forceinline__ void turn_end(int c) {
+#if PINGPONG
+    named_arrive(2 - c);
+#endif
+}
+
+// S (64 x BLOCK_KV) = Q rows of this warpgroup (at q_base) times the K buffer at k_base^T.
+__device__ __forceinline__ void issue_s(float* acc_s, u32 q_base, u32 k_base) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+        const u32 qa = q_base + (kk / 4) * BLOCK_Q * 128 + (kk % 4) * 32;
+        const u32 ka = k_base + (kk / 4) * BLOCK_KV * 128 + (kk % 4) * 32;
+        WGMMA_S(acc_s, sw128_desc(qa, 16), sw128_desc(ka, 16), kk > 0);
+    }
+}
+
+// O += P (registers) times the V buffer at v_base (N-major: head_dim contiguous).
+__device__ __forceinline__ void issue_o(float* acc_o, u32 (*pa)[4], u32 v_base) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_KV / 16; ++kk)
+        WGMMA_O(acc_o, pa[kk], sw128_desc(v_base + kk * 16 * 128, BLOCK_KV * 128), 1);
+}
+
+__device__ __forceinline__ void pack_p(u32 (*pa)[4], const float* acc_s) {
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_KV / 16; ++kk) acc_to_a(pa[kk], acc_s + 8 * kk, acc_s + 8 * kk + 4);
+}
+
+// Keeps P's registers allocated (and unchanged) until the product that reads them is done.
+__device__ __forceinline__ void fence_p(u32 (*pa)[4]) {
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_KV / 16; ++kk)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) asm volatile("" : "+r"(pa[kk][x]) : : "memory");
+}
+
+__device__ __forceinline__ void rescale(float* acc_o, const float* alpha) {
+#pragma unroll
+    for (int x = 0; x < NO; ++x) acc_o[x] *= alpha[(x >> 1) & 1];
+}
+
+// A consumer thread's place: rows row0 and row0 + 8, columns 2 tq, 2 tq + 1 of each n8 tile.
+struct Consumer {
+    int c, row0, tq, first_row, n, causal;
+    float sl2;  // softmax scale x log2(e): scores in log2 units
+
+    // Online softmax of key block j: masks keys past N (and past the row when causal),
+    // turns S into P = exp2(S sl2 - m) in place, updates m and l, and gives alpha, the factor
+    // that rescales the rows of O from the old maximum to the new.
+    __device__ __forceinline__ void softmax(float* acc_s, int j, float* m, float* l,
+                                            float* alpha) const {
+        const bool edge = (j + 1) * BLOCK_KV > n || (causal && (j + 1) * BLOCK_KV - 1 > first_row);
+        if (edge) {
+#pragma unroll
+            for (int x = 0; x < NS; ++x) {
+                const int col = j * BLOCK_KV + 8 * (x / 4) + 2 * tq + (x & 1);
+                const int row = row0 + ((x & 2) ? 8 : 0);
+                if (col >= n || (causal && col > row)) acc_s[x] = NEG_INF;
+            }
+        }
+        float mx[2] = {NEG_INF, NEG_INF}, mb[2];
+#pragma unroll
+        for (int x = 0; x < NS; ++x) mx[(x >> 1) & 1] = fmaxf(mx[(x >> 1) & 1], acc_s[x]);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float m_new = fmaxf(m[r], quad_max(mx[r]) * sl2);
+            mb[r] = m_new == NEG_INF ? 0.f : m_new;  // a row that has seen no key yet
+            alpha[r] = exp2f(m[r] - mb[r]);
+            m[r] = m_new;
+            l[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int x = 0; x < NS; ++x) {
+            const int r = (x >> 1) & 1;
+            acc_s[x] = exp2f(fmaf(acc_s[x], sl2, -mb[r]));
+            l[r] += acc_s[x];
+        }
+    }
+};
+
+extern "C" __global__ void __launch_bounds__(NT, 1)
+    hopper_fwd(const void* __restrict__ tm_q, const void* __restrict__ tm_k,
+               const void* __restrict__ tm_v, u16* __restrict__ o, float* __restrict__ lse,
+               int heads, int kv_heads, int n, float scale, int causal) {
+    extern __shared__ unsigned char smem_raw[];
+    const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    const u32 sq = base;
+    const u32 sk = sq + Q_BYTES;                    // STAGES K buffers
+    const u32 sv = sk + STAGES * KV_BYTES;          // STAGES V buffers
+    const u32 bars = sv + STAGES * KV_BYTES;        // 8 bytes each:
+    const u32 q_full = bars;                        // Q_i arrived
+    const u32 k_full = bars + 8;                    // K buffer s arrived: k_full + 8 s
+    const u32 v_full = k_full + 8 * STAGES;
+    const u32 k_empty = v_full + 8 * STAGES;        // K buffer s read by every consumer
+    const u32 v_empty = k_empty + 8 * STAGES;
+
+    const int tr = (n + BLOCK_Q - 1) / BLOCK_Q, tc = (n + BLOCK_KV - 1) / BLOCK_KV;
+    const int i = blockIdx.x % tr, bh = blockIdx.x / tr;
+    const int b = bh / heads, h = bh % heads;
+    const int bkv = b * kv_heads + h / (heads / kv_heads);
+    const int last_q = min(n, (i + 1) * BLOCK_Q) - 1;
+    const int nblocks = causal ? min(tc, last_q / BLOCK_KV + 1) : tc;
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+
+    if (threadIdx.x == 0) {
+        mbar_init(q_full, 1);
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(k_full + 8 * s, 1);
+            mbar_init(v_full + 8 * s, 1);
+            mbar_init(k_empty + 8 * s, 128 * CONSUMERS);
+            mbar_init(v_empty + 8 * s, 128 * CONSUMERS);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (wg == 0) {  // producer
+        setmaxnreg_dec<PRODUCER_REGS>();
+        if (t != 0) return;
+        tma_prefetch_map(tm_q);
+        tma_prefetch_map(tm_k);
+        tma_prefetch_map(tm_v);
+        mbar_expect_tx(q_full, Q_BYTES);
+        for (int c = 0; c < CB; ++c) tma_load_3d(sq + c * BLOCK_Q * 128, tm_q, 64 * c, i * BLOCK_Q, bh, q_full);
+        for (int j = 0; j < nblocks; ++j) {
+            const int s = j % STAGES;
+            const u32 free_parity = ((j / STAGES) + 1) & 1;  // the round before this one
+            if (j >= STAGES) mbar_wait(k_empty + 8 * s, free_parity);
+            mbar_expect_tx(k_full + 8 * s, KV_BYTES);
+            for (int c = 0; c < CB; ++c)
+                tma_load_3d(sk + s * KV_BYTES + c * BLOCK_KV * 128, tm_k, 64 * c, j * BLOCK_KV, bkv,
+                            k_full + 8 * s);
+            if (j >= STAGES) mbar_wait(v_empty + 8 * s, free_parity);
+            mbar_expect_tx(v_full + 8 * s, KV_BYTES);
+            for (int c = 0; c < CB; ++c)
+                tma_load_3d(sv + s * KV_BYTES + c * BLOCK_KV * 128, tm_v, 64 * c, j * BLOCK_KV, bkv,
+                            v_full + 8 * s);
+        }
+        return;
+    }
+
+    // consumers: warpgroup c = wg - 1 owns rows 64 c .. 64 c + 63 of Q_i
+    setmaxnreg_inc<CONSUMER_REGS>();
+    Consumer u;
+    u.c = wg - 1;
+    u.row0 = i * BLOCK_Q + 64 * u.c + 16 * (t / 32) + (t % 32) / 4;
+    u.tq = t % 4;
+    u.first_row = i * BLOCK_Q + 64 * u.c;
+    u.n = n;
+    u.causal = causal;
+    u.sl2 = scale * LOG2E;
+    const int c = u.c;
+    float acc_o[NO], acc_s[NS], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f}, alpha[2];
+    u32 pa[BLOCK_KV / 16][4];  // P as the A operand of k-step kk: S's n8 tiles 2 kk, 2 kk + 1
+#pragma unroll
+    for (int x = 0; x < NO; ++x) acc_o[x] = 0.f;
+    const u32 q_base = sq + c * 64 * 128;
+
+#if PINGPONG
+    if (c == 1) named_arrive(1);  // warpgroup 0 takes the tensor cores first
+#endif
+    mbar_wait(q_full, 0);
+#if !INTRA
+    for (int j = 0; j < nblocks; ++j) {
+        const int s = j % STAGES;
+        const u32 parity = (j / STAGES) & 1;
+        mbar_wait(k_full + 8 * s, parity);
+        turn_begin(c);
+        issue_s(acc_s, q_base, sk + s * KV_BYTES);
+        wgmma_commit();
+        turn_end(c);
+        wgmma_wait<0>();
+        fence_regs<NS>(acc_s);
+        mbar_arrive(k_empty + 8 * s);
+        u.softmax(acc_s, j, m, l, alpha);
+        rescale(acc_o, alpha);
+        pack_p(pa, acc_s);
+        mbar_wait(v_full + 8 * s, parity);
+        turn_begin(c);
+        issue_o(acc_o, pa, sv + s * KV_BYTES);
+        wgmma_commit();
+        turn_end(c);
+        wgmma_wait<0>();
+        fence_regs<NO>(acc_o);
+        mbar_arrive(v_empty + 8 * s);
+    }
+#else
+    // S_j = Q K_j^T is issued with O += P_{j-1} V_{j-1}; the softmax of S_j runs while the
+    // latter executes (FlashAttention-3 Sec. 3.2). O is rescaled by block j - 1's factor
+    // between the two issues, when no product writes it, so that nothing but converting P
+    // waits for the product (ptxas hoists a wait above the softmax when more work follows it).
+    mbar_wait(k_full, 0);
+    turn_begin(c);
+    issue_s(acc_s, q_base, sk);
+    wgmma_commit();
+    turn_end(c);
+    wgmma_wait<0>();
+    fence_regs<NS>(acc_s);
+    mbar_arrive(k_empty);
+    u.softmax(acc_s, 0, m, l, alpha);
+    pack_p(pa, acc_s);
+    for (int j = 1; j < nblocks; ++j) {
+        const int s = j % STAGES, sp = (j - 1) % STAGES;
+        mbar_wait(k_full + 8 * s, (j / STAGES) & 1);
+        turn_begin(c);
+        issue_s(acc_s, q_base, sk + s * KV_BYTES);
+        wgmma_commit();
+        rescale(acc_o, alpha);
+        mbar_wait(v_full + 8 * sp, ((j - 1) / STAGES) & 1);
+        issue_o(acc_o, pa, sv + sp * KV_BYTES);
+        wgmma_commit();
+        turn_end(c);
+        wgmma_wait<1>();  // S_j done, P_{j-1} V_{j-1} may still run
+        fence_regs<NS>(acc_s);
+        mbar_arrive(k_empty + 8 * s);
+        u.softmax(acc_s, j, m, l, alpha);
+        wgmma_wait<0>();
+        fence_regs<NO>(acc_o);
+        fence_p(pa);  // the product read P_{j-1} from these registers until now
+        mbar_arrive(v_empty + 8 * sp);
+        pack_p(pa, acc_s);
+    }
+    const int sl = (nblocks - 1) % STAGES;
+    rescale(acc_o, alpha);
+    mbar_wait(v_full + 8 * sl, ((nblocks - 1) / STAGES) & 1);
+    turn_begin(c);
+    issue_o(acc_o, pa, sv + sl * KV_BYTES);
+    wgmma_commit();
+    turn_end(c);
+    wgmma_wait<0>();
+    fence_regs<NO>(acc_o);
+    fence_p(pa);
+    mbar_arrive(v_empty + 8 * sl);
+#endif
+#if PINGPONG
+    if (c == 0) named_sync(1);  // balance warpgroup 1's last hand-over
+#endif
+    const int row0 = u.row0, tq = u.tq;
+
+    // O = acc / l, L = m + log l (natural log of the scaled scores)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float lr = quad_sum(l[r]);
+        const int row = row0 + 8 * r;
+        const float inv = lr > 0.f ? 1.f / lr : 0.f;
+        if (row < n) {
+            u16* orow = o + ((long)bh * n + row) * HEAD_DIM;
+#pragma unroll
+            for (int nb = 0; nb < HEAD_DIM / 8; ++nb) {
+                const float* a = acc_o + 4 * nb + 2 * r;
+                *(u32*)(orow + 8 * nb + 2 * tq) = pack2(a[0] * inv, a[1] * inv);
+            }
+            if (tq == 0) lse[(long)bh * n + row] = lr > 0.f ? (m[r] + log2f(lr)) * 0.6931471805599453f : POS_INF;
+        }
+    }
+}

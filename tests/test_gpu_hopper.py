@@ -1,0 +1,68 @@
+"""The Hopper forward (kernels/cuda/hopper_fwd.cu, run by kernels.hopper for the
+``flashio-hopper`` implementation) computes attention under the flash-attention error rule and
+writes every output element, with and without ping-pong scheduling. Needs an sm_90 GPU."""
+
+import numpy as np
+import pytest
+
+from flashio import kernels
+from flashio.kernels import gpu, hopper
+from tests._util import random_inputs
+from tests.test_gpu_kernels import _check_rule, _fresh_seed, _shape
+
+pytestmark = pytest.mark.gpu
+
+OVERLAPS = ("none", "pingpong", "intra-warpgroup", "both")
+# (head_dim, block_q, block_kv): the preset's tilings, 64- and 176-row key blocks, three
+# consumer warpgroups
+TILES = [(64, 128, 128), (128, 128, 128), (128, 128, 64), (128, 128, 176), (64, 192, 128),
+         (256, 128, 64)]  # fmt: skip
+# ragged N, causal with grouped heads, N below one block, one query
+CASES = [(1000, False, None), (333, True, 2), (40, True, None), (1, False, 2), (2048, True, 1)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _needs_sm90():
+    import cupy
+
+    if cupy.cuda.Device().compute_capability < "90":
+        pytest.skip("the Hopper kernel needs an sm_90 GPU")
+
+
+@pytest.mark.parametrize("overlap", OVERLAPS)
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("tiles", TILES, ids=[f"d{d}-{bq}x{bkv}" for d, bq, bkv in TILES])
+@pytest.mark.parametrize(
+    "case", CASES, ids=[f"n{n}{'-causal' if c else ''}-kv{k}" for n, c, k in CASES]
+)
+def test_hopper_forward(overlap, dtype, tiles, case):
+    (d, bq, bkv), (n, causal, kvh) = tiles, case
+    if overlap in ("pingpong", "both") and bq != 128:
+        pytest.skip("ping-pong takes two consumer warpgroups")
+    impl = hopper.description(bq, overlap)  # the build of these tiles with this overlap
+    shape = _shape(d, n, causal, kvh, dtype)
+    sched = kernels.schedule("flash2", shape, bq, bkv, 4 * (bq // 64 + 1), impl=impl)
+    assert dict(hopper.defines(sched))["INTRA"] == (overlap in ("intra-warpgroup", "both"))
+    seed = _fresh_seed()
+    q, k, v = random_inputs(sched.shape, seed=seed)
+    o, lse = gpu.run_schedule(sched, q, k, v)
+    exact, m, l, _ = kernels.attention_forward(q, k, v, causal=causal)
+    same = kernels.attention_forward(q, k, v, causal=causal, dtype=dtype)[0]
+    _check_rule("O", o, exact, same, dtype, seed)
+    assert np.all(np.isfinite(lse)), f"L: unwritten, seed {seed}"
+    np.testing.assert_allclose(lse, m + np.log(l), rtol=0, atol=1e-4, err_msg=f"seed {seed}")
+
+
+@pytest.mark.parametrize(("d", "tiles"), [(64, (192, 128, 16)), (128, (128, 176, 12))])
+def test_the_presets_tiles_run_and_launch_as_the_schedule_says(d, tiles):
+    sched = kernels.schedule("flash2", _shape(d, 1000, True, 2, "bf16"), impl="flashio-hopper")
+    assert (sched.block_q, sched.block_kv, sched.warps) == tiles
+    (ln,) = gpu.compile_schedule(sched).launches
+    assert (ln.grid, ln.block) == (sched.kernels[0].ctas, sched.warps * 32)
+    assert ln.smem_bytes == hopper.smem_bytes(*tiles[:2], d, 2)
+    seed = _fresh_seed()
+    q, k, v = random_inputs(sched.shape, seed=seed)
+    o, _ = gpu.run_schedule(sched, q, k, v)
+    exact = kernels.attention_forward(q, k, v, causal=True)[0]
+    same = kernels.attention_forward(q, k, v, causal=True, dtype="bf16")[0]
+    _check_rule("O", o, exact, same, "bf16", seed)

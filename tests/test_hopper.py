@@ -1,0 +1,75 @@
+"""The Hopper forward's runner without a GPU: what it refuses in words, and that its source
+builds for sm_90a without spills or serialized wgmma at every tiling the tests run (where NVRTC
+is installed: pip install nvidia-cuda-nvrtc; CI lacks it and skips that test)."""
+
+import pytest
+
+from flashio import kernels
+from flashio.kernels import gpu, hopper
+from tests.test_gpu_hopper import OVERLAPS, TILES
+
+HOPPER = kernels.implementation("flashio-hopper")
+
+
+def _sched(name="flash2", d=128, bq=128, bkv=128, warps=12, impl=HOPPER, **shape):
+    sh = kernels.AttentionShape(1, 4, shape.pop("seq_len", 1000), d, shape.pop("dtype", "bf16"),
+                                **shape)  # fmt: skip
+    return kernels.Schedule(name, sh, bq, bkv, warps, impl=impl)
+
+
+def test_the_preset_runs_on_the_hopper_kernel_and_nothing_else_does():
+    assert hopper.uses_hopper(kernels.schedule("flash2", _sched().shape, impl="flashio-hopper"))
+    assert not hopper.uses_hopper(kernels.schedule("flash2", _sched().shape))
+    assert not hopper.uses_hopper(kernels.schedule("flash2", _sched().shape, impl="fa3"))
+    assert hopper.hopper_errors(_sched()) == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"name": "flash2_bwd", "bq": 64}, "forward"),
+        ({"warps": 8}, "one producer and 2 consumer warpgroups make 12 warps"),
+        ({"bq": 96, "warps": 12}, "64 rows per consumer warpgroup"),
+        ({"bkv": 96}, "block_kv=96"),
+        ({"d": 96}, "head_dim=96"),
+        ({"dtype": "fp32"}, "fp16 and bf16"),
+        ({"window": 64, "causal": True}, "full and causal"),
+        ({"d": 256, "bkv": 128}, "shared memory"),
+        ({"bq": 192, "warps": 16}, "ping-pong"),
+    ],
+)
+def test_what_the_kernel_cannot_run_is_said(kwargs, words):
+    errs = hopper.hopper_errors(_sched(**kwargs))
+    assert any(words in e for e in errs), errs
+    if kwargs.get("name") != "flash2_bwd":
+        with pytest.raises(ValueError, match="Hopper kernel"):
+            gpu.compile_schedule(_sched(**kwargs))
+
+
+def test_shared_memory_is_the_tiles_the_barriers_and_the_alignment_slack():
+    # Q 128x128 and two buffers each of K and V 128x128, 2 bytes an element
+    assert hopper.smem_bytes(128, 128, 128, 2) == 1024 + (128 + 4 * 128) * 128 * 2 + 8 * 9
+
+
+def _nvrtc():
+    from benchmarks import nvrtc
+
+    if not nvrtc.available():
+        pytest.skip("NVRTC is not installed (pip install nvidia-cuda-nvrtc)")
+    return nvrtc
+
+
+@pytest.mark.parametrize("overlap", OVERLAPS)
+@pytest.mark.parametrize("tiles", TILES, ids=[f"d{d}-{bq}x{bkv}" for d, bq, bkv in TILES])
+def test_builds_for_sm90a_without_spills_or_serialized_wgmma(overlap, tiles):
+    nvrtc = _nvrtc()
+    d, bq, bkv = tiles
+    impl = hopper.description(bq, overlap)
+    sched = _sched(d=d, bq=bq, bkv=bkv, warps=4 * (bq // 64 + 1), impl=impl)
+    if hopper.hopper_errors(sched):
+        pytest.skip("; ".join(hopper.hopper_errors(sched)))
+    opts = (*hopper.compile_options(hopper.defines(sched)), *gpu.CUPY_NVRTC_OPTIONS)
+    src = (gpu.CUDA_DIR / "hopper_fwd.cu").read_text()
+    _, log = nvrtc.compile_cubin(src, (*opts, "--ptxas-options=-v"), "hopper_fwd.cu")
+    assert " 0 bytes spill stores, 0 bytes spill loads" in log, log
+    assert "serialized" not in log, log
