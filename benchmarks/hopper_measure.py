@@ -172,6 +172,22 @@ def table(doc: dict) -> str:
     return "\n".join(out)
 
 
+def run_once(sh) -> int:
+    """One launch of the preset build of ``sh`` on fresh N(0, 1) inputs."""
+    import cupy
+
+    sched = kernels.schedule("flash2", sh, impl="flashio-hopper")
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, sh.heads, sh.seq_len, sh.head_dim), np.float32)
+               for _ in range(3))  # fmt: skip
+    comp = gpu.compile_schedule(sched)
+    bufs = comp.alloc(q, k, v)
+    comp.launch(bufs)
+    cupy.cuda.get_current_stream().synchronize()
+    print(f"{sched.name} {sched.block_q}x{sched.block_kv} w{sched.warps}: {sh}")
+    return 0
+
+
 def save(doc: dict, out: Path) -> None:
     """hopper_measure.json and .csv in ``out``, each written whole (a temporary, then renamed)."""
     for r in doc["rows"]:
@@ -200,6 +216,11 @@ def main(argv=None) -> int:
         metavar="JSON",
         help="print a run's TFLOP/s as a markdown table instead of measuring",
     )
+    ap.add_argument(
+        "--once",
+        metavar="D,N,CAUSAL",
+        help="run the preset build once at head dim D, N keys, causal 0/1 (for Nsight Compute)",
+    )
     ap.add_argument("--seq-lens", default="1024,2048,4096,8192,16384")
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--heads", type=int, default=16)
@@ -214,8 +235,11 @@ def main(argv=None) -> int:
     if args.table:
         print(table(json.loads(args.table.read_text())))
         return 0
+    if args.once:
+        d, n, causal = map(int, args.once.split(","))
+        return run_once(kernels.AttentionShape(1, args.heads, n, d, "bf16", causal=bool(causal)))
     if args.out is None:
-        ap.error("give --out DIR (or --table JSON)")
+        ap.error("give --out DIR (or --table JSON or --once D,N,CAUSAL)")
     args.out.mkdir(parents=True, exist_ok=True)
     doc = {"provenance": provenance(), "settings": vars(args) | {"out": None}, "rows": [],
            "errors": []}  # fmt: skip

@@ -211,8 +211,9 @@ class CompiledHopper:
             "o": cp.full((b, h, n, d), np.uint16(gpu._NAN_BITS[sh.dtype]), dtype=cp.uint16),
             "lse": cp.full((b, h, n), np.nan, dtype=cp.float32),
         }
+        # O is written by the consumer warpgroups, 64 rows each
         rows = {"q": self.sched.block_q, "k": self.sched.block_kv, "v": self.sched.block_kv}
-        for x, r in rows.items():
+        for x, r in {**rows, "o": 64}.items():
             bufs[f"tm_{x}"] = cp.asarray(tensor_map(bufs[x], r))
         return bufs
 
@@ -223,7 +224,7 @@ class CompiledHopper:
         if fn.max_dynamic_shared_size_bytes < ln.smem_bytes:
             fn.max_dynamic_shared_size_bytes = ln.smem_bytes
         args = (
-            *(bufs[x] for x in ("tm_q", "tm_k", "tm_v", "o", "lse")),
+            *(bufs[x] for x in ("tm_q", "tm_k", "tm_v", "tm_o", "lse")),
             i32(sh.heads), i32(sh.n_kv_heads), i32(sh.seq_len), np.float32(sh.scale),
             i32(sh.causal),
         )  # fmt: skip

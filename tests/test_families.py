@@ -108,13 +108,13 @@ def test_hopper_forward_of_this_project_from_its_description():
     """This project's Hopper forward (kernels/cuda/hopper_fwd.cu), timed beside PyTorch's
     kernels (data/gpu/hopper), against the flashio-hopper description of each build (its
     tiling and softmax overlap), the consumer warps' program written by simulator.synth.
-    Achieved: 15.4% (max 45.9%, the 20-us launches at N = 1k), every d = 128 shape from N = 4k
-    on ranked in the measured order (Spearman 1.0); the d = 64 builds ranked poorly: the model
-    has the overlaps pay at d = 64, where they measured slower than none (128x176 with both
-    overlaps 20-26% too fast, 128x128 without 8-16% too slow, at N >= 8k)."""
+    Achieved: 14.0% (max 48.6%, the 20-us launches at N = 1k); every d = 128 shape from N = 4k
+    on ranked at Spearman 0.8 or more; the d = 64 builds ranked poorly: the model has the
+    overlaps pay at d = 64, where they measured slower than none (128x176 with both overlaps
+    21-24% too fast, 128x128 without 9-14% too slow, at N >= 8k)."""
     rep = families.report(families=("flashio-hopper",), jobs=2)
     s = rep["summary"]["flashio-hopper flash2"]
-    assert s["n"] == 90 and s["mape"] <= 0.16
+    assert s["n"] == 90 and s["mape"] <= 0.15
     big128 = [r for r in rep["ranking"]
               if r["shape"]["head_dim"] == 128 and r["shape"]["seq_len"] >= 4096]  # fmt: skip
     assert len(big128) == 6 and all(r["spearman"] >= 0.8 for r in big128)

@@ -6,6 +6,7 @@ import pytest
 
 from flashio import kernels
 from flashio.kernels import gpu, hopper
+from tests._util import trace_traffic
 from tests.test_gpu_hopper import OVERLAPS, TILES
 
 HOPPER = kernels.implementation("flashio-hopper")
@@ -73,3 +74,40 @@ def test_builds_for_sm90a_without_spills_or_serialized_wgmma(overlap, tiles):
     _, log = nvrtc.compile_cubin(src, (*opts, "--ptxas-options=-v"), "hopper_fwd.cu")
     assert " 0 bytes spill stores, 0 bytes spill loads" in log, log
     assert "serialized" not in log, log
+
+
+def _rows_past_n(sched) -> int:
+    """Rows the Hopper kernel's TMA boxes read past N (zeros the copy moves across the
+    crossbar), from the kernel's loop bounds: each CTA's Q box, and the K and V boxes of the
+    last key block it visits (hopper_fwd.cu: nblocks, causal up to its last row)."""
+    n, bq, bkv = sched.shape.seq_len, sched.block_q, sched.block_kv
+    tr, tc = -(-n // bq), -(-n // bkv)
+    past = 0
+    for i in range(tr):
+        past += (i + 1) * bq - min(n, (i + 1) * bq)
+        last_q = min(n, (i + 1) * bq) - 1
+        blocks = min(tc, last_q // bkv + 1) if sched.shape.causal else tc
+        if blocks == tc:
+            past += 2 * (tc * bkv - n)  # K and V
+    return past * sched.shape.heads * sched.shape.batch
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_nsight_compute_bytes_are_the_trace_and_the_box_rows_past_n(d, causal):
+    """data/gpu/hopper/ncu: one launch of each preset build at N = 4096, H = 16. The SM side
+    moves exactly the trace's global bytes plus the TMA box rows past N (docs/gpu.md, "The
+    Hopper forward"): two independent counts, the replayed trace and the kernel's loop bounds."""
+    from flashio.analysis.paths import DATA
+    from flashio.analysis.validation.gpu_data import parse_ncu_csv
+
+    sh = kernels.AttentionShape(1, 16, 4096, d, "bf16", causal=causal)
+    sched = kernels.schedule("flash2", sh, impl="flashio-hopper")
+    path = DATA / "gpu" / "hopper" / "ncu" / f"ncu_{d}_4096_{int(causal)}.csv"
+    (launch,) = parse_ncu_csv(path.read_text())
+    m = launch["metrics"]
+    reads = m["l1tex__m_xbar2l1tex_read_bytes.sum"]
+    writes = m["l1tex__m_l1tex2xbar_write_bytes.sum"]
+    traffic = trace_traffic(sched)
+    assert writes == sum(w for _, w in traffic.values())  # O and L, whole rows
+    assert reads == sum(r for r, _ in traffic.values()) + _rows_past_n(sched) * d * 2

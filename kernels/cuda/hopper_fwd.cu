@@ -19,6 +19,9 @@
 //   so the softmax of block j runs while the tensor cores multiply block j - 1
 //   (FlashAttention-3 Sec. 3.2); P_{j-1} stays in registers until that product is done.
 //
+// Output: each consumer warpgroup stages its 64 rows of O in its rows of the Q buffer and
+// writes them with TMA (whole 128-byte rows); L is stored directly, 4 bytes a row.
+//
 // Shared memory: Q_i, then STAGES K buffers and STAGES V buffers, each a tile of 128-byte
 // swizzled rows (kernels/cuda/wgmma.cu), 1024-byte aligned: (BLOCK_Q + 2 * STAGES * BLOCK_KV)
 // * HEAD_DIM * 2 bytes of tiles, plus the barriers and 1 KiB of alignment slack.
@@ -163,7 +166,7 @@ struct Consumer {
 
 extern "C" __global__ void __launch_bounds__(NT, 1)
     hopper_fwd(const void* __restrict__ tm_q, const void* __restrict__ tm_k,
-               const void* __restrict__ tm_v, u16* __restrict__ o, float* __restrict__ lse,
+               const void* __restrict__ tm_v, const void* __restrict__ tm_o, float* __restrict__ lse,
                int heads, int kv_heads, int n, float scale, int causal) {
     extern __shared__ unsigned char smem_raw[];
     const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -320,20 +323,28 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
 #endif
     const int row0 = u.row0, tq = u.tq;
 
-    // O = acc / l, L = m + log l (natural log of the scaled scores)
+    // O = acc / l, staged in this warpgroup's rows of the Q buffer (no product reads them any
+    // more) in the copies' swizzled layout and written by TMA, whole 128-byte rows, rows past N
+    // left out by the copy; L = m + log l (natural log of the scaled scores), 4 bytes a row
+    const int r_wg = row0 - (i * BLOCK_Q + 64 * c);  // row within the warpgroup's 64
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const float lr = quad_sum(l[r]);
-        const int row = row0 + 8 * r;
+        const int row = row0 + 8 * r, rr = r_wg + 8 * r;
         const float inv = lr > 0.f ? 1.f / lr : 0.f;
-        if (row < n) {
-            u16* orow = o + ((long)bh * n + row) * HEAD_DIM;
 #pragma unroll
-            for (int nb = 0; nb < HEAD_DIM / 8; ++nb) {
-                const float* a = acc_o + 4 * nb + 2 * r;
-                *(u32*)(orow + 8 * nb + 2 * tq) = pack2(a[0] * inv, a[1] * inv);
-            }
-            if (tq == 0) lse[(long)bh * n + row] = lr > 0.f ? (m[r] + log2f(lr)) * 0.6931471805599453f : POS_INF;
+        for (int nb = 0; nb < HEAD_DIM / 8; ++nb) {
+            const float* a = acc_o + 4 * nb + 2 * r;
+            const u32 at = q_base + (nb / 8) * BLOCK_Q * 128 + rr * 128 + (((nb % 8) ^ (rr % 8)) << 4) + 4 * tq;
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(pack2(a[0] * inv, a[1] * inv)) : "memory");
         }
+        if (row < n && tq == 0) lse[(long)bh * n + row] = lr > 0.f ? (m[r] + log2f(lr)) * 0.6931471805599453f : POS_INF;
+    }
+    fence_proxy_async();  // these stores, then the copy engine's reads of them
+    asm volatile("bar.sync %0, 128;\n" ::"r"(3 + c) : "memory");
+    const int wg_row = i * BLOCK_Q + 64 * c;
+    if (t == 0 && wg_row < n) {
+        for (int cb = 0; cb < CB; ++cb) tma_store_3d(tm_o, 64 * cb, wg_row, bh, q_base + cb * BLOCK_Q * 128);
+        tma_store_commit_and_wait();
     }
 }

@@ -66,6 +66,23 @@ __device__ __forceinline__ void tma_load_3d(u32 dst, const void* tmap, int c0, i
         "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
         : "memory");
 }
+// The box at (c0, c1, c2) of a 3-D tensor map from shared memory to global memory (elements
+// outside the tensor are not written); then wait until the copies have read shared memory.
+__device__ __forceinline__ void tma_store_3d(const void* tmap, int c0, int c1, int c2, u32 src) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+            tmap),
+        "r"(c0), "r"(c1), "r"(c2), "r"(src)
+        : "memory");
+}
+__device__ __forceinline__ void tma_store_commit_and_wait() {
+    asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// Orders this thread's shared-memory stores before later reads by the asynchronous proxy
+// (TMA, wgmma).
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 __device__ __forceinline__ void tma_prefetch_map(const void* tmap) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmap) : "memory");
 }

@@ -3,6 +3,10 @@
 #   hopper_run.sh check: one small case first (a hang or a wrong layout shows in a minute), then
 #     the GPU tests of the kernel (tests/test_gpu_hopper.py), then a first timing beside
 #     PyTorch SDPA at N = 4k and 16k. Writes $OUT/smoke.log, pytest.log, hopper_measure.json/.csv.
+#   hopper_run.sh ncu: the GPU tests, then Nsight Compute on one launch of each preset build at
+#     N = 4096 (d = 64 and 128, causal and not): SM-side and DRAM bytes against the trace
+#     (`flashio crosscheck FILE --schedule flash2 ... --impl flashio-hopper`). Writes
+#     $OUT/pytest.log, ncu_D_N_CAUSAL.csv, ncu.log.
 #   hopper_run.sh full: compute-sanitizer (memcheck, racecheck, synccheck) on the two preset
 #     builds at a ragged causal shape with grouped heads, then benchmarks/hopper_measure.py at
 #     N = 1k..16k beside SDPA (flash, cuDNN) and flex_attention. Writes $OUT/sanitizer.log,
@@ -32,6 +36,17 @@ elif [ "$1" = full ]; then
   echo "sanitizer rc=$?" >> $L
   timeout 380 python3 -m benchmarks.hopper_measure --out $OUT > $OUT/measure.log 2>&1
   echo "measure rc=$?" >> $L
+elif [ "$1" = ncu ]; then
+  timeout 200 python3 -m pytest tests/test_gpu_hopper.py -q -p no:cacheprovider -n 8 \
+    --timeout 30 -rfE > $OUT/pytest.log 2>&1
+  echo "pytest rc=$?" >> $L
+  B=l1tex__m_xbar2l1tex_read_bytes.sum,l1tex__m_l1tex2xbar_write_bytes.sum,dram__bytes_read.sum
+  B=$B,dram__bytes_write.sum,lts__t_bytes.sum,gpu__time_duration.sum
+  for s in 64,4096,0 64,4096,1 128,4096,0 128,4096,1; do
+    timeout 60 ncu --clock-control none --print-units base --csv -k hopper_fwd --metrics $B \
+      python3 -m benchmarks.hopper_measure --once $s > $OUT/ncu_${s//,/_}.csv 2>> $OUT/ncu.log
+  done
+  echo "ncu rc=$?" >> $L
 fi
 # what is committed names no machine path: the output folder as $OUT, packages as site-packages/
 SP=$(python3 -c "import site; print(site.getsitepackages()[0])")
