@@ -10,6 +10,11 @@ committed file and needs neither.
 
     python -m benchmarks.sass_census            # CONFIGS, their MASKED, PAGED, BLOCK_SPARSE builds
     python -m benchmarks.sass_census --check    # rebuild and compare with the committed file
+    python -m benchmarks.sass_census --hopper [--check]   # the Hopper forward's builds
+
+The Hopper forward (kernels/cuda/hopper_fwd.cu) has a census of its own,
+data/sass/flashio-hopper.json.gz: its consumer warps' main loop per tiling, dtype and softmax
+overlap (``HOPPER_BUILDS``), keyed with the overlap (``hopper_key``).
 """
 
 from __future__ import annotations
@@ -26,9 +31,16 @@ from pathlib import Path
 
 from benchmarks import nvrtc
 from benchmarks.gpu_measure import parse_ptxas
-from flashio.kernels import AttentionShape, BlockMask, PagedKV, schedule
-from flashio.kernels.gpu import defines, launches, nvrtc_options, source
-from flashio.simulator.issue import CENSUS_DIR, VARIANT_OPTIONS, program_key
+from flashio.kernels import AttentionShape, BlockMask, PagedKV, hopper, schedule
+from flashio.kernels.gpu import (
+    CUDA_DIR,
+    CUPY_NVRTC_OPTIONS,
+    defines,
+    launches,
+    nvrtc_options,
+    source,
+)
+from flashio.simulator.issue import CENSUS_DIR, VARIANT_OPTIONS, hopper_key, program_key
 from flashio.simulator.sass import loop_copies_overlap, parts
 
 # (schedule, head_dim, block_q, block_kv, warps): the tilings this project compiles and measures
@@ -90,11 +102,29 @@ def _tool(name: str) -> str:
     return path
 
 
+# (head_dim, block_q, block_kv, softmax overlaps): the Hopper forward's builds the measurements
+# time (benchmarks/hopper_measure.py) and the presets; ping-pong only with two consumers
+HOPPER_BUILDS = (
+    (64, 128, 128, ("none", "pingpong", "intra-warpgroup", "both")),
+    (64, 128, 176, ("none", "pingpong", "intra-warpgroup", "both")),
+    (64, 192, 128, ("none", "intra-warpgroup")),
+    (128, 128, 128, ("none", "pingpong", "intra-warpgroup", "both")),
+    (128, 128, 176, ("none", "pingpong", "intra-warpgroup", "both")),
+    (256, 128, 64, ("none", "pingpong", "intra-warpgroup", "both")),
+)
+HOPPER_CENSUS_PATH = CENSUS_DIR / "flashio-hopper.json.gz"
+
+
 def compile_sass(sched, workdir: Path) -> tuple[str, dict]:
     """The SASS listing and ptxas report of ``sched``'s kernels, compiled as CuPy compiles
-    them on the H200 (sm_90)."""
-    options = (*nvrtc_options(defines(sched)), "--ptxas-options=-v")
-    cubin, log = nvrtc.compile_cubin(source(sched), options)
+    them on the H200 (sm_90; the Hopper forward for sm_90a)."""
+    if hopper.uses_hopper(sched):
+        code = (CUDA_DIR / "hopper_fwd.cu").read_text()
+        options = (*hopper.compile_options(hopper.defines(sched)), *CUPY_NVRTC_OPTIONS)
+        options += ("--ptxas-options=-v",)
+    else:
+        code, options = source(sched), (*nvrtc_options(defines(sched)), "--ptxas-options=-v")
+    cubin, log = nvrtc.compile_cubin(code, options)
     path = workdir / "k.cubin"
     path.write_bytes(cubin)
     tool = _tool("cuobjdump")
@@ -183,6 +213,30 @@ def _softmax_entries(shape, bq: int, bk: int, w: int, tmp: Path, log) -> dict:
 CENSUS_PATH = CENSUS_DIR / "flashio.json.gz"
 
 
+def hopper_census(builds=HOPPER_BUILDS, dtypes=DTYPES, log=print) -> dict:
+    """The Hopper forward's census: each build's consumer loop (the innermost loop holding
+    its wgmma), prologue and epilogue, and ptxas's report, keyed by ``hopper_key``."""
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for dtype in dtypes:
+            for d, bq, bk, overlaps in builds:
+                for overlap in overlaps:
+                    shape = AttentionShape(batch=1, heads=1, seq_len=4096, head_dim=d, dtype=dtype)
+                    impl = hopper.description(bq, overlap)
+                    sched = schedule("flash2", shape, bq, bk, 4 * (bq // 64 + 1), impl=impl)
+                    text, report = compile_sass(sched, Path(tmp))
+                    key = hopper_key(d, bq, bk, sched.warps, dtype, overlap)
+                    progs = parts(text, "hopper_fwd", name=key, marker="HGMMA")
+                    out[key] = {
+                        **progs["loop"].to_json(),
+                        "compiled": report["hopper_fwd"],
+                        "prologue": progs["prologue"].to_json(),
+                        "epilogue": progs["epilogue"].to_json(),
+                    }
+                    log(f"{key}: {len(out[key]['class'])} instructions per step")
+    return out
+
+
 def write(progs: dict, path: Path = CENSUS_PATH, **about) -> None:
     """Write a census (``about``: what made it, stored beside the programs)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -197,10 +251,12 @@ def main(argv=None) -> int:
     fmt = argparse.RawTextHelpFormatter
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=fmt)
     ap.add_argument("--check", action="store_true", help="compare with the committed census")
+    ap.add_argument("--hopper", action="store_true", help="the Hopper forward's census instead")
     args = ap.parse_args(argv)
-    progs = census()
+    progs = hopper_census() if args.hopper else census()
+    path = HOPPER_CENSUS_PATH if args.hopper else CENSUS_PATH
     if args.check:
-        with gzip.open(CENSUS_PATH, "rt") as f:
+        with gzip.open(path, "rt") as f:
             committed = json.load(f)["programs"]
         same = committed == progs
         print("census matches the committed file" if same else "census differs")
@@ -208,10 +264,12 @@ def main(argv=None) -> int:
     major, minor = nvrtc.version()
     write(
         progs,
-        generated_by="python -m benchmarks.sass_census",
-        compiler=f"NVRTC {major}.{minor}, the options of kernels.gpu.nvrtc_options",
+        path,
+        generated_by="python -m benchmarks.sass_census" + (" --hopper" if args.hopper else ""),
+        compiler=f"NVRTC {major}.{minor}, the options of kernels.gpu.nvrtc_options"
+        + (" with -arch=sm_90a (kernels.hopper.compile_options)" if args.hopper else ""),
     )
-    print(f"wrote {len(progs)} programs to {CENSUS_PATH}")
+    print(f"wrote {len(progs)} programs to {path}")
     return 0
 
 

@@ -8,7 +8,8 @@ warpgroup and ``block_q / 64`` consumer warpgroups (``warps = 4 * (block_q / 64 
 The TMA copies read tensor maps the driver encodes (``cuTensorMapEncodeTiled``, called through
 ctypes from the library CuPy has loaded) and that live in device memory beside the inputs: a
 3-D map per operand, (head_dim, N, batch x heads), read in boxes of 64 elements (128 bytes,
-the swizzle's span) by the block's rows, so a box past N is filled with zeros by the copy.
+the swizzle's span) by the block's rows, so a box past N is filled with zeros by the copy; O is
+written through a fourth, in boxes of a consumer warpgroup's 64 rows.
 
 Needs an sm_90 GPU (the source is compiled for sm_90a) and CuPy; nothing is imported at module
 load that a machine without a GPU lacks.
@@ -50,10 +51,11 @@ def uses_hopper(sched: Schedule) -> bool:
     return sched.impl is not None and sched.impl.name == HOPPER_IMPLEMENTATION
 
 
-def description(block_q: int, softmax_overlap: str = "pingpong"):
+def description(block_q: int, softmax_overlap: str | None = None):
     """The ``flashio-hopper`` description of the kernel built for ``block_q`` rows with
-    ``softmax_overlap``: block_q / 64 consumer warpgroups, and the registers hopper_fwd.cu's
-    setmaxnreg gives them (240, producers 24; with three consumers 160 and 32)."""
+    ``softmax_overlap`` (None: the preset's): block_q / 64 consumer warpgroups, and the
+    registers hopper_fwd.cu's setmaxnreg gives them (240, producers 24; with three consumers
+    160 and 32). Its tiling rows carry no overrides: it describes this one build."""
     from flashio.kernels.implementation import implementation
 
     preset, consumers = implementation(HOPPER_IMPLEMENTATION), block_q // 64
@@ -68,7 +70,7 @@ def description(block_q: int, softmax_overlap: str = "pingpong"):
         consumer_warpgroups=consumers,
         register_budget=regs[0],
         producer_register_budget=regs[1],
-        softmax_overlap=softmax_overlap,
+        softmax_overlap=softmax_overlap or preset.softmax_overlap,
     )
 
 

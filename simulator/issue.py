@@ -42,6 +42,7 @@ __all__ = [
     "StepCost",
     "census",
     "compiled",
+    "hopper_key",
     "issue_model",
     "lookup",
     "program_key",
@@ -190,6 +191,15 @@ def program_key(
     )
 
 
+def hopper_key(
+    head_dim: int, block_q: int, block_kv: int, warps: int, dtype: str, softmax_overlap: str
+) -> str:  # fmt: skip
+    """The census key of a build of this project's Hopper forward (data/sass/flashio-hopper):
+    ``program_key`` with its softmax overlap, a compile-time switch of hopper_fwd.cu."""
+    overlap = (("softmax_overlap", softmax_overlap),)
+    return program_key("flash2_fwd", head_dim, block_q, block_kv, warps, dtype, options=overlap)
+
+
 MASK_FIELDS = ("window", "segments", "kv_seq_len", "block_mask")  # params beyond causal
 
 
@@ -272,6 +282,13 @@ def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
     if options and row % 8:  # the census holds the aligned-rows build
         return None
     table = census(impl)
+    roles = params.get("warp_roles")
+    if roles is not None:  # a build per softmax overlap (this project's Hopper forward)
+        overlap = program_key(
+            kernel, params["head_dim"], params["block_q"], params["block_kv"], warps,
+            params["dtype"], options=(*options, ("softmax_overlap", roles["softmax_overlap"])),
+        )  # fmt: skip
+        key = overlap if overlap in table else key
     # a separately compiled causal variant where there is one; this project's masked build
     # where the trace has such a mask (else the unmasked loop prices it: docs/model.md)
     d = table.get(key + " causal") if params.get("causal") else None

@@ -71,7 +71,20 @@ class Instruction:
 
     @property
     def klass(self) -> str:
+        if self.opcode.startswith("BAR.") and not _cta_barrier(self):
+            return "control"
         return classify(self.opcode)
+
+
+def _cta_barrier(ins: Instruction) -> bool:
+    """Whether a ``BAR`` instruction waits for the whole CTA: a sync (or reduction) without a
+    thread count. An arrive never waits, and a sync with a count is a named barrier between
+    some of the CTA's warps (two consumer warpgroups taking turns: FlashAttention-3's
+    ping-pong), which the replay does not schedule: it interleaves those warps as its issue
+    rule does (simulator.synth says the same of its written programs)."""
+    if ".ARV" in ins.opcode:
+        return False
+    return len([x for x in ins.operands.split(",") if x.strip()]) < 2
 
 
 def parse(text: str) -> dict[str, tuple[Instruction, ...]]:
@@ -363,7 +376,9 @@ def _branch_target(ins: Instruction) -> int | None:
 
 def main_loop(code: tuple[Instruction, ...], marker: str = "HMMA") -> tuple[int, int]:
     """Index range [lo, hi] of the main loop: of the backward branches whose body holds the
-    most ``marker`` instructions (HMMA or HGMMA), the innermost. Raises if there is none."""
+    most ``marker`` instructions (HMMA or HGMMA), the innermost. A range holding an ``EXIT`` is
+    no loop: the back edge of an out-of-line block placed after the kernel's end (an mbarrier
+    wait's retry, jumping back into the code it left). Raises if there is none."""
     index = {ins.addr: i for i, ins in enumerate(code)}
     best = None
     for i, ins in enumerate(code):
@@ -371,6 +386,8 @@ def main_loop(code: tuple[Instruction, ...], marker: str = "HMMA") -> tuple[int,
         if tgt is None or tgt > ins.addr or tgt not in index:
             continue
         lo = index[tgt]
+        if any(c.opcode == "EXIT" and not c.predicated for c in code[lo:i]):
+            continue
         n = sum(c.opcode.startswith(marker) for c in code[lo : i + 1])
         key = (n, -(i - lo))
         if n and (best is None or key > best[0]):
@@ -390,11 +407,14 @@ def straight_path(
 ) -> list[Instruction]:
     """The instructions one iteration of the loop [lo, hi] issues for a full (unmasked) tile:
     conditional branches fall through, except those that skip element masking (a block that
-    selects minus infinity into scores: a partial tile's path), and unconditional forward
-    branches are taken; inner loops (backward branches) run once. Predicated-off instructions
-    still issue, as on the GPU. With ``until_exit`` the path ends at the first unconditional
-    ``EXIT``."""
+    selects minus infinity into scores: a partial tile's path) without leaving for code placed
+    after the kernel's last ``EXIT`` (an mbarrier wait's out-of-line retry), and unconditional
+    forward branches are taken; inner loops (backward branches) run once. Predicated-off
+    instructions still issue, as on the GPU. With ``until_exit`` the path ends at the first
+    unconditional ``EXIT``."""
     index = {ins.addr: i for i, ins in enumerate(code)}
+    exits = [k for k, c in enumerate(code) if c.opcode == "EXIT" and not c.predicated]
+    out_of_line = exits[-1] if exits else len(code)  # code placed after the kernel's end
     out = []
     i = lo
     while i <= hi:
@@ -405,7 +425,10 @@ def straight_path(
         tgt = _branch_target(ins)
         if tgt is not None and tgt > ins.addr and tgt in index:
             j = index[tgt]
-            if not ins.predicated or any(_masks(c) for c in code[i + 1 : j]):
+            # a conditional branch to code placed after the kernel's end (an mbarrier wait's
+            # out-of-line retry) falls through: the path stays where it was
+            skips_masking = j < out_of_line and any(_masks(c) for c in code[i + 1 : j])
+            if not ins.predicated or skips_masking:
                 i = j
                 continue
         i += 1

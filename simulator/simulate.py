@@ -193,7 +193,10 @@ def arithmetic_cost(
     params = source.meta.params
     if comp is not None:
         hit = spill_reloads_hit(kinfo, occ, gpu, comp)
-        step = step_costs(gpu, comp.key, kinfo.warps, occ.ctas_per_sm, comp.impl, hit)
+        # the census holds the computing warps' loop: producer warps only issue copies
+        producers = int(params.get("warp_roles", {}).get("producer_warps", 0))
+        warps = kinfo.warps - producers
+        step = step_costs(gpu, comp.key, warps, occ.ctas_per_sm, comp.impl, hit)
     elif options.issue_model and kinfo.name in SYNTHESIZED:
         step = _synthetic_step(kinfo, occ, gpu, params, options.written_programs)
     else:

@@ -104,18 +104,20 @@ def test_flashio_forwards_priced_by_written_programs():
     assert w["n"] == 79 and w["mape"] <= 0.10 and w["bias"] < 0
 
 
-def test_hopper_forward_of_this_project_from_its_description():
+def test_hopper_forward_of_this_project_from_its_compiled_code():
     """This project's Hopper forward (kernels/cuda/hopper_fwd.cu), timed beside PyTorch's
-    kernels (data/gpu/hopper), against the flashio-hopper description of each build (its
-    tiling and softmax overlap), the consumer warps' program written by simulator.synth.
-    Achieved: 14.0% (max 48.6%, the 20-us launches at N = 1k); every d = 128 shape from N = 4k
-    on ranked at Spearman 0.8 or more; the d = 64 builds ranked poorly: the model has the
-    overlaps pay at d = 64, where they measured slower than none (128x176 with both overlaps
-    21-24% too fast, 128x128 without 9-14% too slow, at N >= 8k)."""
+    kernels (data/gpu/hopper), each build (tiling, softmax overlap) priced by its consumer
+    warps' compiled loop (data/sass/flashio-hopper.json.gz). Achieved: 7.2% (max 38.5%, the
+    20-us launches at N = 1k; within 12% at N >= 8k); the d = 64 builds ranked at Spearman 0.4
+    or more, the model's pick within 2.2% of the best. Priced instead by the program
+    simulator.synth writes from the description (written programs): 14.0%, 12.8% too fast on
+    average, the d = 64 overlaps paying in the model where on the GPU they cost."""
     rep = families.report(families=("flashio-hopper",), jobs=2)
     s = rep["summary"]["flashio-hopper flash2"]
-    assert s["n"] == 90 and s["mape"] <= 0.15
-    big128 = [r for r in rep["ranking"]
-              if r["shape"]["head_dim"] == 128 and r["shape"]["seq_len"] >= 4096]  # fmt: skip
-    assert len(big128) == 6 and all(r["spearman"] >= 0.8 for r in big128)
-    assert all(r["label"].startswith("flashio-hopper flash2") for r in rep["rows"])
+    assert s["n"] == 90 and s["mape"] <= 0.08
+    big = [r for r in rep["rows"] if "N=8192" in r["label"] or "N=16384" in r["label"]]
+    assert len(big) == 36 and all(abs(r["error"]) <= 0.12 for r in big)
+    d64 = [r for r in rep["ranking"] if r["shape"]["head_dim"] == 64]
+    assert len(d64) == 10 and all(r["picked_slower_than_best"] <= 0.03 for r in d64)
+    w = rep["written"]["flashio-hopper flash2"]
+    assert w["n"] == 90 and w["mape"] <= 0.15 and w["bias"] < 0

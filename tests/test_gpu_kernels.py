@@ -54,11 +54,16 @@ def test_flash2_forward(dtype, tiles, case):
     seed = _fresh_seed()
     q, k, v = random_inputs(sched.shape, seed=seed)
     o, lse = gpu.run_schedule(sched, q, k, v)
-    exact, m, l, _ = kernels.attention_forward(q, k, v, causal=causal)
-    same = kernels.attention_forward(q, k, v, causal=causal, dtype=dtype)[0]
+    check_forward(o, lse, (q, k, v), causal, dtype, seed)
+
+
+def check_forward(o, lse, qkv, causal, dtype, seed):
+    """O under the flash-attention rule, and L = m + log(l) in fp32 from the same rounded
+    inputs: only fp32 arithmetic separates it from the fp64 value (|L| ~ 10 here, fp32 steps
+    ~ 1e-6; ex2.approx adds 2 ulp per term)."""
+    exact, m, l, _ = kernels.attention_forward(*qkv, causal=causal)
+    same = kernels.attention_forward(*qkv, causal=causal, dtype=dtype)[0]
     _check_rule("O", o, exact, same, dtype, seed)
-    # L = m + log(l) in fp32 from the same rounded inputs: only fp32 arithmetic separates it
-    # from the fp64 value (|L| ~ 10 here, fp32 steps ~ 1e-6; ex2.approx adds 2 ulp per term)
     assert np.all(np.isfinite(lse)), f"L: unwritten, seed {seed}"
     np.testing.assert_allclose(lse, m + np.log(l), rtol=0, atol=1e-4, err_msg=f"seed {seed}")
 

@@ -78,6 +78,52 @@ def test_every_loop_is_one_iteration_of_each():
     assert len(progs["prologue"]) == 1 and len(progs["epilogue"]) == 1 + 1
 
 
+# a warp-specialized loop's layout (hopper_fwd.cu): an mbarrier wait whose retry is out of
+# line after the kernel's EXIT and jumps back into the code it left, a named barrier (a turn
+# between two warpgroups), an arrive, and the CTA barrier of the prologue
+RETRY = "        Function : hopper_fwd\n" + "".join(
+    f"    /*{16 * a:04x}*/  {op} ;  /* 0x0000000000000000 */\n        /* 0x000fe20000000000 */\n"
+    for a, op in enumerate(
+        ["BAR.SYNC.DEFER_BLOCKING 0x0", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2",
+         "@!P0 BRA 0xa0", "BAR.SYNC.DEFER_BLOCKING R3, 0x100", "HGMMA.64x128x16.F32.BF16 R24",
+         "FSEL R4, R4, -INF , P1", "BAR.ARV R5, 0x100", "@P2 BRA 0x10", "EXIT", "EXIT",
+         "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2", "@!P0 BRA 0xa0", "BRA 0x30"]
+    )
+)  # fmt: skip
+
+
+def test_out_of_line_waits_and_named_barriers():
+    """The main loop is the back edge from 0x70 to 0x10, not the retry's jump back from past
+    the EXIT (its range holds one); the loop's path falls through the retry's branch out of
+    the loop although masking lies between; only the whole-CTA sync is a barrier."""
+    code = sass.parse(RETRY)["hopper_fwd"]
+    assert sass.main_loop(code, "HGMMA") == (1, 7)
+    path = [c.opcode for c in sass.straight_path(code, 1, 7)]
+    assert path[:3] == ["SYNCS.PHASECHK.TRANS64.TRYWAIT", "BRA", "BAR.SYNC.DEFER_BLOCKING"]
+    assert len(path) == 7
+    assert [c.klass for c in code[:1] + code[3:4] + code[6:7]] == ["bar", "control", "control"]
+
+
+def test_hopper_census_is_what_the_source_compiles_to():
+    """Two builds of the Hopper forward compiled from today's source: the committed entries
+    of data/sass/flashio-hopper.json.gz, instruction for instruction, and their loops the
+    ones the algorithm has: d / 16 + block_kv / 16 wgmma and one exp2 per score of a thread."""
+    from benchmarks import nvrtc
+
+    if not (nvrtc.available() and sass_census.have_tools()):
+        pytest.skip(
+            "needs NVRTC and cuobjdump (pip install nvidia-cuda-nvrtc nvidia-cuda-cuobjdump)"
+        )
+    builds = ((128, 128, 176, ("both",)), (64, 192, 128, ("none",)))
+    progs = sass_census.hopper_census(builds, ("bf16",), log=lambda *_: None)
+    committed = issue.census("flashio-hopper")
+    for (d, _bq, bkv, _), (key, prog) in zip(builds, progs.items(), strict=True):
+        assert committed[key] == prog, key
+        counts = WarpProgram.from_json(prog).counts()
+        assert counts["hgmma"] == d // 16 + bkv // 16
+        assert counts["mufu"] == bkv // 2 + 2  # exp2 per score, two rescale factors
+
+
 @pytest.mark.parametrize(
     ("opcode", "klass", "nbytes"),
     [

@@ -34,8 +34,8 @@ code: the error a user gets at a tiling never compiled (``report()["written"]``)
   one producer and two or three consumer warpgroups), timed beside PyTorch's kernels by
   benchmarks/hopper_measure.py (data/gpu/hopper/hopper_measure.json: the median of sets of
   back-to-back launches, each set CUDA-event-timed) at its tilings and softmax overlaps, each
-  against the ``flashio-hopper`` description with that overlap; its consumer warps' program is
-  written by ``simulator.synth``, as cuDNN's is.
+  against the ``flashio-hopper`` description of that build, its consumer warps' loop replayed
+  from its compiled code (data/sass/flashio-hopper.json.gz).
 
 cuDNN's backward, flex_attention and eager attention were measured too; their kernels are
 neither in the instruction census nor written by ``simulator.synth``, so they are listed as
@@ -73,7 +73,8 @@ __all__ = [
 
 GPU = "h200-measured"
 WRITABLE = ("flash2",)  # schedules whose kernels have written programs (forwards)
-COMPILED = ("flashio", "flash-attn2", "triton")  # families the census holds code of
+# families the census holds code of
+COMPILED = ("flashio", "flash-attn2", "triton", "flashio-hopper")
 MARKERS = ("<!-- families:begin -->", "<!-- families:end -->")  # in docs/validation.md
 OPTIONS = ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
 # forwards priced by their written programs, each without its own tiling's compiled code
