@@ -1,10 +1,12 @@
 """Time the Hopper forward (kernels/cuda/hopper_fwd.cu) beside PyTorch's attention kernels.
 
-One run on an sm_90 GPU: this project's Hopper forward at its tilings, with and without
-ping-pong scheduling, and, on the same inputs and in the same process, PyTorch SDPA's flash
+One run on an sm_90 GPU: this project's Hopper forward at several builds (tilings and softmax
+overlaps, ``VARIANTS``), and, on the same inputs and in the same process, PyTorch SDPA's flash
 backend (flash-attn 2), its cuDNN backend and torch ``flex_attention`` (Triton). Each kernel is
 CUDA-event-timed over ``--reps`` back-to-back launches, ``--sets`` times; the median set is
-reported with TFLOP/s counted as 4 N^2 d B H (halved when causal). Every Hopper output is also
+reported with TFLOP/s counted as 4 N^2 d B H, halved when causal (FlashAttention's papers'
+convention; ``AttentionShape.forward_flops`` counts N (N + 1) / 2 causal pairs, 0.05% more at
+N = 1k). Every Hopper output is also
 compared with SDPA's (largest absolute difference of O), a check that the timed kernel computes
 attention. Writes hopper_measure.json and .csv (with provenance) to --out.
 
