@@ -1,6 +1,10 @@
-"""The Hopper forward's runner without a GPU: what it refuses in words, and that its source
-builds for sm_90a without spills or serialized wgmma at every tiling the tests run (where NVRTC
-is installed: pip install nvidia-cuda-nvrtc; CI lacks it and skips that test)."""
+"""The Hopper forward without a GPU: what its runner refuses, in words; that its source builds
+for sm_90a without spills or serialized wgmma at every tiling the GPU tests run (where NVRTC is
+installed: pip install nvidia-cuda-nvrtc; CI lacks it and skips that test); that the
+description of each build is what the source builds; and that the committed Nsight Compute
+bytes of its preset builds are the trace's plus the TMA box rows past N."""
+
+import re
 
 import pytest
 
@@ -111,3 +115,23 @@ def test_nsight_compute_bytes_are_the_trace_and_the_box_rows_past_n(d, causal):
     traffic = trace_traffic(sched)
     assert writes == sum(w for _, w in traffic.values())  # O and L, whole rows
     assert reads == sum(r for r, _ in traffic.values()) + _rows_past_n(sched) * d * 2
+
+
+@pytest.mark.parametrize("block_q", [64, 128, 192])
+def test_description_is_the_build(block_q):
+    """``hopper.description`` says what hopper_fwd.cu builds for ``block_q`` rows: its consumer
+    warpgroups, and the registers its setmaxnreg gives consumers and producer (read from the
+    source's constants), and no tiling row that would override them."""
+    src = (gpu.CUDA_DIR / "hopper_fwd.cu").read_text()
+    consumers = block_q // 64
+    regs = {}
+    for name in ("PRODUCER_REGS", "CONSUMER_REGS"):
+        line = next(ln for ln in src.splitlines() if ln.startswith(f"constexpr int {name} ="))
+        three, other = (int(x) for x in re.findall(r"\? (\d+) : (\d+)", line)[0])
+        regs[name] = three if consumers == 3 else other
+    impl = hopper.description(block_q, "none")
+    assert impl.consumer_warpgroups == consumers and impl.producer_warps == 4
+    assert impl.register_budget == regs["CONSUMER_REGS"]
+    assert impl.producer_register_budget == regs["PRODUCER_REGS"]
+    assert impl.softmax_overlap == "none" and all(not t.overrides for t in impl.tilings)
+    assert all(t.block_q == block_q and t.warps == 4 * (consumers + 1) for t in impl.tilings)
