@@ -10,11 +10,12 @@ committed file and needs neither.
 
     python -m benchmarks.sass_census            # CONFIGS, their MASKED, PAGED, BLOCK_SPARSE builds
     python -m benchmarks.sass_census --check    # rebuild and compare with the committed file
-    python -m benchmarks.sass_census --hopper [--check]   # the Hopper forward's builds
+    python -m benchmarks.sass_census --hopper [--check]   # the Hopper kernels' builds
 
-The Hopper forward (kernels/cuda/hopper_fwd.cu) has a census of its own,
-data/sass/flashio-hopper.json.gz: its consumer warps' main loop per tiling, dtype and softmax
-overlap (``HOPPER_BUILDS``), keyed with the overlap (``hopper_key``).
+The Hopper kernels (kernels/cuda/hopper_fwd.cu, hopper_bwd.cu) have a census of their own,
+data/sass/flashio-hopper.json.gz: the consumer warps' main loop of each forward build per tiling,
+dtype and softmax overlap (``HOPPER_BUILDS``) and of each backward build
+(``kernels.hopper.BWD_TILES``), keyed with the overlap (``hopper_key``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from benchmarks import nvrtc
 from benchmarks.gpu_measure import parse_ptxas
-from flashio.kernels import AttentionShape, BlockMask, PagedKV, hopper, schedule
+from flashio.kernels import AttentionShape, BlockMask, PagedKV, hopper, implementation, schedule
 from flashio.kernels.gpu import (
     CUDA_DIR,
     CUPY_NVRTC_OPTIONS,
@@ -113,13 +114,15 @@ HOPPER_BUILDS = (
     (256, 128, 64, ("none", "pingpong", "intra-warpgroup", "both")),
 )
 HOPPER_CENSUS_PATH = CENSUS_DIR / "flashio-hopper.json.gz"
+HOPPER_PRESET = implementation("flashio-hopper")
 
 
 def compile_sass(sched, workdir: Path) -> tuple[str, dict]:
     """The SASS listing and ptxas report of ``sched``'s kernels, compiled as CuPy compiles
     them on the H200 (sm_90; the Hopper forward for sm_90a)."""
     if hopper.uses_hopper(sched):
-        code = (CUDA_DIR / "hopper_fwd.cu").read_text()
+        name = "hopper_bwd.cu" if sched.name == "flash2_bwd" else "hopper_fwd.cu"
+        code = (CUDA_DIR / name).read_text()
         options = (*hopper.compile_options(hopper.defines(sched)), *CUPY_NVRTC_OPTIONS)
         options += ("--ptxas-options=-v",)
     else:
@@ -213,8 +216,11 @@ def _softmax_entries(shape, bq: int, bk: int, w: int, tmp: Path, log) -> dict:
 CENSUS_PATH = CENSUS_DIR / "flashio.json.gz"
 
 
-def hopper_census(builds=HOPPER_BUILDS, dtypes=DTYPES, log=print) -> dict:
-    """The Hopper forward's census: each build's consumer loop (the innermost loop holding
+def hopper_census(
+    builds=HOPPER_BUILDS, dtypes=DTYPES, log=print, bwd_builds=hopper.BWD_TILES
+) -> dict:
+    """The Hopper kernels' census: each forward build's and each backward build's
+    (``bwd_builds``: (head_dim, block_q, block_kv)) consumer loop (the innermost loop holding
     its wgmma), prologue and epilogue, and ptxas's report, keyed by ``hopper_key``."""
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -234,6 +240,22 @@ def hopper_census(builds=HOPPER_BUILDS, dtypes=DTYPES, log=print) -> dict:
                         "epilogue": progs["epilogue"].to_json(),
                     }
                     log(f"{key}: {len(out[key]['class'])} instructions per step")
+            for d, bq, bk in bwd_builds:  # the backward's main kernel, one build each
+                shape = AttentionShape(batch=1, heads=1, seq_len=4096, head_dim=d, dtype=dtype)
+                # the preset's Q and dO buffers for the head dim (the key does not name them)
+                stages = HOPPER_PRESET.specialize("flash2_bwd", shape).stages
+                impl = hopper.bwd_description(bk, stages)
+                sched = schedule("flash2_bwd", shape, bq, bk, 4 * (bk // 64 + 1), impl=impl)
+                text, report = compile_sass(sched, Path(tmp))
+                key = hopper_key(d, bq, bk, sched.warps, dtype, "none", kernel="flash2_bwd")
+                progs = parts(text, "hopper_bwd", name=key, marker="HGMMA")
+                out[key] = {
+                    **progs["loop"].to_json(),
+                    "compiled": report["hopper_bwd"],
+                    "prologue": progs["prologue"].to_json(),
+                    "epilogue": progs["epilogue"].to_json(),
+                }
+                log(f"{key}: {len(out[key]['class'])} instructions per step")
     return out
 
 
@@ -251,7 +273,7 @@ def main(argv=None) -> int:
     fmt = argparse.RawTextHelpFormatter
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=fmt)
     ap.add_argument("--check", action="store_true", help="compare with the committed census")
-    ap.add_argument("--hopper", action="store_true", help="the Hopper forward's census instead")
+    ap.add_argument("--hopper", action="store_true", help="the Hopper kernels' census instead")
     args = ap.parse_args(argv)
     progs = hopper_census() if args.hopper else census()
     path = HOPPER_CENSUS_PATH if args.hopper else CENSUS_PATH

@@ -1,15 +1,20 @@
-"""The Hopper-native forward (kernels/cuda/hopper_fwd.cu) run from a ``flash2`` Schedule.
+"""The Hopper-native kernels (kernels/cuda/hopper_fwd.cu, hopper_bwd.cu) run from a Schedule.
 
 A ``flash2`` schedule whose implementation is the ``flashio-hopper`` preset runs here instead of
 kernels/gpu.py's ``mma.sync`` kernel: the same CTAs (one per batch, head and Q block, in the
 schedule's order) and the same tiles, moved by TMA and multiplied by wgmma, with one producer
 warpgroup and ``block_q / 64`` consumer warpgroups (``warps = 4 * (block_q / 64 + 1)``).
+A ``flash2_bwd`` schedule of the preset runs hopper_bwd.cu as its main kernel (one CTA per
+batch, key/value head and K/V block, ``block_kv / 64`` consumer warpgroups of 64 keys each),
+between flash2_bwd.cu's first and last kernels (D = rowsum(dO * O) with dQ_acc zeroed, and
+dQ rounded from dQ_acc), which move the same bytes whichever main kernel runs.
 
 The TMA copies read tensor maps the driver encodes (``cuTensorMapEncodeTiled``, called through
 ctypes from the library CuPy has loaded) and that live in device memory beside the inputs: a
 3-D map per operand, (head_dim, N, batch x heads), read in boxes of 64 elements (128 bytes,
 the swizzle's span) by the block's rows, so a box past N is filled with zeros by the copy; O is
-written through a fourth, in boxes of a consumer warpgroup's 64 rows.
+written through a fourth, in boxes of a consumer warpgroup's 64 rows. The backward reads Q and
+dO like Q, K and V like K and V, and writes dK and dV like O.
 
 Needs an sm_90 GPU (the source is compiled for sm_90a) and CuPy; nothing is imported at module
 load that a machine without a GPU lacks.
@@ -30,6 +35,9 @@ from flashio.kernels.schedules import Schedule
 
 __all__ = [
     "CompiledHopper",
+    "CompiledHopperBwd",
+    "bwd_description",
+    "bwd_smem_bytes",
     "compile_hopper",
     "description",
     "hopper_errors",
@@ -44,10 +52,14 @@ _BOX_COLS = 64  # elements of a TMA box row: 128 bytes, the 128-byte swizzle's s
 _TM_UINT16, _TM_INTERLEAVE_NONE, _TM_SWIZZLE_128B, _TM_L2_256B, _TM_OOB_ZERO = 1, 0, 3, 3, 0
 _TENSOR_MAP_BYTES = 128
 WGMMA_N = (64, 128, 176, 192, 256)  # the N of kernels/cuda/wgmma.cu's wrappers
+# (head_dim, block_q, block_kv) of the backward builds that fit the consumers' 240 registers
+# without spills or serialized wgmma (tests/test_hopper.py assembles each)
+BWD_TILES = ((64, 128, 128), (64, 64, 64), (128, 64, 128))
+BWD_STAGES = 2
 
 
 def uses_hopper(sched: Schedule) -> bool:
-    """Whether ``sched`` runs on kernels/cuda/hopper_fwd.cu (its implementation is the preset)."""
+    """Whether ``sched`` runs on the Hopper kernels (its implementation is the preset)."""
     return sched.impl is not None and sched.impl.name == HOPPER_IMPLEMENTATION
 
 
@@ -71,6 +83,30 @@ def description(block_q: int, softmax_overlap: str | None = None):
         register_budget=regs[0],
         producer_register_budget=regs[1],
         softmax_overlap=softmax_overlap or preset.softmax_overlap,
+    )
+
+
+def bwd_description(block_kv: int, stages: int = BWD_STAGES):
+    """The ``flashio-hopper`` description of the backward built for ``block_kv`` keys with
+    ``stages`` Q and dO buffers: block_kv / 64 consumer warpgroups with 240 registers
+    (producers 24), no softmax overlap (hopper_bwd.cu multiplies S^T and dP^T, then dQ, dV
+    and dK, in turn)."""
+    from flashio.kernels.implementation import implementation
+
+    preset, consumers = implementation(HOPPER_IMPLEMENTATION), block_kv // 64
+    tilings = tuple(
+        dataclasses.replace(t, block_kv=block_kv, warps=4 * (consumers + 1), overrides=())
+        for t in preset.tilings
+        if t.schedule == "flash2_bwd"
+    )
+    return dataclasses.replace(
+        preset,
+        tilings=tilings,
+        consumer_warpgroups=consumers,
+        register_budget=240,
+        producer_register_budget=24,
+        softmax_overlap="none",
+        stages=stages,
     )
 
 
@@ -104,8 +140,10 @@ def _intra(sched: Schedule) -> int:
 def hopper_errors(sched: Schedule) -> list[str]:
     """What hopper_fwd.cu cannot run of ``sched``, in words ([] = fine)."""
     sh, bq, bkv, d = sched.shape, sched.block_q, sched.block_kv, sched.shape.head_dim
+    if sched.name == "flash2_bwd":
+        return _bwd_errors(sched)
     if sched.name != "flash2":
-        return [f"the Hopper kernel is a forward: schedule 'flash2', not {sched.name!r}"]
+        return [f"the Hopper kernels run 'flash2' and 'flash2_bwd', not {sched.name!r}"]
     errs = []
     if sh.variant:
         errs.append("the Hopper kernel runs full and causal attention of equal lengths")
@@ -133,7 +171,50 @@ def hopper_errors(sched: Schedule) -> list[str]:
     return errs
 
 
+def bwd_smem_bytes(block_q: int, block_kv: int, head_dim: int, stages: int = BWD_STAGES) -> int:
+    """Dynamic shared memory of a backward launch: K_j and V_j, ``stages`` Q and dO buffers,
+    two dS^T buffers, ``stages`` L and D rows, 1 + 3 * stages mbarriers, 1 KiB of slack."""
+    tiles = (2 * block_kv + 2 * stages * block_q) * head_dim * 2 + 2 * block_kv * block_q * 2
+    return 1024 + tiles + 2 * stages * block_q * 4 + 8 * (1 + 3 * stages)
+
+
+def _bwd_errors(sched: Schedule) -> list[str]:
+    sh, bq, bkv, d = sched.shape, sched.block_q, sched.block_kv, sched.shape.head_dim
+    errs = []
+    if sh.variant:
+        errs.append("the Hopper backward runs full and causal attention of equal lengths")
+    if sh.dtype not in ("fp16", "bf16"):
+        errs.append(f"dtype {sh.dtype!r}: the Hopper backward runs fp16 and bf16")
+    if (d, bq, bkv) not in BWD_TILES:
+        tiles = ", ".join(f"d={a}: {b}x{c}" for a, b, c in BWD_TILES)
+        errs.append(f"head_dim={d}, {bq}x{bkv}: the Hopper backward builds {tiles}")
+    elif sched.warps != 4 * (bkv // 64 + 1):
+        errs.append(
+            f"warps={sched.warps}: one producer and {bkv // 64} consumer warpgroups (64 keys "
+            f"each) make {4 * (bkv // 64 + 1)} warps at block_kv={bkv}"
+        )
+    need = bwd_smem_bytes(bq, bkv, d, _stages(sched))
+    if need > gpu.SMEM_OPTIN_BYTES:
+        errs.append(
+            f"{_stages(sched)} Q and dO buffers need {need} bytes of shared memory, over the "
+            f"{gpu.SMEM_OPTIN_BYTES} a CTA may have: use fewer stages"
+        )
+    return errs
+
+
 def defines(sched: Schedule) -> tuple[tuple[str, int], ...]:
+    if sched.name == "flash2_bwd":
+        return tuple(
+            sorted(
+                {
+                    "BLOCK_Q": sched.block_q,
+                    "BLOCK_KV": sched.block_kv,
+                    "HEAD_DIM": sched.shape.head_dim,
+                    "DTYPE_BF16": int(sched.shape.dtype == "bf16"),
+                    "STAGES": _stages(sched),
+                }.items()
+            )
+        )
     return tuple(
         sorted(
             {
@@ -171,6 +252,15 @@ def _encode():
     return fn
 
 
+def _encoded(args) -> np.ndarray:
+    buf = ctypes.create_string_buffer(_TENSOR_MAP_BYTES + 64)
+    addr = (ctypes.addressof(buf) + 63) // 64 * 64  # CUtensorMap is 64-byte aligned
+    err = _encode()(addr, *args)
+    if err:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed (CUresult {err})")
+    return np.frombuffer(ctypes.string_at(addr, _TENSOR_MAP_BYTES), dtype=np.uint8).copy()
+
+
 def tensor_map(x, rows: int) -> np.ndarray:
     """The 128-byte tensor map of a device (batch, heads, N, d) uint16 array, read in boxes of
     64 elements by ``rows`` rows of one (batch, head)."""
@@ -179,15 +269,10 @@ def tensor_map(x, rows: int) -> np.ndarray:
     strides = (ctypes.c_uint64 * 2)(d * 2, n * d * 2)  # bytes of dims 1 and 2
     box = (ctypes.c_uint32 * 3)(_BOX_COLS, rows, 1)
     elem = (ctypes.c_uint32 * 3)(1, 1, 1)
-    buf = ctypes.create_string_buffer(_TENSOR_MAP_BYTES + 64)
-    addr = (ctypes.addressof(buf) + 63) // 64 * 64  # CUtensorMap is 64-byte aligned
-    err = _encode()(
-        addr, _TM_UINT16, 3, x.data.ptr, dims, strides, box, elem,
-        _TM_INTERLEAVE_NONE, _TM_SWIZZLE_128B, _TM_L2_256B, _TM_OOB_ZERO,
+    return _encoded(
+        (_TM_UINT16, 3, x.data.ptr, dims, strides, box, elem,
+         _TM_INTERLEAVE_NONE, _TM_SWIZZLE_128B, _TM_L2_256B, _TM_OOB_ZERO)
     )  # fmt: skip
-    if err:
-        raise RuntimeError(f"cuTensorMapEncodeTiled failed (CUresult {err}) for {x.shape}")
-    return np.frombuffer(ctypes.string_at(addr, _TENSOR_MAP_BYTES), dtype=np.uint8).copy()
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,10 +326,85 @@ class CompiledHopper:
         return gpu._from_bits(bufs["o"], self.sched.shape.dtype), bufs["lse"].get()
 
 
-def compile_hopper(sched: Schedule) -> CompiledHopper:
+@dataclass(frozen=True, slots=True)
+class CompiledHopperBwd:
+    """The three kernels of a ``flash2_bwd`` schedule with hopper_bwd.cu as the main one, with
+    kernels/gpu.py's interface. ``pre_post`` is flash2_bwd.cu built for the schedule's block_q
+    (4 warps), for its first and last kernels; ``forward`` makes O and L."""
+
+    sched: Schedule
+    module: object
+    pre_post: object
+    launches: tuple[gpu.Launch, ...]
+    forward: gpu.CompiledSchedule
+
+    def function(self, name: str):
+        return (self.module if name == "hopper_bwd" else self.pre_post).get_function(name)
+
+    def alloc(self, q, k, v, grad_out=None) -> dict:
+        """kernels/gpu.py's backward buffers (O and L from the forward, outputs poisoned with
+        NaN) and the tensor maps of the main kernel, in device memory."""
+        cp, bq = gpu._cupy(), self.sched.block_q
+        bufs = gpu.CompiledSchedule(self.sched, None, (), self.forward).alloc(q, k, v, grad_out)
+        rows = {"q": bq, "do": bq, "k": self.sched.block_kv, "v": self.sched.block_kv}
+        for x, r in {**rows, "dk": 64, "dv": 64}.items():
+            bufs[f"tm_{x}"] = cp.asarray(tensor_map(bufs[x], r))
+        return bufs
+
+    def launch(self, bufs: dict, events=None) -> None:
+        sh, i32 = self.sched.shape, np.int32
+        maps = tuple(
+            bufs[x] for x in ("tm_q", "tm_k", "tm_v", "tm_do", "lse", "dvec", "tm_dk", "tm_dv")
+        )
+        args = {
+            "flash2_bwd_pre": ("o", "do", "dvec", "dq_acc", i32(sh.seq_len)),
+            "hopper_bwd": (
+                *maps, bufs["dq_acc"], i32(sh.heads), i32(sh.n_kv_heads), i32(sh.seq_len),
+                np.float32(sh.scale), i32(sh.causal),
+            ),
+            "flash2_bwd_post": ("dq_acc", "dq", i32(sh.seq_len)),
+        }  # fmt: skip
+        for i, ln in enumerate(self.launches):
+            if events is not None:
+                events[i].record()
+            fn = self.function(ln.function)
+            if fn.max_dynamic_shared_size_bytes < ln.smem_bytes:
+                fn.max_dynamic_shared_size_bytes = ln.smem_bytes
+            a = tuple(bufs[x] if isinstance(x, str) else x for x in args[ln.function])
+            fn((ln.grid,), (ln.block,), a, shared_mem=ln.smem_bytes)
+        if events is not None:
+            events[len(self.launches)].record()
+
+    def outputs(self, bufs: dict) -> tuple[np.ndarray, ...]:
+        """(dQ, dK, dV) in the storage dtype (bf16 values as float32)."""
+        return tuple(gpu._from_bits(bufs[x], self.sched.shape.dtype) for x in ("dq", "dk", "dv"))
+
+
+def _compile_bwd(sched: Schedule) -> CompiledHopperBwd:
+    s, d = sched, sched.shape.head_dim
+    pre, main, post = (k.ctas for k in s.kernels)
+    smem = bwd_smem_bytes(s.block_q, s.block_kv, d, _stages(s))
+    launches = (
+        gpu.Launch("flash2_bwd_pre", pre, 128, 0),
+        gpu.Launch("hopper_bwd", main, s.warps * 32, smem),
+        gpu.Launch("flash2_bwd_post", post, 128, 0),
+    )
+    # flash2_bwd.cu for its first and last kernels: block_q rows a CTA, 4 warps (its main
+    # kernel's constraints met by a 64-key block it never launches)
+    ampere = Schedule("flash2_bwd", s.shape, s.block_q, 64, 4)
+    pre_post = gpu._module(gpu.source(ampere), gpu.compile_options(gpu.defines(ampere)))
+    fwd = gpu.compile_schedule(Schedule("flash2", s.shape, 64, 64, 4))
+    code = (gpu.CUDA_DIR / "hopper_bwd.cu").read_text()
+    module = gpu._module(code, compile_options(defines(s)))
+    return CompiledHopperBwd(s, module, pre_post, launches, fwd)
+
+
+def compile_hopper(sched: Schedule) -> CompiledHopper | CompiledHopperBwd:
     errs = hopper_errors(sched)
     if errs:
         raise ValueError("schedule cannot run on the Hopper kernel: " + "; ".join(errs))
+    if sched.name == "flash2_bwd":
+        return _compile_bwd(sched)
     k = sched.kernels[0]
     smem = smem_bytes(sched.block_q, sched.block_kv, sched.shape.head_dim, _stages(sched))
     launch = gpu.Launch("hopper_fwd", k.ctas, sched.warps * 32, smem)

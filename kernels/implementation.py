@@ -848,7 +848,16 @@ _HOPPER_TILINGS = _rows(
     [(64, None, 192, 128, 16, _HOPPER_WG3), (128, None, 128, 176, 12), (256, None, 128, 64, 12)],
     dtypes=_FP16_BF16,
     note=_HOPPER_NOTE,
-)
+) + _rows(
+    # kernels/cuda/hopper_bwd.cu: two consumer warpgroups of 64 keys (block_kv = 128), S^T and
+    # dP^T then dQ, dV, dK with no softmax overlap; of the builds that fit 240 registers, the
+    # fastest of data/gpu/hopper/hopper_bwd_measure.json (d = 128: three Q and dO buffers)
+    "flash2_bwd",
+    [(64, None, 128, 128, 12, {"softmax_overlap": "none"}),
+     (128, None, 64, 128, 12, {"softmax_overlap": "none", "stages": 3})],
+    dtypes=_FP16_BF16,
+    note="kernels/cuda/hopper_bwd.cu",
+)  # fmt: skip
 
 FLASHIO_HOPPER = Implementation(
     name="flashio-hopper",

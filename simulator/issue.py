@@ -192,12 +192,15 @@ def program_key(
 
 
 def hopper_key(
-    head_dim: int, block_q: int, block_kv: int, warps: int, dtype: str, softmax_overlap: str
+    head_dim: int, block_q: int, block_kv: int, warps: int, dtype: str, softmax_overlap: str,
+    kernel: str = "flash2_fwd",
 ) -> str:  # fmt: skip
-    """The census key of a build of this project's Hopper forward (data/sass/flashio-hopper):
-    ``program_key`` with its softmax overlap, a compile-time switch of hopper_fwd.cu."""
+    """The census key of a build of this project's Hopper kernels (data/sass/flashio-hopper):
+    ``program_key`` of the trace's kernel (the forward's, or ``flash2_bwd`` for the backward's
+    main kernel) with its softmax overlap, a compile-time switch of hopper_fwd.cu ("none" for
+    the backward)."""
     overlap = (("softmax_overlap", softmax_overlap),)
-    return program_key("flash2_fwd", head_dim, block_q, block_kv, warps, dtype, options=overlap)
+    return program_key(kernel, head_dim, block_q, block_kv, warps, dtype, options=overlap)
 
 
 MASK_FIELDS = ("window", "segments", "kv_seq_len", "block_mask")  # params beyond causal

@@ -115,9 +115,29 @@ def test_hopper_forward_of_this_project_from_its_compiled_code():
     rep = families.report(families=("flashio-hopper",), jobs=2)
     s = rep["summary"]["flashio-hopper flash2"]
     assert s["n"] == 90 and s["mape"] <= 0.08
-    big = [r for r in rep["rows"] if "N=8192" in r["label"] or "N=16384" in r["label"]]
+    fwd = [r for r in rep["rows"] if r["schedule"] == "flash2"]
+    big = [r for r in fwd if "N=8192" in r["label"] or "N=16384" in r["label"]]
     assert len(big) == 36 and all(abs(r["error"]) <= 0.12 for r in big)
-    d64 = [r for r in rep["ranking"] if r["shape"]["head_dim"] == 64]
+    ranked = [r for r in rep["ranking"] if r["schedule"] == "flash2"]
+    d64 = [r for r in ranked if r["shape"]["head_dim"] == 64]
     assert len(d64) == 10 and all(r["picked_slower_than_best"] <= 0.03 for r in d64)
     w = rep["written"]["flashio-hopper flash2"]
     assert w["n"] == 90 and w["mape"] <= 0.15 and w["bias"] < 0
+
+
+def test_hopper_backward_of_this_project_from_its_compiled_code():
+    """This project's Hopper backward (kernels/cuda/hopper_bwd.cu between flash2_bwd.cu's first
+    and last kernels), timed beside PyTorch's backward (data/gpu/hopper/hopper_bwd_measure.json),
+    each build (tiling, Q and dO buffers) priced by its consumer warps' compiled loop.
+    Achieved: 16.9%, every row too fast (max 22.9%). The replay prices a step by its issue
+    and the tensor cores' work, overlapped, where each consumer's step is a chain of waits
+    (products, exponentials and dS, barrier, products): cutting the loop from 1,066 to 720
+    instructions made the model 31% faster and the GPU 7% (docs/gpu.md, "The Hopper
+    backward"). The d = 64 tilings ranked at Spearman 0.8 or more, the model's pick within
+    1.4% of the best."""
+    rep = families.report(families=("flashio-hopper",), jobs=2)
+    s = rep["summary"]["flashio-hopper flash2_bwd"]
+    assert s["n"] == 36 and s["mape"] <= 0.17 and s["bias"] < 0 and s["max_error"] <= 0.23
+    ranked = [r for r in rep["ranking"] if r["schedule"] == "flash2_bwd"]
+    assert len(ranked) == 6 and all(r["spearman"] >= 0.8 for r in ranked)
+    assert all(r["picked_slower_than_best"] <= 0.015 for r in ranked)

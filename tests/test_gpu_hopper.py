@@ -1,13 +1,14 @@
-"""The Hopper forward (kernels/cuda/hopper_fwd.cu, run by kernels.hopper for the
-``flashio-hopper`` implementation) computes attention under the flash-attention error rule and
-writes every output element, with and without ping-pong scheduling. Needs an sm_90 GPU."""
+"""The Hopper kernels (kernels/cuda/hopper_fwd.cu and hopper_bwd.cu, run by kernels.hopper for
+the ``flashio-hopper`` implementation) compute attention and its gradients under the
+flash-attention error rule and write every output element, the forward with and without
+ping-pong scheduling. Needs an sm_90 GPU."""
 
 import pytest
 
 from flashio import kernels
 from flashio.kernels import gpu, hopper
 from tests._util import random_inputs
-from tests.test_gpu_kernels import _fresh_seed, _shape, check_forward
+from tests.test_gpu_kernels import _check_rule, _fresh_seed, _shape, check_forward
 
 pytestmark = pytest.mark.gpu
 
@@ -59,3 +60,37 @@ def test_the_presets_tiles_run_and_launch_as_the_schedule_says(d, tiles):
     q, k, v = random_inputs(sched.shape, seed=seed)
     o, lse = gpu.run_schedule(sched, q, k, v)
     check_forward(o, lse, (q, k, v), True, "bf16", seed)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize(
+    "tiles", hopper.BWD_TILES, ids=[f"d{d}-{bq}x{bkv}" for d, bq, bkv in hopper.BWD_TILES]
+)
+@pytest.mark.parametrize(
+    "case", CASES, ids=[f"n{n}{'-causal' if c else ''}-kv{k}" for n, c, k in CASES]
+)
+def test_hopper_backward(dtype, tiles, case):
+    """dQ, dK and dV of hopper_bwd.cu (between flash2_bwd.cu's first and last kernels) under
+    the error rule, against the float64 reference and the same-precision one."""
+    (d, bq, bkv), (n, causal, kvh) = tiles, case
+    sched = kernels.schedule(
+        "flash2_bwd", _shape(d, n, causal, kvh, dtype), bq, bkv, 4 * (bkv // 64 + 1),
+        impl="flashio-hopper",
+    )  # fmt: skip
+    seed = _fresh_seed()
+    arrays = random_inputs(sched.shape, seed=seed, backward=True)
+    got = gpu.run_schedule(sched, *arrays)
+    exact = kernels.attention_backward(*arrays, causal=causal)
+    same = kernels.attention_backward(*arrays, causal=causal, dtype=dtype)
+    for name, g, e, p in zip(("dQ", "dK", "dV"), got, exact, same, strict=True):
+        _check_rule(name, g, e, p, dtype, seed)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_the_backward_presets_launch_as_the_schedule_says(d):
+    sched = kernels.schedule("flash2_bwd", _shape(d, 1000, True, 2, "bf16"), impl="flashio-hopper")
+    assert not hopper.hopper_errors(sched)
+    comp = gpu.compile_schedule(sched)
+    assert [ln.grid for ln in comp.launches] == [k.ctas for k in sched.kernels]
+    assert comp.launches[1].block == sched.warps * 32
+    assert comp.launches[1].smem_bytes == hopper.bwd_smem_bytes(sched.block_q, sched.block_kv, d)

@@ -1,11 +1,13 @@
-"""The Hopper forward without a GPU: what its runner refuses, in words; that its source builds
-for sm_90a without spills or serialized wgmma at every tiling the GPU tests run (where NVRTC is
-installed: pip install nvidia-cuda-nvrtc; CI lacks it and skips that test); that the
+"""The Hopper kernels without a GPU: what their runner refuses, in words; that their sources
+build for sm_90a without spills or serialized wgmma at every tiling the GPU tests run (where
+NVRTC is installed: pip install nvidia-cuda-nvrtc; CI lacks it and skips those tests); that the
 description of each build is what the source builds; and that the committed Nsight Compute
-bytes of its preset builds are the trace's plus the TMA box rows past N."""
+bytes of the forward's preset builds are the trace's plus the TMA box rows past N, and the
+backward's the trace's."""
 
 import re
 
+import numpy as np
 import pytest
 
 from flashio import kernels
@@ -32,7 +34,10 @@ def test_the_preset_runs_on_the_hopper_kernel_and_nothing_else_does():
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
-        ({"name": "flash2_bwd", "bq": 64}, "forward"),
+        ({"name": "flash1"}, "'flash2' and 'flash2_bwd'"),
+        ({"name": "flash2_bwd", "bq": 128}, "the Hopper backward builds d=64: 128x128"),
+        ({"name": "flash2_bwd", "bq": 64, "warps": 8}, "2 consumer warpgroups (64 keys"),
+        ({"name": "flash2_bwd", "bq": 64, "causal": True, "window": 64}, "full and causal"),
         ({"warps": 8}, "one producer and 2 consumer warpgroups make 12 warps"),
         ({"bq": 96, "warps": 12}, "64 rows per consumer warpgroup"),
         ({"bkv": 96}, "block_kv=96"),
@@ -46,9 +51,8 @@ def test_the_preset_runs_on_the_hopper_kernel_and_nothing_else_does():
 def test_what_the_kernel_cannot_run_is_said(kwargs, words):
     errs = hopper.hopper_errors(_sched(**kwargs))
     assert any(words in e for e in errs), errs
-    if kwargs.get("name") != "flash2_bwd":
-        with pytest.raises(ValueError, match="Hopper kernel"):
-            gpu.compile_schedule(_sched(**kwargs))
+    with pytest.raises(ValueError, match="Hopper kernel"):
+        gpu.compile_schedule(_sched(**kwargs))
 
 
 def test_shared_memory_is_the_tiles_the_barriers_and_the_alignment_slack():
@@ -78,6 +82,48 @@ def test_builds_for_sm90a_without_spills_or_serialized_wgmma(overlap, tiles):
     _, log = nvrtc.compile_cubin(src, (*opts, "--ptxas-options=-v"), "hopper_fwd.cu")
     assert " 0 bytes spill stores, 0 bytes spill loads" in log, log
     assert "serialized" not in log, log
+
+
+def test_backward_shared_memory_is_its_tiles_rows_barriers_and_slack():
+    # K and V 128x128, two Q and two dO buffers 64x128, two dS^T buffers 128x64 (2 bytes an
+    # element); two L and two D rows of 64 fp32; 7 mbarriers
+    tiles = (2 * 128 * 128 + 4 * 64 * 128 + 2 * 128 * 64) * 2
+    assert hopper.bwd_smem_bytes(64, 128, 128) == 1024 + tiles + 4 * 64 * 4 + 8 * 7
+    for d, bq, bkv in hopper.BWD_TILES:
+        assert hopper.bwd_smem_bytes(bq, bkv, d) <= gpu.SMEM_OPTIN_BYTES
+
+
+def test_the_backward_presets_are_builds_of_the_kernel():
+    for d in (64, 128):
+        sh = kernels.AttentionShape(1, 4, 1000, d, "bf16")
+        sched = kernels.schedule("flash2_bwd", sh, impl="flashio-hopper")
+        assert (d, sched.block_q, sched.block_kv) in hopper.BWD_TILES
+        assert hopper.hopper_errors(sched) == []
+        desc = hopper.bwd_description(sched.block_kv)
+        assert desc.consumer_warpgroups == sched.block_kv // 64
+        assert desc.softmax_overlap == "none"
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize(
+    "tiles", hopper.BWD_TILES, ids=[f"d{d}-{bq}x{bkv}" for d, bq, bkv in hopper.BWD_TILES]
+)
+def test_backward_builds_for_sm90a_without_spills_or_serialized_wgmma(tiles, stages):
+    """Each backward build fits its consumers' 240 registers (hopper_bwd.cu's setmaxnreg):
+    the dK and dV accumulators, S^T and dP^T, and a dQ tile."""
+    nvrtc = _nvrtc()
+    d, bq, bkv = tiles
+    impl = hopper.bwd_description(bkv, stages)
+    sched = _sched("flash2_bwd", d=d, bq=bq, bkv=bkv, warps=4 * (bkv // 64 + 1), impl=impl)
+    assert dict(hopper.defines(sched))["STAGES"] == stages
+    assert hopper.hopper_errors(sched) == []
+    opts = (*hopper.compile_options(hopper.defines(sched)), *gpu.CUPY_NVRTC_OPTIONS)
+    src = (gpu.CUDA_DIR / "hopper_bwd.cu").read_text()
+    _, log = nvrtc.compile_cubin(src, (*opts, "--ptxas-options=-v"), "hopper_bwd.cu")
+    assert " 0 bytes spill stores, 0 bytes spill loads" in log, log
+    assert "serialized" not in log, log
+    src_regs = re.search(r"CONSUMER_REGS = (\d+);", src).group(1)
+    assert int(src_regs) == hopper.bwd_description(bkv).register_budget
 
 
 def _rows_past_n(sched) -> int:
@@ -135,3 +181,29 @@ def test_description_is_the_build(block_q):
     assert impl.producer_register_budget == regs["PRODUCER_REGS"]
     assert impl.softmax_overlap == "none" and all(not t.overrides for t in impl.tilings)
     assert all(t.block_q == block_q and t.warps == 4 * (consumers + 1) for t in impl.tilings)
+
+
+@pytest.mark.parametrize(("d", "causal"), [(64, False), (128, False), (128, True)])
+def test_nsight_compute_bytes_of_the_backward_are_the_trace(d, causal):
+    """data/gpu/hopper/ncu_bwd: one launch of the backward's main kernel (hopper_bwd.cu, the
+    preset tiling) at N = 4096, H = 16. The SM side writes exactly the trace's dK, dV and dQ
+    reductions, and reads the trace's bytes but for L1 hits of L_i and D_i, the only reads
+    that are ordinary loads (Q, dO, K and V come by TMA, which L1 does not serve)."""
+    from flashio.analysis.paths import DATA
+    from flashio.analysis.validation.gpu_data import parse_ncu_csv
+    from flashio.simulator import Op
+
+    sh = kernels.AttentionShape(1, 16, 4096, d, "bf16", causal=causal)
+    sched = kernels.schedule("flash2_bwd", sh, impl="flashio-hopper")
+    path = DATA / "gpu" / "hopper" / "ncu_bwd" / f"ncu_bwd_{d}_4096_{int(causal)}.csv"
+    (launch,) = parse_ncu_csv(path.read_text())
+    m = launch["metrics"]
+    ev = sched.trace().events
+    main = ev[ev["kernel"] == 1]
+    names = [t.name for t in sched.tensors]
+    loads = main[main["op"] == Op.LOAD]
+    rows = loads[np.isin(loads["tensor"], [names.index("L"), names.index("D")])]
+    written = main[(main["op"] == Op.STORE) | (main["op"] == Op.REDUCE)]
+    assert m["l1tex__m_l1tex2xbar_write_bytes.sum"] == written["bytes"].sum()
+    reads = m["l1tex__m_xbar2l1tex_read_bytes.sum"]
+    assert loads["bytes"].sum() - rows["bytes"].sum() <= reads <= loads["bytes"].sum()

@@ -105,9 +105,11 @@ def test_out_of_line_waits_and_named_barriers():
 
 
 def test_hopper_census_is_what_the_source_compiles_to():
-    """Two builds of the Hopper forward compiled from today's source: the committed entries
-    of data/sass/flashio-hopper.json.gz, instruction for instruction, and their loops the
-    ones the algorithm has: d / 16 + block_kv / 16 wgmma and one exp2 per score of a thread."""
+    """Two builds of the Hopper forward and one of its backward compiled from today's source:
+    the committed entries of data/sass/flashio-hopper.json.gz, instruction for instruction,
+    and their loops the ones the algorithm has: the forward's d / 16 + block_kv / 16 wgmma
+    and one exp2 per score of a thread; the backward's S^T and dP^T (d / 16 each), a dQ tile
+    (block_kv / 16) and dV and dK (block_q / 16 each), one exp2 per score of a thread."""
     from benchmarks import nvrtc
 
     if not (nvrtc.available() and sass_census.have_tools()):
@@ -115,13 +117,15 @@ def test_hopper_census_is_what_the_source_compiles_to():
             "needs NVRTC and cuobjdump (pip install nvidia-cuda-nvrtc nvidia-cuda-cuobjdump)"
         )
     builds = ((128, 128, 176, ("both",)), (64, 192, 128, ("none",)))
-    progs = sass_census.hopper_census(builds, ("bf16",), log=lambda *_: None)
+    bwd = ((128, 64, 128),)
+    progs = sass_census.hopper_census(builds, ("bf16",), log=lambda *_: None, bwd_builds=bwd)
     committed = issue.census("flashio-hopper")
-    for (d, _bq, bkv, _), (key, prog) in zip(builds, progs.items(), strict=True):
+    expected = [(d // 16 + bkv // 16, bkv // 2 + 2) for d, _, bkv, _ in builds]  # +2: rescales
+    expected += [(2 * d // 16 + bkv // 16 + 2 * bq // 16, bq // 2) for d, bq, bkv in bwd]
+    for (hgmma, mufu), (key, prog) in zip(expected, progs.items(), strict=True):
         assert committed[key] == prog, key
         counts = WarpProgram.from_json(prog).counts()
-        assert counts["hgmma"] == d // 16 + bkv // 16
-        assert counts["mufu"] == bkv // 2 + 2  # exp2 per score, two rescale factors
+        assert (counts["hgmma"], counts["mufu"]) == (hgmma, mufu), key
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,10 @@ code: the error a user gets at a tiling never compiled (``report()["written"]``)
   benchmarks/hopper_measure.py (data/gpu/hopper/hopper_measure.json: the median of sets of
   back-to-back launches, each set CUDA-event-timed) at its tilings and softmax overlaps, each
   against the ``flashio-hopper`` description of that build, its consumer warps' loop replayed
-  from its compiled code (data/sass/flashio-hopper.json.gz).
+  from its compiled code (data/sass/flashio-hopper.json.gz); and its backward
+  (kernels/cuda/hopper_bwd.cu between flash2_bwd.cu's first and last kernels), timed the same
+  way by benchmarks/hopper_bwd_measure.py (data/gpu/hopper/hopper_bwd_measure.json), against
+  ``hopper.bwd_description`` of each build.
 
 cuDNN's backward, flex_attention and eager attention were measured too; their kernels are
 neither in the instruction census nor written by ``simulator.synth``, so they are listed as
@@ -90,6 +93,7 @@ MODEL_IMPL = {
     "flashio-hopper": "flashio-hopper",
 }
 HOPPER_RUN = DATA / "gpu" / "hopper" / "hopper_measure.json"
+HOPPER_BWD_RUN = DATA / "gpu" / "hopper" / "hopper_bwd_measure.json"
 CUDNN_TILING = (128, 128, 12)
 # event-timed runs shorter than this are launch overhead more than kernel; the profiler's
 # kernel durations (the other families) have no such floor
@@ -107,6 +111,7 @@ class Measured:
     time_s: float
     harness: bool  # event-timed through this project's launch loop
     overlap: str | None = None  # the softmax overlap of a flashio-hopper row
+    stages: int = 2  # Q and dO buffers of a flashio-hopper backward row
 
     @property
     def label(self) -> str:
@@ -120,12 +125,14 @@ class Measured:
 
     @property
     def variant(self) -> tuple:
-        """What distinguishes the kernels measured at one shape: tiling and overlap."""
-        return (self.block_q, self.block_kv, self.warps, self.overlap)
+        """What distinguishes the kernels measured at one shape: tiling, overlap, stages."""
+        return (self.block_q, self.block_kv, self.warps, self.overlap, self.stages)
 
     @property
     def impl(self):
         """The implementation description this row is predicted with."""
+        if self.family == "flashio-hopper" and self.schedule == "flash2_bwd":
+            return hopper.bwd_description(self.block_kv, self.stages)
         if self.overlap is None:
             return MODEL_IMPL[self.family]
         return hopper.description(self.block_q, self.overlap)
@@ -185,10 +192,11 @@ def measurements(families=FAMILIES) -> tuple[list[Measured], dict]:
 
 
 def _hopper_rows() -> list[Measured]:
-    """The Hopper forward's rows of benchmarks/hopper_measure.py (PyTorch's rows beside them
-    there are timed in impl_measure.json too, and come from there)."""
+    """The Hopper kernels' rows of benchmarks/hopper_measure.py and hopper_bwd_measure.py
+    (PyTorch's rows beside them there are timed in impl_measure.json too, and come from
+    there)."""
     rows = json.loads(HOPPER_RUN.read_text())["rows"]
-    return [
+    out = [
         Measured(
             "flashio-hopper",
             "flash2",
@@ -203,6 +211,23 @@ def _hopper_rows() -> list[Measured]:
         for r in rows
         if r["kernel"].startswith("hopper")
     ]
+    bwd = json.loads(HOPPER_BWD_RUN.read_text())["rows"] if HOPPER_BWD_RUN.exists() else []
+    out += [
+        Measured(
+            "flashio-hopper",
+            "flash2_bwd",
+            _shape(r),
+            r["block_q"],
+            r["block_kv"],
+            4 * (r["block_kv"] // 64 + 1),
+            r["median_s"],
+            False,
+            stages=r["stages"],
+        )
+        for r in bwd
+        if r["kernel"].startswith("hopper")
+    ]
+    return out
 
 
 def predict(m: Measured, options: ModelOptions = OPTIONS) -> float:
