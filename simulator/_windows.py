@@ -24,12 +24,20 @@ from flashio.simulator.trace import Trace, TraceSource
 
 @njit(cache=True, nogil=True)
 def cta_offsets(ev, c0, c1):
-    """Start of each CTA ``c0..c1`` in ``ev`` (ordered by CTA), and the end: ``c1 - c0 + 1``."""
-    off = np.zeros(c1 - c0 + 1, np.int64)
-    for i in range(ev.shape[0]):
-        off[ev[i].cta - c0 + 1] += 1
-    for j in range(1, off.shape[0]):
-        off[j] += off[j - 1]
+    """Start of each CTA ``c0..c1`` in ``ev`` (ordered by CTA, as a trace is), and the end:
+    ``c1 - c0 + 1`` entries. Found by bisection: a pass that counts would read the whole window
+    again (0.38 of the 3.5 s that making FA2's windows at N = 64k takes)."""
+    off = np.empty(c1 - c0 + 1, np.int64)
+    lo = 0
+    for j in range(c1 - c0 + 1):
+        hi = ev.shape[0]
+        while lo < hi:  # the first event of a CTA >= c0 + j, at or after the previous start
+            mid = (lo + hi) >> 1
+            if ev[mid].cta < c0 + j:
+                lo = mid + 1
+            else:
+                hi = mid
+        off[j] = lo
     return off
 
 
@@ -64,8 +72,8 @@ class Windows:
         self._max_width = ctas if isinstance(source, Trace) else width
         self._pool = ThreadPoolExecutor(max_workers=1) if self._max_width < ctas else None
         self._takes_out = _takes_out(source)
-        # the first window is made before the engine can start: small (two waves), then the
-        # windows double up to ``width`` while the engine replays
+        # the first window is made before the engine can start: small (at most two waves),
+        # then the windows double up to ``width`` while the engine replays
         self._width = self._max_width if self._pool is None else min(width, 2 * slots)
         c1 = min(ctas, self._width)
         ev = source.cta_events(kernel, 0, c1)

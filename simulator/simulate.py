@@ -513,8 +513,10 @@ def _replay_kernel(
     reg[E.R_NEXT], reg[E.R_PENDING] = slots, -1  # the first wave takes CTAs 0..slots-1
     kernel_end = np.array([start])
     # sized by an average CTA: a causal grid's first CTA is its shortest, and sized by it one
-    # window would hold the whole trace
-    width = max(2 * slots, window_events // max(1, round(cta_events_mean(source, k))))
+    # window would hold the whole trace. At least one wave (the first window starts it), and
+    # no more: memory a process writes first is dear (400 MB took 0.97 s here); two waves
+    # made FA2 at N = 128k 1.3 s slower, one process each (docs/model.md, "Speed")
+    width = max(slots, window_events // max(1, round(cta_events_mean(source, k))))
     windows = Windows(source, k, kinfo.ctas, width, slots)
     marks = probe.marks if probe else np.zeros(0, np.int64)
     if marks.size and marks[0] < slots:

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from flashio import kernels
-from flashio.simulator._windows import Windows
+from flashio.simulator._windows import Windows, cta_offsets
+from flashio.simulator.trace import EVENT_DTYPE
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -40,3 +41,12 @@ def test_windows_hold_each_ctas_events_and_the_carried_ones(causal):
         assert seen == ctas
     finally:
         windows.close()
+
+
+def test_cta_offsets_bisect_to_each_ctas_first_event_even_an_empty_ctas():
+    """Offsets found by bisection equal those counted event by event, for a window that
+    starts at CTA 5 and whose CTAs 6 and 8 have no events."""
+    ev = np.zeros(9, EVENT_DTYPE)
+    ev["cta"] = [5, 5, 7, 7, 7, 9, 9, 9, 9]
+    counted = np.concatenate([[0], np.cumsum(np.bincount(ev["cta"] - 5, minlength=5))])
+    assert cta_offsets(ev, 5, 10).tolist() == counted.tolist() == [0, 2, 2, 5, 5, 9]
