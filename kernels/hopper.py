@@ -55,7 +55,7 @@ WGMMA_N = (64, 128, 176, 192, 256)  # the N of kernels/cuda/wgmma.cu's wrappers
 # (head_dim, block_q, block_kv) of the backward builds that fit the consumers' 240 registers
 # without spills or serialized wgmma (tests/test_hopper.py assembles each)
 BWD_TILES = ((64, 128, 128), (64, 64, 64), (128, 64, 128))
-BWD_STAGES = 2
+BWD_STAGES = 2  # Q and dO buffers of a build unless said (the preset's d = 128 row: 3)
 
 
 def uses_hopper(sched: Schedule) -> bool:
@@ -138,7 +138,7 @@ def _intra(sched: Schedule) -> int:
 
 
 def hopper_errors(sched: Schedule) -> list[str]:
-    """What hopper_fwd.cu cannot run of ``sched``, in words ([] = fine)."""
+    """What the Hopper kernels cannot run of ``sched``, in words ([] = fine)."""
     sh, bq, bkv, d = sched.shape, sched.block_q, sched.block_kv, sched.shape.head_dim
     if sched.name == "flash2_bwd":
         return _bwd_errors(sched)
@@ -353,14 +353,12 @@ class CompiledHopperBwd:
 
     def launch(self, bufs: dict, events=None) -> None:
         sh, i32 = self.sched.shape, np.int32
-        maps = tuple(
-            bufs[x] for x in ("tm_q", "tm_k", "tm_v", "tm_do", "lse", "dvec", "tm_dk", "tm_dv")
-        )
         args = {
             "flash2_bwd_pre": ("o", "do", "dvec", "dq_acc", i32(sh.seq_len)),
             "hopper_bwd": (
-                *maps, bufs["dq_acc"], i32(sh.heads), i32(sh.n_kv_heads), i32(sh.seq_len),
-                np.float32(sh.scale), i32(sh.causal),
+                "tm_q", "tm_k", "tm_v", "tm_do", "lse", "dvec", "tm_dk", "tm_dv", "dq_acc",
+                i32(sh.heads), i32(sh.n_kv_heads), i32(sh.seq_len), np.float32(sh.scale),
+                i32(sh.causal),
             ),
             "flash2_bwd_post": ("dq_acc", "dq", i32(sh.seq_len)),
         }  # fmt: skip

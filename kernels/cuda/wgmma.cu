@@ -1,4 +1,5 @@
-// Hopper (sm_90a) building blocks of hopper_fwd.cu: mbarriers, TMA tile copies and wgmma.
+// Hopper (sm_90a) building blocks of hopper_fwd.cu and hopper_bwd.cu: mbarriers, TMA tile
+// copies and wgmma.
 //
 // PTX ISA 8.x facts used here: a TMA copy (cp.async.bulk.tensor) moves a box of a tensor map
 // from global to shared memory and completes `complete_tx` bytes on an mbarrier; the tensor map
@@ -18,6 +19,8 @@
 // - N-major operand (V in O = P V, the output dimension contiguous; the transpose bit set):
 //   leading byte offset = the next column block of 64 outputs, stride byte offset = 1024 (the
 //   next 8 rows of the reduction dimension); a k16 step moves the start by 16 rows (2048 bytes).
+// - M-major A operand (dS^T in the backward's dQ = dS K: the rows of M contiguous; the A
+//   transpose bit set): laid out and described as an N-major B operand.
 #pragma once
 
 typedef unsigned long long u64;
