@@ -17,19 +17,17 @@ hopper_bwd_measure.json and .csv (with provenance) to --out.
 from __future__ import annotations
 
 import argparse
-import csv
 import functools
 import hashlib
 import itertools
 import json
-import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.gpu_measure import provenance
-from benchmarks.hopper_measure import cupy_events, table, time_events, torch_events
+from benchmarks.hopper_measure import cupy_events, save, table, time_events, torch_events
 from flashio import kernels
 from flashio.kernels import gpu, hopper
 
@@ -118,23 +116,8 @@ def run_once(sh) -> int:
     return 0
 
 
-def save(doc: dict, out: Path) -> None:
-    """hopper_bwd_measure.json and .csv in ``out``, each written whole (temporary, renamed)."""
-    for r in doc["rows"]:
-        sh = kernels.AttentionShape(1, r["heads"], r["seq_len"], r["head_dim"], "bf16",
-                                    causal=r["causal"])  # fmt: skip
-        r["median_s"] = statistics.median(r["times_s"])
-        r["tflops"] = flops(sh) / r["median_s"] / 1e12
-    tmp = out / "hopper_bwd_measure.json.tmp"
-    tmp.write_text(json.dumps(doc, indent=1, default=str))
-    tmp.replace(out / "hopper_bwd_measure.json")
-    keys = ["kernel", "head_dim", "causal", "seq_len", "median_s", "tflops", "block_q",
-            "block_kv", "stages", "max_abs_diff_vs_sdpa_flash", "unwritten"]  # fmt: skip
-    with open(out / "hopper_bwd_measure.csv.tmp", "w", newline="") as f:
-        w = csv.DictWriter(f, keys, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(doc["rows"])
-    (out / "hopper_bwd_measure.csv.tmp").replace(out / "hopper_bwd_measure.csv")
+CSV_KEYS = ("kernel", "head_dim", "causal", "seq_len", "median_s", "tflops", "block_q",
+            "block_kv", "stages", "max_abs_diff_vs_sdpa_flash", "unwritten")  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -192,7 +175,7 @@ def main(argv=None) -> int:
                 sh = kernels.AttentionShape(1, args.heads, n, d, "bf16", causal=causal)
                 measure_shape(sh, args, doc["rows"], doc["errors"])
                 doc["wall_s"] = round(time.monotonic() - start, 1)
-                save(doc, args.out)
+                save(doc, args.out, "hopper_bwd_measure", flops, CSV_KEYS)
                 here = [r for r in doc["rows"] if (r["seq_len"], r["head_dim"]) == (n, d)]
                 cells = ", ".join(f"{r['kernel']} {r['tflops']:.0f}" for r in here
                                   if r["causal"] == causal)  # fmt: skip

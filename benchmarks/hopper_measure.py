@@ -190,23 +190,26 @@ def run_once(sh) -> int:
     return 0
 
 
-def save(doc: dict, out: Path) -> None:
-    """hopper_measure.json and .csv in ``out``, each written whole (a temporary, then renamed)."""
+CSV_KEYS = ("kernel", "head_dim", "causal", "seq_len", "median_s", "tflops", "block_q",
+            "block_kv", "softmax_overlap", "max_abs_diff_vs_sdpa_flash", "unwritten")  # fmt: skip
+
+
+def save(doc: dict, out: Path, stem="hopper_measure", count=flops, keys=CSV_KEYS) -> None:
+    """``stem``.json and .csv in ``out``, each written whole (a temporary, then renamed), with
+    each row's median seconds and TFLOP/s (``count``: the FLOPs of a shape)."""
     for r in doc["rows"]:
         sh = kernels.AttentionShape(1, r["heads"], r["seq_len"], r["head_dim"], "bf16",
                                     causal=r["causal"])  # fmt: skip
         r["median_s"] = statistics.median(r["times_s"])
-        r["tflops"] = flops(sh) / r["median_s"] / 1e12
-    tmp = out / "hopper_measure.json.tmp"
+        r["tflops"] = count(sh) / r["median_s"] / 1e12
+    tmp = out / f"{stem}.json.tmp"
     tmp.write_text(json.dumps(doc, indent=1, default=str))
-    tmp.replace(out / "hopper_measure.json")
-    keys = ["kernel", "head_dim", "causal", "seq_len", "median_s", "tflops", "block_q",
-            "block_kv", "softmax_overlap", "max_abs_diff_vs_sdpa_flash", "unwritten"]  # fmt: skip
-    with open(out / "hopper_measure.csv.tmp", "w", newline="") as f:
+    tmp.replace(out / f"{stem}.json")
+    with open(out / f"{stem}.csv.tmp", "w", newline="") as f:
         w = csv.DictWriter(f, keys, extrasaction="ignore")
         w.writeheader()
         w.writerows(doc["rows"])
-    (out / "hopper_measure.csv.tmp").replace(out / "hopper_measure.csv")
+    (out / f"{stem}.csv.tmp").replace(out / f"{stem}.csv")
 
 
 def main(argv=None) -> int:

@@ -203,31 +203,18 @@ def _bwd_errors(sched: Schedule) -> list[str]:
 
 
 def defines(sched: Schedule) -> tuple[tuple[str, int], ...]:
-    if sched.name == "flash2_bwd":
-        return tuple(
-            sorted(
-                {
-                    "BLOCK_Q": sched.block_q,
-                    "BLOCK_KV": sched.block_kv,
-                    "HEAD_DIM": sched.shape.head_dim,
-                    "DTYPE_BF16": int(sched.shape.dtype == "bf16"),
-                    "STAGES": _stages(sched),
-                }.items()
-            )
-        )
-    return tuple(
-        sorted(
-            {
-                "BLOCK_Q": sched.block_q,
-                "BLOCK_KV": sched.block_kv,
-                "HEAD_DIM": sched.shape.head_dim,
-                "DTYPE_BF16": int(sched.shape.dtype == "bf16"),
-                "STAGES": _stages(sched),
-                "PINGPONG": _pingpong(sched),
-                "INTRA": _intra(sched),
-            }.items()
-        )
-    )
+    """The compile-time parameters of the build ``sched`` runs (the forward's overlap switches
+    too)."""
+    out = {
+        "BLOCK_Q": sched.block_q,
+        "BLOCK_KV": sched.block_kv,
+        "HEAD_DIM": sched.shape.head_dim,
+        "DTYPE_BF16": int(sched.shape.dtype == "bf16"),
+        "STAGES": _stages(sched),
+    }
+    if sched.name == "flash2":
+        out.update(PINGPONG=_pingpong(sched), INTRA=_intra(sched))
+    return tuple(sorted(out.items()))
 
 
 # NVRTC builds for sm_90a when -arch=sm_90a is given beside the -arch=sm_90 CuPy appends

@@ -8,7 +8,7 @@ import pytest
 from flashio import kernels
 from flashio.kernels import gpu, hopper
 from tests._util import random_inputs
-from tests.test_gpu_kernels import _check_rule, _fresh_seed, _shape, check_forward
+from tests.test_gpu_kernels import _fresh_seed, _shape, check_backward, check_forward
 
 pytestmark = pytest.mark.gpu
 
@@ -77,13 +77,7 @@ def test_hopper_backward(dtype, tiles, case):
         "flash2_bwd", _shape(d, n, causal, kvh, dtype), bq, bkv, 4 * (bkv // 64 + 1),
         impl="flashio-hopper",
     )  # fmt: skip
-    seed = _fresh_seed()
-    arrays = random_inputs(sched.shape, seed=seed, backward=True)
-    got = gpu.run_schedule(sched, *arrays)
-    exact = kernels.attention_backward(*arrays, causal=causal)
-    same = kernels.attention_backward(*arrays, causal=causal, dtype=dtype)
-    for name, g, e, p in zip(("dQ", "dK", "dV"), got, exact, same, strict=True):
-        _check_rule(name, g, e, p, dtype, seed)
+    check_backward(sched)
 
 
 @pytest.mark.parametrize("d", [64, 128])
