@@ -129,12 +129,10 @@ def test_hopper_backward_of_this_project_from_its_compiled_code():
     """This project's Hopper backward (kernels/cuda/hopper_bwd.cu between flash2_bwd.cu's first
     and last kernels), timed beside PyTorch's backward (data/gpu/hopper/hopper_bwd_measure.json),
     each build (tiling, Q and dO buffers) priced by its consumer warps' compiled loop.
-    Achieved: 16.9%, every row too fast (max 22.9%). The replay prices a step by its issue
-    and the tensor cores' work, overlapped, where each consumer's step is a chain of waits
-    (products, exponentials and dS, barrier, products): cutting the loop from 1,066 to 720
-    instructions made the model 31% faster and the GPU 7% (docs/gpu.md, "The Hopper
-    backward"). The d = 64 tilings ranked at Spearman 0.8 or more, the model's pick within
-    1.4% of the best."""
+    Achieved: 16.9%, every row too fast (max 22.9%): cutting the loop from 1,066 to 720
+    instructions made the model 31% faster and the GPU 7%, so the step is bound by something
+    the replay does not see (docs/gpu.md, "The Hopper backward"). The d = 64 tilings ranked at
+    Spearman 0.8 or more, the model's pick within 1.4% of the best."""
     rep = families.report(families=("flashio-hopper",), jobs=2)
     s = rep["summary"]["flashio-hopper flash2_bwd"]
     assert s["n"] == 36 and s["mape"] <= 0.17 and s["bias"] < 0 and s["max_error"] <= 0.23
