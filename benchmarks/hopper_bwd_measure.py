@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import itertools
 import json
 import time
@@ -26,8 +25,15 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.gpu_measure import provenance
-from benchmarks.hopper_measure import cupy_events, save, table, time_events, torch_events
+from benchmarks.hopper_measure import (
+    add_run_args,
+    cupy_events,
+    new_doc,
+    save,
+    table,
+    time_events,
+    torch_events,
+)
 from flashio import kernels
 from flashio.kernels import gpu, hopper
 
@@ -122,34 +128,13 @@ CSV_KEYS = ("kernel", "head_dim", "causal", "seq_len", "median_s", "tflops", "bl
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, help="folder for the JSON and CSV")
-    ap.add_argument(
-        "--table",
-        type=Path,
-        metavar="JSON",
-        help="print a run's TFLOP/s as a markdown table instead of measuring",
-    )
-    ap.add_argument(
-        "--once",
-        metavar="D,N,CAUSAL",
-        help="run the preset backward once at head dim D, N keys, causal 0/1 (Nsight Compute)",
-    )
-    ap.add_argument("--seq-lens", default="1024,4096,8192,16384")
-    ap.add_argument("--head-dims", default="64,128")
-    ap.add_argument("--heads", type=int, default=16)
-    ap.add_argument(
-        "--backends",
-        default=",".join(TORCH_BACKENDS),
-        help="PyTorch backward kernels beside (sdpa-flash first: the reference)",
-    )
+    add_run_args(ap, "1024,4096,8192,16384", TORCH_BACKENDS, "preset backward")
     ap.add_argument(
         "--stages",
         type=lambda v: tuple(map(int, v.split(","))),
         default=(hopper.BWD_STAGES,),
         help="Q and dO buffers of the Hopper builds, e.g. 2,3 (one build each)",
     )
-    ap.add_argument("--reps", type=int, default=10, help="calls per timed set")
-    ap.add_argument("--sets", type=int, default=5, help="timed sets (the median is reported)")
     args = ap.parse_args(argv)
     if args.table:
         print(table(json.loads(args.table.read_text())))
@@ -160,14 +145,7 @@ def main(argv=None) -> int:
     if args.out is None:
         ap.error("give --out DIR (or --table JSON or --once D,N,CAUSAL)")
     args.out.mkdir(parents=True, exist_ok=True)
-    doc = {"provenance": provenance(), "settings": vars(args) | {"out": None}, "rows": [],
-           "errors": []}  # fmt: skip
-    doc["provenance"]["python_sources_sha256"].update(
-        {
-            p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in (Path(hopper.__file__), Path(__file__), gpu.CUDA_DIR / "hopper_bwd.cu")
-        }
-    )
+    doc = new_doc(args, Path(hopper.__file__), Path(__file__), gpu.CUDA_DIR / "hopper_bwd.cu")
     start = time.monotonic()
     for d in map(int, args.head_dims.split(",")):
         for causal in (False, True):

@@ -212,8 +212,9 @@ def save(doc: dict, out: Path, stem="hopper_measure", count=flops, keys=CSV_KEYS
     (out / f"{stem}.csv.tmp").replace(out / f"{stem}.csv")
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_run_args(ap, seq_lens: str, backends: tuple[str, ...], kernel: str) -> None:
+    """The options this script and benchmarks/hopper_bwd_measure.py share: where to write,
+    --table, --once (``kernel``: what it runs), the shapes, PyTorch's kernels, the timing."""
     ap.add_argument("--out", type=Path, help="folder for the JSON and CSV")
     ap.add_argument(
         "--table",
@@ -224,18 +225,34 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--once",
         metavar="D,N,CAUSAL",
-        help="run the preset build once at head dim D, N keys, causal 0/1 (for Nsight Compute)",
+        help=f"run the {kernel} once at head dim D, N keys, causal 0/1 (for Nsight Compute)",
     )
-    ap.add_argument("--seq-lens", default="1024,2048,4096,8192,16384")
+    ap.add_argument("--seq-lens", default=seq_lens)
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument(
         "--backends",
-        default=",".join(TORCH_BACKENDS),
-        help="PyTorch kernels beside (sdpa-flash first: the reference for O)",
+        default=",".join(backends),
+        help="PyTorch kernels beside (sdpa-flash first: the reference)",
     )
     ap.add_argument("--reps", type=int, default=10, help="launches per timed set")
     ap.add_argument("--sets", type=int, default=5, help="timed sets (the median is reported)")
+
+
+def new_doc(args, *sources: Path) -> dict:
+    """A run's document: provenance (with the SHA-256 of ``sources`` beside the runner's),
+    settings, no rows or errors yet."""
+    doc = {"provenance": provenance(), "settings": vars(args) | {"out": None}, "rows": [],
+           "errors": []}  # fmt: skip
+    doc["provenance"]["python_sources_sha256"].update(
+        {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sources}
+    )
+    return doc
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_run_args(ap, "1024,2048,4096,8192,16384", TORCH_BACKENDS, "preset build")
     args = ap.parse_args(argv)
     if args.table:
         print(table(json.loads(args.table.read_text())))
@@ -246,14 +263,7 @@ def main(argv=None) -> int:
     if args.out is None:
         ap.error("give --out DIR (or --table JSON or --once D,N,CAUSAL)")
     args.out.mkdir(parents=True, exist_ok=True)
-    doc = {"provenance": provenance(), "settings": vars(args) | {"out": None}, "rows": [],
-           "errors": []}  # fmt: skip
-    doc["provenance"]["python_sources_sha256"].update(
-        {
-            p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in (Path(hopper.__file__), Path(__file__))
-        }
-    )
+    doc = new_doc(args, Path(hopper.__file__), Path(__file__))
     start = time.monotonic()
     for d in map(int, args.head_dims.split(",")):
         for causal in (False, True):

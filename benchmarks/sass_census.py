@@ -230,15 +230,8 @@ def hopper_census(
                     shape = AttentionShape(batch=1, heads=1, seq_len=4096, head_dim=d, dtype=dtype)
                     impl = hopper.description(bq, overlap)
                     sched = schedule("flash2", shape, bq, bk, 4 * (bq // 64 + 1), impl=impl)
-                    text, report = compile_sass(sched, Path(tmp))
                     key = hopper_key(d, bq, bk, sched.warps, dtype, overlap)
-                    progs = parts(text, "hopper_fwd", name=key, marker="HGMMA")
-                    out[key] = {
-                        **progs["loop"].to_json(),
-                        "compiled": report["hopper_fwd"],
-                        "prologue": progs["prologue"].to_json(),
-                        "epilogue": progs["epilogue"].to_json(),
-                    }
+                    out[key] = _hopper_entry(sched, "hopper_fwd", key, Path(tmp))
                     log(f"{key}: {len(out[key]['class'])} instructions per step")
             for d, bq, bk in bwd_builds:  # the backward's main kernel, one build each
                 shape = AttentionShape(batch=1, heads=1, seq_len=4096, head_dim=d, dtype=dtype)
@@ -246,17 +239,23 @@ def hopper_census(
                 stages = HOPPER_PRESET.specialize("flash2_bwd", shape).stages
                 impl = hopper.bwd_description(bk, stages)
                 sched = schedule("flash2_bwd", shape, bq, bk, 4 * (bk // 64 + 1), impl=impl)
-                text, report = compile_sass(sched, Path(tmp))
                 key = hopper_key(d, bq, bk, sched.warps, dtype, "none", kernel="flash2_bwd")
-                progs = parts(text, "hopper_bwd", name=key, marker="HGMMA")
-                out[key] = {
-                    **progs["loop"].to_json(),
-                    "compiled": report["hopper_bwd"],
-                    "prologue": progs["prologue"].to_json(),
-                    "epilogue": progs["epilogue"].to_json(),
-                }
+                out[key] = _hopper_entry(sched, "hopper_bwd", key, Path(tmp))
                 log(f"{key}: {len(out[key]['class'])} instructions per step")
     return out
+
+
+def _hopper_entry(sched, function: str, key: str, workdir: Path) -> dict:
+    """The census entry of one Hopper build: ``function``'s consumer loop (the innermost
+    holding its wgmma), prologue and epilogue, and ptxas's report."""
+    text, report = compile_sass(sched, workdir)
+    progs = parts(text, function, name=key, marker="HGMMA")
+    return {
+        **progs["loop"].to_json(),
+        "compiled": report[function],
+        "prologue": progs["prologue"].to_json(),
+        "epilogue": progs["epilogue"].to_json(),
+    }
 
 
 def write(progs: dict, path: Path = CENSUS_PATH, **about) -> None:

@@ -144,11 +144,7 @@ def hopper_errors(sched: Schedule) -> list[str]:
         return _bwd_errors(sched)
     if sched.name != "flash2":
         return [f"the Hopper kernels run 'flash2' and 'flash2_bwd', not {sched.name!r}"]
-    errs = []
-    if sh.variant:
-        errs.append("the Hopper kernel runs full and causal attention of equal lengths")
-    if sh.dtype not in ("fp16", "bf16"):
-        errs.append(f"dtype {sh.dtype!r}: the Hopper kernel runs fp16 and bf16")
+    errs = _shape_errors(sh, "forward")
     if d not in (64, 128, 192, 256):
         errs.append(f"head_dim={d}: the Hopper kernel runs 64, 128, 192 or 256")
     if bq not in (64, 128, 192):
@@ -163,12 +159,27 @@ def hopper_errors(sched: Schedule) -> list[str]:
     if _pingpong(sched) and bq != 128:
         errs.append("ping-pong scheduling takes two consumer warpgroups (block_q=128)")
     need = smem_bytes(bq, bkv, d, _stages(sched))
-    if need > gpu.SMEM_OPTIN_BYTES:
-        errs.append(
-            f"Q, {_stages(sched)} K and V buffers need {need} bytes of shared memory, over the "
-            f"{gpu.SMEM_OPTIN_BYTES} a CTA may have: use smaller blocks"
-        )
+    errs += _smem_errors(need, f"Q, {_stages(sched)} K and V buffers", "use smaller blocks")
     return errs
+
+
+def _shape_errors(sh, kernel: str) -> list[str]:
+    """What neither Hopper kernel runs of shape ``sh`` (``kernel``: which one is asked)."""
+    errs = []
+    if sh.variant:
+        errs.append(f"the Hopper {kernel} runs full and causal attention of equal lengths")
+    if sh.dtype not in ("fp16", "bf16"):
+        errs.append(f"dtype {sh.dtype!r}: the Hopper {kernel} runs fp16 and bf16")
+    return errs
+
+
+def _smem_errors(need: int, what: str, remedy: str) -> list[str]:
+    if need <= gpu.SMEM_OPTIN_BYTES:
+        return []
+    return [
+        f"{what} need {need} bytes of shared memory, over the {gpu.SMEM_OPTIN_BYTES} a CTA "
+        f"may have: {remedy}"
+    ]
 
 
 def bwd_smem_bytes(block_q: int, block_kv: int, head_dim: int, stages: int = BWD_STAGES) -> int:
@@ -180,11 +191,7 @@ def bwd_smem_bytes(block_q: int, block_kv: int, head_dim: int, stages: int = BWD
 
 def _bwd_errors(sched: Schedule) -> list[str]:
     sh, bq, bkv, d = sched.shape, sched.block_q, sched.block_kv, sched.shape.head_dim
-    errs = []
-    if sh.variant:
-        errs.append("the Hopper backward runs full and causal attention of equal lengths")
-    if sh.dtype not in ("fp16", "bf16"):
-        errs.append(f"dtype {sh.dtype!r}: the Hopper backward runs fp16 and bf16")
+    errs = _shape_errors(sh, "backward")
     if (d, bq, bkv) not in BWD_TILES:
         tiles = ", ".join(f"d={a}: {b}x{c}" for a, b, c in BWD_TILES)
         errs.append(f"head_dim={d}, {bq}x{bkv}: the Hopper backward builds {tiles}")
@@ -194,11 +201,7 @@ def _bwd_errors(sched: Schedule) -> list[str]:
             f"each) make {4 * (bkv // 64 + 1)} warps at block_kv={bkv}"
         )
     need = bwd_smem_bytes(bq, bkv, d, _stages(sched))
-    if need > gpu.SMEM_OPTIN_BYTES:
-        errs.append(
-            f"{_stages(sched)} Q and dO buffers need {need} bytes of shared memory, over the "
-            f"{gpu.SMEM_OPTIN_BYTES} a CTA may have: use fewer stages"
-        )
+    errs += _smem_errors(need, f"K, V and {_stages(sched)} Q and dO buffers", "use fewer stages")
     return errs
 
 

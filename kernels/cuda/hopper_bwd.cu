@@ -80,8 +80,7 @@ __device__ __forceinline__ void issue_t(float* acc, u32 a_base, u32 b_base) {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-        const u32 a = a_base + (kk / 4) * BLOCK_KV * 128 + (kk % 4) * 32;
-        const u32 b = b_base + (kk / 4) * BLOCK_Q * 128 + (kk % 4) * 32;
+        const u32 a = kmajor_step(a_base, BLOCK_KV, kk), b = kmajor_step(b_base, BLOCK_Q, kk);
         WGMMA_ST(acc, sw128_desc(a, 16), sw128_desc(b, 16), kk > 0);
     }
 }

@@ -93,8 +93,7 @@ __device__ __forceinline__ void issue_s(float* acc_s, u32 q_base, u32 k_base) {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-        const u32 qa = q_base + (kk / 4) * BLOCK_Q * 128 + (kk % 4) * 32;
-        const u32 ka = k_base + (kk / 4) * BLOCK_KV * 128 + (kk % 4) * 32;
+        const u32 qa = kmajor_step(q_base, BLOCK_Q, kk), ka = kmajor_step(k_base, BLOCK_KV, kk);
         WGMMA_S(acc_s, sw128_desc(qa, 16), sw128_desc(ka, 16), kk > 0);
     }
 }

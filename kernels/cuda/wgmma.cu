@@ -122,6 +122,12 @@ __device__ __forceinline__ u64 sw128_desc(u32 addr, u32 leading_bytes) {
            ((u64)(1024 >> 4) << 32) | (1ull << 62);
 }
 
+// k16 step kk of a K-major operand whose tile of `rows` rows starts at `base`: the step's 32
+// bytes in a 128-byte row, its column block of 64 elements after kk / 4 blocks of rows x 128.
+__device__ __forceinline__ u32 kmajor_step(u32 base, int rows, int kk) {
+    return base + (kk / 4) * rows * 128 + (kk % 4) * 32;
+}
+
 // -- the wgmma shapes (operand lists written out: inline PTX names every register) ------------
 // d (64 x 64 fp32, 32 a thread) (+)= A (64 x 16, shared memory) * B (64 x 16, shared memory)
 __device__ __forceinline__ void wgmma_ss_n64(float* d, u64 da, u64 db, int accumulate) {

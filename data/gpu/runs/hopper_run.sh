@@ -88,7 +88,12 @@ elif [ "$1" = ncu ]; then
   done
   echo "ncu rc=$?" >> $L
 fi
-# what is committed names no machine path: the output folder as $OUT, packages as site-packages/
+# what is committed names no machine path: the output folder as $OUT, packages as
+# site-packages/, the interpreter by its name (pytest's and Nsight Compute's lines print its path)
 SP=$(python3 -c "import site; print(site.getsitepackages()[0])")
-for f in $OUT/*; do sed -i "s#$OUT#\$OUT#g; s#$SP/#site-packages/#g" "$f"; done
+PY=$(python3 -c "import sys; print(sys.executable)")
+for f in $OUT/*; do
+  sed -i -E "s#$OUT#\$OUT#g; s#$SP/#site-packages/#g; s#$PY#python3#g" "$f"
+  sed -i -E 's#\(/usr/bin/(python3[0-9.]*)\)#(\1)#g' "$f"
+done
 cat $L
