@@ -29,17 +29,24 @@ import numpy as np
 
 from benchmarks.gpu_measure import provenance
 from flashio import kernels
+from flashio.analysis.validation.families import PRESET_LABEL
 from flashio.kernels import gpu, hopper
 
-# (label, head dims, block_q, block_kv, softmax overlap)
+# (label, head dims, block_q, block_kv, softmax overlap, K and V buffers); three or four
+# buffers fit beside the tiles at d = 64 only (kernels.hopper.smem_bytes)
 VARIANTS = [
-    ("hopper 128x176 both", (64, 128), 128, 176, "both"),
-    ("hopper 128x176 pingpong", (128,), 128, 176, "pingpong"),
-    ("hopper 128x128 both", (64, 128), 128, 128, "both"),
-    ("hopper 128x128", (64, 128), 128, 128, "none"),
-    ("hopper 192x128", (64,), 192, 128, "none"),
-    ("hopper 192x128 intra", (64,), 192, 128, "intra-warpgroup"),
+    ("hopper 128x176 both", (64, 128), 128, 176, "both", 2),
+    ("hopper 128x176 pingpong", (128,), 128, 176, "pingpong", 2),
+    ("hopper 128x128 both", (64, 128), 128, 128, "both", 2),
+    ("hopper 128x128", (64, 128), 128, 128, "none", 2),
+    ("hopper 128x128 s3", (64,), 128, 128, "none", 3),
+    ("hopper 128x128 s4", (64,), 128, 128, "none", 4),
+    ("hopper 192x128", (64,), 192, 128, "none", 2),
+    ("hopper 192x128 s3", (64,), 192, 128, "none", 3),
+    ("hopper 192x128 intra", (64,), 192, 128, "intra-warpgroup", 2),
 ]
+# PRESET_LABEL: the build kernels.schedule(..., impl="flashio-hopper") picks for the shape,
+# timed as its own row (what a user of the preset gets at each N; the cross-check skips it)
 TORCH_BACKENDS = ("sdpa-flash", "sdpa-cudnn", "flex")
 
 
@@ -135,10 +142,13 @@ def measure_shape(sh, args, rows: list, errors: list) -> None:
             rows.append({**base, "kernel": name, "times_s": ts})
         except Exception as e:  # a backend that does not run the shape is recorded, not fatal
             errors.append(f"{name} {base}: {type(e).__name__}: {e}"[:500])
-    for label, dims, bq, bkv, overlap in VARIANTS:
-        if sh.head_dim not in dims:
-            continue
-        impl = hopper.description(bq, overlap)
+    preset = kernels.schedule("flash2", sh, impl="flashio-hopper")
+    pi = preset.impl.specialize("flash2", sh)
+    builds = [v for v in VARIANTS if sh.head_dim in v[1]]
+    builds.append((PRESET_LABEL, (sh.head_dim,), preset.block_q, preset.block_kv,
+                   pi.softmax_overlap, pi.stages))  # fmt: skip
+    for label, _, bq, bkv, overlap, stages in builds:
+        impl = hopper.description(bq, overlap, stages)
         sched = kernels.Schedule("flash2", sh, bq, bkv, 4 * (bq // 64 + 1), impl=impl)
         try:
             comp = gpu.compile_schedule(sched)
@@ -151,7 +161,7 @@ def measure_shape(sh, args, rows: list, errors: list) -> None:
             run = functools.partial(comp.launch, bufs)
             ts = time_events(run, cupy_events, lambda e: e.synchronize(), args.reps, args.sets)
             rows.append({**base, "kernel": label, "block_q": bq, "block_kv": bkv,
-                         "softmax_overlap": overlap, "times_s": ts,
+                         "softmax_overlap": overlap, "stages": stages, "times_s": ts,
                          "max_abs_diff_vs_sdpa_flash": diff, "unwritten": unwritten})  # fmt: skip
         except Exception as e:
             errors.append(f"{label} {base}: {type(e).__name__}: {e}"[:2000])
@@ -191,7 +201,8 @@ def run_once(sh) -> int:
 
 
 CSV_KEYS = ("kernel", "head_dim", "causal", "seq_len", "median_s", "tflops", "block_q",
-            "block_kv", "softmax_overlap", "max_abs_diff_vs_sdpa_flash", "unwritten")  # fmt: skip
+            "block_kv", "softmax_overlap", "stages", "max_abs_diff_vs_sdpa_flash",
+            "unwritten")  # fmt: skip
 
 
 def save(doc: dict, out: Path, stem="hopper_measure", count=flops, keys=CSV_KEYS) -> None:

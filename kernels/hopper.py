@@ -63,18 +63,21 @@ def uses_hopper(sched: Schedule) -> bool:
     return sched.impl is not None and sched.impl.name == HOPPER_IMPLEMENTATION
 
 
-def description(block_q: int, softmax_overlap: str | None = None):
+def description(block_q: int, softmax_overlap: str | None = None, stages: int | None = None):
     """The ``flashio-hopper`` description of the kernel built for ``block_q`` rows with
-    ``softmax_overlap`` (None: the preset's): block_q / 64 consumer warpgroups, and the
-    registers hopper_fwd.cu's setmaxnreg gives them (240, producers 24; with three consumers
-    160 and 32). Its tiling rows carry no overrides: it describes this one build."""
+    ``softmax_overlap`` (None: the preset's) and ``stages`` K and V buffers (None: the
+    preset's): block_q / 64 consumer warpgroups, and the registers hopper_fwd.cu's setmaxnreg
+    gives them (240, producers 24; with three consumers 160 and 32). Its tiling rows carry no
+    overrides and no sequence range: it describes this one build."""
     from flashio.kernels.implementation import implementation
 
     preset, consumers = implementation(HOPPER_IMPLEMENTATION), block_q // 64
     regs = (160, 32) if consumers == 3 else (240, 24)
     warps = 4 * (consumers + 1)
     tilings = tuple(
-        dataclasses.replace(t, block_q=block_q, warps=warps, overrides=()) for t in preset.tilings
+        dataclasses.replace(t, block_q=block_q, warps=warps, overrides=(), seq_len_min=1)
+        for t in preset.tilings
+        if t.seq_len_min == 1
     )
     return dataclasses.replace(
         preset,
@@ -83,6 +86,7 @@ def description(block_q: int, softmax_overlap: str | None = None):
         register_budget=regs[0],
         producer_register_budget=regs[1],
         softmax_overlap=softmax_overlap or preset.softmax_overlap,
+        stages=stages or preset.stages,
     )
 
 

@@ -106,8 +106,8 @@ class Tiling:
 
     A row applies to schedule ``schedule`` when ``head_dim_min <= shape.head_dim <=
     head_dim_max`` (``head_dim_max`` None: no upper bound), ``causal`` is None or equals
-    ``shape.causal``, and ``dtypes`` is None or holds ``shape.dtype``. The first row that
-    applies, in table order, wins.
+    ``shape.causal``, ``dtypes`` is None or holds ``shape.dtype``, and ``shape.seq_len >=
+    seq_len_min``. The first row that applies, in table order, wins.
 
     Attributes
     ----------
@@ -130,6 +130,9 @@ class Tiling:
         in ``OVERRIDABLE``); :meth:`Implementation.specialize` applies them.
     note : str
         Where the row comes from (file, function, line of the kernel's source).
+    seq_len_min : int
+        Shortest sequence the row covers (default 1): a kernel whose best tile changes with
+        the number of tiles, as wave quantization does, gets a row per range of N.
     """
 
     schedule: str
@@ -142,11 +145,13 @@ class Tiling:
     dtypes: tuple[str, ...] | None = None
     overrides: tuple[tuple[str, Any], ...] = ()
     note: str = ""
+    seq_len_min: int = 1
 
     def __post_init__(self):
         o = "Tiling"
         _check_text(o, "schedule", self.schedule)
         _check_int(o, "head_dim_min", self.head_dim_min, 1)
+        _check_int(o, "seq_len_min", self.seq_len_min, 1)
         if self.head_dim_max is not None:
             _check_int(o, "head_dim_max", self.head_dim_max, self.head_dim_min)
         if self.causal is not None:
@@ -189,6 +194,7 @@ class Tiling:
             and (self.head_dim_max is None or d <= self.head_dim_max)
             and (self.causal is None or self.causal == shape.causal)
             and (self.dtypes is None or shape.dtype in self.dtypes)
+            and shape.seq_len >= self.seq_len_min
         )
 
     def describe(self) -> str:
@@ -199,6 +205,8 @@ class Tiling:
             parts.append("causal" if self.causal else "non-causal")
         if self.dtypes is not None:
             parts.append("/".join(self.dtypes))
+        if self.seq_len_min > 1:
+            parts.append(f"seq_len >= {self.seq_len_min}")
         return ", ".join(parts)
 
 
@@ -835,28 +843,38 @@ FA3 = Implementation(
 #   and the softmax of block j runs under the latter (softmax_overlap "both": the two).
 # - One CTA per tile (blockIdx.x = (b H + h) Tr + i), not persistent.
 _HOPPER_NOTE = "kernels/cuda/hopper_fwd.cu"
-# Tiles: the fastest of the builds data/gpu/hopper/hopper_measure.json times at N = 16k (d = 64:
-# three consumers without overlap; d = 128: 176 keys a block, ping-pong and intra-warpgroup).
+# Tiles: the fastest of the builds data/gpu/hopper/hopper_measure.json times (B = 1, H = 16).
+# d = 64: three consumers without overlap from N = 16k (496 TFLOP/s there against 454 for
+# 128 x 128); below, 128 x 128 without overlap, the fastest from N = 2k to 8k, where 192-row
+# tiles leave a partial last wave (8k: 688 CTAs, 5.2 waves of 132). d = 128: 176 keys a block,
+# ping-pong and intra-warpgroup.
 _HOPPER_WG3 = {
     "consumer_warpgroups": 3,
     "register_budget": 160,
     "producer_register_budget": 32,
     "softmax_overlap": "none",
 }
-_HOPPER_TILINGS = _rows(
-    "flash2",
-    [(64, None, 192, 128, 16, _HOPPER_WG3), (128, None, 128, 176, 12), (256, None, 128, 64, 12)],
-    dtypes=_FP16_BF16,
-    note=_HOPPER_NOTE,
-) + _rows(
+_HOPPER_FWD_NOTE = _HOPPER_NOTE + "; data/gpu/hopper/hopper_measure.json"
+_HOPPER_TILINGS = (
+    Tiling("flash2", 64, None, 192, 128, 16, dtypes=_FP16_BF16, seq_len_min=16384,
+           overrides=tuple(_HOPPER_WG3.items()), note=_HOPPER_FWD_NOTE),
+    *_rows(
+        "flash2",
+        [(64, None, 128, 128, 12, {"softmax_overlap": "none"}), (128, None, 128, 176, 12),
+         (256, None, 128, 64, 12)],
+        dtypes=_FP16_BF16,
+        note=_HOPPER_FWD_NOTE,
+    ),
     # kernels/cuda/hopper_bwd.cu: two consumer warpgroups of 64 keys (block_kv = 128), S^T and
     # dP^T then dQ, dV, dK with no softmax overlap; of the builds that fit 240 registers, the
     # fastest of data/gpu/hopper/hopper_bwd_measure.json (d = 128: three Q and dO buffers)
-    "flash2_bwd",
-    [(64, None, 128, 128, 12, {"softmax_overlap": "none"}),
-     (128, None, 64, 128, 12, {"softmax_overlap": "none", "stages": 3})],
-    dtypes=_FP16_BF16,
-    note="kernels/cuda/hopper_bwd.cu",
+    *_rows(
+        "flash2_bwd",
+        [(64, None, 128, 128, 12, {"softmax_overlap": "none"}),
+         (128, None, 64, 128, 12, {"softmax_overlap": "none", "stages": 3})],
+        dtypes=_FP16_BF16,
+        note="kernels/cuda/hopper_bwd.cu",
+    ),
 )  # fmt: skip
 
 FLASHIO_HOPPER = Implementation(

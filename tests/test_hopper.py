@@ -145,14 +145,18 @@ def _rows_past_n(sched) -> int:
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_nsight_compute_bytes_are_the_trace_and_the_box_rows_past_n(d, causal):
-    """data/gpu/hopper/ncu: one launch of each preset build at N = 4096, H = 16. The SM side
-    moves exactly the trace's global bytes plus the TMA box rows past N (docs/gpu.md, "The
-    Hopper forward"): two independent counts, the replayed trace and the kernel's loop bounds."""
+    """data/gpu/hopper/ncu: one launch of each build the preset picked when it was profiled
+    (d = 64: 192 x 128, three consumers; d = 128: 128 x 176, both overlaps) at N = 4096,
+    H = 16. The SM side moves exactly the trace's global bytes plus the TMA box rows past N
+    (docs/gpu.md, "The Hopper forward"): two independent counts, the replayed trace and the
+    kernel's loop bounds."""
     from flashio.analysis.paths import DATA
     from flashio.analysis.validation.gpu_data import parse_ncu_csv
 
     sh = kernels.AttentionShape(1, 16, 4096, d, "bf16", causal=causal)
-    sched = kernels.schedule("flash2", sh, impl="flashio-hopper")
+    bq, bkv, overlap = {64: (192, 128, "none"), 128: (128, 176, "both")}[d]
+    impl = hopper.description(bq, overlap)
+    sched = kernels.schedule("flash2", sh, bq, bkv, 4 * (bq // 64 + 1), impl=impl)
     path = DATA / "gpu" / "hopper" / "ncu" / f"ncu_{d}_4096_{int(causal)}.csv"
     (launch,) = parse_ncu_csv(path.read_text())
     m = launch["metrics"]

@@ -95,6 +95,7 @@ def test_mma_sync_constraints():
         ({"overrides": (("tilings", ()),)}, "overrides field must be one of"),
         ({"overrides": (("stages", 2), ("stages", 3))}, "names 'stages' twice"),
         ({"overrides": ("stages",)}, "must hold \\(field, value\\) pairs"),
+        ({"seq_len_min": 0}, "seq_len_min must be an integer >= 1"),
     ],
 )
 def test_invalid_tiling_rows_are_refused(kwargs, match):
@@ -102,6 +103,20 @@ def test_invalid_tiling_rows_are_refused(kwargs, match):
     args |= {"block_kv": 64, "warps": 4} | kwargs
     with pytest.raises(ImplementationError, match=match):
         Tiling(**args)
+
+
+def test_a_row_with_a_sequence_range_covers_only_that_range():
+    """The flashio-hopper forward at d <= 64 changes tile with N (192-row tiles from 16k, where
+    they fill the waves; 128 below): the first row that covers the shape wins, N included."""
+    long = Tiling("flash2", 64, None, 192, 128, 16, seq_len_min=16384)
+    assert not long.covers("flash2", _shape(64, n=16383))
+    assert long.covers("flash2", _shape(64, n=16384))
+    assert "seq_len >= 16384" in long.describe()
+    hop = IMPLEMENTATIONS["flashio-hopper"]
+    for n, tiles, consumers in ((8192, (128, 128, 12), 2), (16384, (192, 128, 16), 3)):
+        assert hop.tiling("flash2", _shape(64, n=n)) == tiles
+        assert hop.specialize("flash2", _shape(64, n=n)).consumer_warpgroups == consumers
+    assert hop.tiling("flash2", _shape(128, n=32768)) == (128, 176, 12)
 
 
 def test_rows_must_agree_with_the_warp_roles():

@@ -20,6 +20,12 @@
 #     on one launch of its preset builds' main kernel at N = 4096 (d = 64 and 128, causal and
 #     not). Writes $OUT/pytest.log, measure.log, hopper_bwd_measure.json/.csv,
 #     ncu_bwd_D_N_CAUSAL.csv, ncu.log.
+#   hopper_run.sh fwd: the forward's GPU tests (more K and V buffers, the preset's tiles by N),
+#     compute-sanitizer on the d = 64 builds below 16k (128 x 128, 2 and 3 buffers) at a ragged
+#     causal shape with grouped heads (both in pytest.log), benchmarks/hopper_measure.py at
+#     N = 1k..16k (its rows of the preset's build per shape), and Nsight Compute on one launch
+#     of the d = 64 preset at N = 4096 (causal and not). Writes $OUT/pytest.log, measure.log,
+#     hopper_measure.json/.csv, ncu_64_4096_CAUSAL.csv (Nsight Compute's log in extra.log).
 export PYTHONUNBUFFERED=1
 python3 -m pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
 L=$OUT/extra.log
@@ -74,6 +80,25 @@ elif [ "$1" = bwdncu ]; then
   for s in 64,4096,0 64,4096,1 128,4096,0 128,4096,1; do
     timeout 60 ncu --clock-control none --print-units base --csv -k hopper_bwd --metrics $B \
       python3 -m benchmarks.hopper_bwd_measure --once $s > $OUT/ncu_bwd_${s//,/_}.csv 2>> $OUT/ncu.log
+  done
+  echo "ncu rc=$?" >> $L
+elif [ "$1" = fwd ]; then
+  timeout 200 python3 -m pytest tests/test_gpu_hopper.py -q -p no:cacheprovider -n 8 \
+    -k "not backward" --timeout 30 -rfE > $OUT/pytest.log 2>&1
+  echo "pytest rc=$?" >> $L
+  for t in memcheck racecheck synccheck; do
+    timeout 50 compute-sanitizer --tool $t --print-limit 20 python3 -m pytest \
+      tests/test_gpu_hopper.py -q -p no:cacheprovider \
+      -k "bf16 and n333 and (d64-128x128 and none or more_kv_buffers and 128-3)"
+  done >> $OUT/pytest.log 2>&1
+  echo "sanitizer rc=$?" >> $L
+  timeout 300 python3 -m benchmarks.hopper_measure --out $OUT > $OUT/measure.log 2>&1
+  echo "measure rc=$?" >> $L
+  B=l1tex__m_xbar2l1tex_read_bytes.sum,l1tex__m_l1tex2xbar_write_bytes.sum,dram__bytes_read.sum
+  B=$B,dram__bytes_write.sum,lts__t_bytes.sum,gpu__time_duration.sum
+  for s in 64,4096,0 64,4096,1; do
+    timeout 60 ncu --clock-control none --print-units base --csv -k hopper_fwd --metrics $B \
+      python3 -m benchmarks.hopper_measure --once $s > $OUT/ncu_${s//,/_}.csv 2>> $L
   done
   echo "ncu rc=$?" >> $L
 elif [ "$1" = ncu ]; then
