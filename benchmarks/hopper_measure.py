@@ -24,6 +24,7 @@ import statistics
 import time
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,18 +33,32 @@ from flashio import kernels
 from flashio.analysis.validation.families import PRESET_LABEL
 from flashio.kernels import gpu, hopper
 
-# (label, head dims, block_q, block_kv, softmax overlap, K and V buffers); three or four
-# buffers fit beside the tiles at d = 64 only (kernels.hopper.smem_bytes)
+
+class Build(NamedTuple):
+    """One build of the forward timed at every shape of its head dims."""
+
+    label: str
+    dims: tuple[int, ...]
+    block_q: int
+    block_kv: int
+    overlap: str
+    stages: int = 2  # K and V buffers; three or four fit at d = 64 only (hopper.smem_bytes)
+    persistent: bool = False  # a CTA per SM taking every grid-th tile
+
+
 VARIANTS = [
-    ("hopper 128x176 both", (64, 128), 128, 176, "both", 2),
-    ("hopper 128x176 pingpong", (128,), 128, 176, "pingpong", 2),
-    ("hopper 128x128 both", (64, 128), 128, 128, "both", 2),
-    ("hopper 128x128", (64, 128), 128, 128, "none", 2),
-    ("hopper 128x128 s3", (64,), 128, 128, "none", 3),
-    ("hopper 128x128 s4", (64,), 128, 128, "none", 4),
-    ("hopper 192x128", (64,), 192, 128, "none", 2),
-    ("hopper 192x128 s3", (64,), 192, 128, "none", 3),
-    ("hopper 192x128 intra", (64,), 192, 128, "intra-warpgroup", 2),
+    Build("hopper 128x176 both", (64, 128), 128, 176, "both"),
+    Build("hopper 128x176 both persistent", (128,), 128, 176, "both", persistent=True),
+    Build("hopper 128x176 pingpong", (128,), 128, 176, "pingpong"),
+    Build("hopper 128x128 both", (64, 128), 128, 128, "both"),
+    Build("hopper 128x128", (64, 128), 128, 128, "none"),
+    Build("hopper 128x128 persistent", (64,), 128, 128, "none", persistent=True),
+    Build("hopper 128x128 s3", (64,), 128, 128, "none", 3),
+    Build("hopper 128x128 s4", (64,), 128, 128, "none", 4),
+    Build("hopper 192x128", (64,), 192, 128, "none"),
+    Build("hopper 192x128 persistent", (64,), 192, 128, "none", persistent=True),
+    Build("hopper 192x128 s3", (64,), 192, 128, "none", 3),
+    Build("hopper 192x128 intra", (64,), 192, 128, "intra-warpgroup"),
 ]
 # PRESET_LABEL: the build kernels.schedule(..., impl="flashio-hopper") picks for the shape,
 # timed as its own row (what a user of the preset gets at each N; the cross-check skips it)
@@ -144,11 +159,11 @@ def measure_shape(sh, args, rows: list, errors: list) -> None:
             errors.append(f"{name} {base}: {type(e).__name__}: {e}"[:500])
     preset = kernels.schedule("flash2", sh, impl="flashio-hopper")
     pi = preset.impl.specialize("flash2", sh)
-    builds = [v for v in VARIANTS if sh.head_dim in v[1]]
-    builds.append((PRESET_LABEL, (sh.head_dim,), preset.block_q, preset.block_kv,
-                   pi.softmax_overlap, pi.stages))  # fmt: skip
-    for label, _, bq, bkv, overlap, stages in builds:
-        impl = hopper.description(bq, overlap, stages)
+    builds = [v for v in VARIANTS if sh.head_dim in v.dims]
+    builds.append(Build(PRESET_LABEL, (sh.head_dim,), preset.block_q, preset.block_kv,
+                        pi.softmax_overlap, pi.stages, pi.persistent))  # fmt: skip
+    for label, _, bq, bkv, overlap, stages, persistent in builds:
+        impl = hopper.description(bq, overlap, stages, persistent)
         sched = kernels.Schedule("flash2", sh, bq, bkv, 4 * (bq // 64 + 1), impl=impl)
         try:
             comp = gpu.compile_schedule(sched)
@@ -161,7 +176,8 @@ def measure_shape(sh, args, rows: list, errors: list) -> None:
             run = functools.partial(comp.launch, bufs)
             ts = time_events(run, cupy_events, lambda e: e.synchronize(), args.reps, args.sets)
             rows.append({**base, "kernel": label, "block_q": bq, "block_kv": bkv,
-                         "softmax_overlap": overlap, "stages": stages, "times_s": ts,
+                         "softmax_overlap": overlap, "stages": stages,
+                         "persistent": persistent, "times_s": ts,
                          "max_abs_diff_vs_sdpa_flash": diff, "unwritten": unwritten})  # fmt: skip
         except Exception as e:
             errors.append(f"{label} {base}: {type(e).__name__}: {e}"[:2000])
@@ -201,7 +217,7 @@ def run_once(sh) -> int:
 
 
 CSV_KEYS = ("kernel", "head_dim", "causal", "seq_len", "median_s", "tflops", "block_q",
-            "block_kv", "softmax_overlap", "stages", "max_abs_diff_vs_sdpa_flash",
+            "block_kv", "softmax_overlap", "stages", "persistent", "max_abs_diff_vs_sdpa_flash",
             "unwritten")  # fmt: skip
 
 

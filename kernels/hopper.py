@@ -63,9 +63,15 @@ def uses_hopper(sched: Schedule) -> bool:
     return sched.impl is not None and sched.impl.name == HOPPER_IMPLEMENTATION
 
 
-def description(block_q: int, softmax_overlap: str | None = None, stages: int | None = None):
+def description(
+    block_q: int,
+    softmax_overlap: str | None = None,
+    stages: int | None = None,
+    persistent: bool | None = None,
+):
     """The ``flashio-hopper`` description of the kernel built for ``block_q`` rows with
     ``softmax_overlap`` (None: the preset's) and ``stages`` K and V buffers (None: the
+    preset's), launched with a CTA per tile or, ``persistent``, a CTA per SM (None: the
     preset's): block_q / 64 consumer warpgroups, and the registers hopper_fwd.cu's setmaxnreg
     gives them (240, producers 24; with three consumers 160 and 32). Its tiling rows carry no
     overrides and no sequence range: it describes this one build."""
@@ -87,6 +93,7 @@ def description(block_q: int, softmax_overlap: str | None = None, stages: int | 
         producer_register_budget=regs[1],
         softmax_overlap=softmax_overlap or preset.softmax_overlap,
         stages=stages or preset.stages,
+        persistent=preset.persistent if persistent is None else persistent,
     )
 
 
@@ -115,10 +122,10 @@ def bwd_description(block_kv: int, stages: int = BWD_STAGES):
 
 
 def smem_bytes(block_q: int, block_kv: int, head_dim: int, stages: int) -> int:
-    """Dynamic shared memory of a launch: the tiles, 1 + 4 * stages mbarriers of 8 bytes, and
+    """Dynamic shared memory of a launch: the tiles, 2 + 4 * stages mbarriers of 8 bytes, and
     1 KiB of slack for the 1024-byte alignment the swizzled tiles need."""
     tiles = (block_q + 2 * stages * block_kv) * head_dim * 2
-    return 1024 + tiles + 8 * (1 + 4 * stages)
+    return 1024 + tiles + 8 * (2 + 4 * stages)
 
 
 def _impl(sched: Schedule):
@@ -221,6 +228,8 @@ def defines(sched: Schedule) -> tuple[tuple[str, int], ...]:
     }
     if sched.name == "flash2":
         out.update(PINGPONG=_pingpong(sched), INTRA=_intra(sched))
+        if _impl(sched).persistent:  # the tile loop only where a CTA takes several
+            out["PERSISTENT"] = 1
     return tuple(sorted(out.items()))
 
 
@@ -306,8 +315,8 @@ class CompiledHopper:
             fn.max_dynamic_shared_size_bytes = ln.smem_bytes
         args = (
             *(bufs[x] for x in ("tm_q", "tm_k", "tm_v", "tm_o", "lse")),
-            i32(sh.heads), i32(sh.n_kv_heads), i32(sh.seq_len), np.float32(sh.scale),
-            i32(sh.causal),
+            i32(sh.batch), i32(sh.heads), i32(sh.n_kv_heads), i32(sh.seq_len),
+            np.float32(sh.scale), i32(sh.causal),
         )  # fmt: skip
         if events is not None:
             events[0].record()
@@ -399,6 +408,9 @@ def compile_hopper(sched: Schedule) -> CompiledHopper | CompiledHopperBwd:
         return _compile_bwd(sched)
     k = sched.kernels[0]
     smem = smem_bytes(sched.block_q, sched.block_kv, sched.shape.head_dim, _stages(sched))
-    launch = gpu.Launch("hopper_fwd", k.ctas, sched.warps * 32, smem)
+    grid = k.ctas
+    if _impl(sched).persistent:  # a CTA per SM (one fits an SM), each taking every grid-th tile
+        grid = min(grid, gpu._cupy().cuda.Device().attributes["MultiProcessorCount"])
+    launch = gpu.Launch("hopper_fwd", grid, sched.warps * 32, smem)
     code = (gpu.CUDA_DIR / "hopper_fwd.cu").read_text()
     return CompiledHopper(sched, gpu._module(code, compile_options(defines(sched))), (launch,))

@@ -3,6 +3,8 @@ the ``flashio-hopper`` implementation) compute attention and its gradients under
 flash-attention error rule and write every output element, the forward with and without
 ping-pong scheduling. Needs an sm_90 GPU."""
 
+import dataclasses
+
 import pytest
 
 from flashio import kernels
@@ -65,6 +67,41 @@ def test_hopper_forward_with_more_kv_buffers(dtype, bq, stages, case):
     q, k, v = random_inputs(sched.shape, seed=seed)
     o, lse = gpu.run_schedule(sched, q, k, v)
     check_forward(o, lse, (q, k, v), causal, dtype, seed)
+
+
+PERSISTENT_BUILDS = [(64, 128, 128, "none"), (64, 192, 128, "none"), (128, 128, 176, "both"),
+                     (128, 128, 128, "pingpong"), (128, 128, 64, "intra-warpgroup")]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "build", PERSISTENT_BUILDS, ids=[f"d{d}-{bq}x{bkv}-{o}" for d, bq, bkv, o in PERSISTENT_BUILDS]
+)
+@pytest.mark.parametrize(
+    "case", CASES, ids=[f"n{n}{'-causal' if c else ''}-kv{k}" for n, c, k in CASES]
+)
+def test_persistent_forward(build, case):
+    """The persistent build launches a CTA per SM (at most); run here on three CTAs, so that
+    each takes several tiles in turn (the Q buffer, the K/V buffers' rounds and the ping-pong
+    turns carried from tile to tile), against the float64 reference."""
+    import cupy
+
+    (d, bq, bkv, overlap), (n, causal, kvh) = build, case
+    impl = hopper.description(bq, overlap, persistent=True)
+    sched = kernels.schedule("flash2", _shape(d, n, causal, kvh, "bf16"), bq, bkv,
+                             4 * (bq // 64 + 1), impl=impl)  # fmt: skip
+    assert dict(hopper.defines(sched))["PERSISTENT"] == 1
+    comp = gpu.compile_schedule(sched)
+    (ln,) = comp.launches
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    assert ln.grid == min(sched.kernels[0].ctas, sms)
+    few = dataclasses.replace(comp, launches=(dataclasses.replace(ln, grid=min(3, ln.grid)),))
+    seed = _fresh_seed()
+    q, k, v = random_inputs(sched.shape, seed=seed)
+    bufs = few.alloc(q, k, v)
+    few.launch(bufs)
+    cupy.cuda.get_current_stream().synchronize()
+    o, lse = few.outputs(bufs)
+    check_forward(o, lse, (q, k, v), causal, "bf16", seed)
 
 
 @pytest.mark.parametrize(

@@ -57,7 +57,7 @@ def test_what_the_kernel_cannot_run_is_said(kwargs, words):
 
 def test_shared_memory_is_the_tiles_the_barriers_and_the_alignment_slack():
     # Q 128x128 and two buffers each of K and V 128x128, 2 bytes an element
-    assert hopper.smem_bytes(128, 128, 128, 2) == 1024 + (128 + 4 * 128) * 128 * 2 + 8 * 9
+    assert hopper.smem_bytes(128, 128, 128, 2) == 1024 + (128 + 4 * 128) * 128 * 2 + 8 * 10
 
 
 def _nvrtc():
@@ -68,12 +68,13 @@ def _nvrtc():
     return nvrtc
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["per-tile", "persistent"])
 @pytest.mark.parametrize("overlap", OVERLAPS)
 @pytest.mark.parametrize("tiles", TILES, ids=[f"d{d}-{bq}x{bkv}" for d, bq, bkv in TILES])
-def test_builds_for_sm90a_without_spills_or_serialized_wgmma(overlap, tiles):
+def test_builds_for_sm90a_without_spills_or_serialized_wgmma(overlap, tiles, persistent):
     nvrtc = _nvrtc()
     d, bq, bkv = tiles
-    impl = hopper.description(bq, overlap)
+    impl = hopper.description(bq, overlap, persistent=persistent)
     sched = _sched(d=d, bq=bq, bkv=bkv, warps=4 * (bq // 64 + 1), impl=impl)
     if hopper.hopper_errors(sched):
         pytest.skip("; ".join(hopper.hopper_errors(sched)))

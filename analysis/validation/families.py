@@ -113,12 +113,15 @@ class Measured:
     harness: bool  # event-timed through this project's launch loop
     overlap: str | None = None  # the softmax overlap of a flashio-hopper row
     stages: int = 2  # K and V (forward) or Q and dO (backward) buffers of a flashio-hopper row
+    persistent: bool = False  # a flashio-hopper forward launched with a CTA per SM
 
     @property
     def label(self) -> str:
         sh = self.shape
         c = " causal" if sh.causal else ""
         o = f" {self.overlap}" if self.overlap else ""
+        o += f" {self.stages} stages" if self.stages != 2 else ""
+        o += " persistent" if self.persistent else ""
         return (
             f"{self.family} {self.schedule} {sh.dtype}{c} {sh.batch}x{sh.heads} N={sh.seq_len} "
             f"d={sh.head_dim} {self.block_q}x{self.block_kv} w{self.warps}{o}"
@@ -127,7 +130,8 @@ class Measured:
     @property
     def variant(self) -> tuple:
         """What distinguishes the kernels measured at one shape: tiling, overlap, stages."""
-        return (self.block_q, self.block_kv, self.warps, self.overlap, self.stages)
+        return (self.block_q, self.block_kv, self.warps, self.overlap, self.stages,
+                self.persistent)  # fmt: skip
 
     @property
     def impl(self):
@@ -136,7 +140,7 @@ class Measured:
             return hopper.bwd_description(self.block_kv, self.stages)
         if self.overlap is None:
             return MODEL_IMPL[self.family]
-        return hopper.description(self.block_q, self.overlap, self.stages)
+        return hopper.description(self.block_q, self.overlap, self.stages, self.persistent)
 
 
 def _shape(r) -> kernels.AttentionShape:
@@ -208,7 +212,8 @@ def _hopper_rows() -> list[Measured]:
             r["median_s"],
             False,
             r["softmax_overlap"],
-            r.get("stages", 2),  # runs before the stages column built two buffers
+            r.get("stages", 2),  # runs before these columns: two buffers, a CTA per tile
+            r.get("persistent", False),
         )
         for r in rows
         # the preset's row times one of the builds again: a row per build, not two

@@ -1,9 +1,11 @@
 // FlashAttention forward for Hopper (sm_90a): TMA copies, wgmma, warp specialization.
 //
-// The loop order of kernels/flash2.py (FlashAttention-2's Algorithm 1): one CTA per (batch,
-// head, Q block i), blockIdx.x = (b * H + h) * Tr + i, the schedule's CTA index. What differs
-// from flash2_fwd.cu is how the tiles are moved and multiplied (the design of FlashAttention-3,
-// Shah et al. 2024, Sec. 3.1):
+// The loop order of kernels/flash2.py (FlashAttention-2's Algorithm 1): a tile per (batch,
+// head, Q block i), tile = (b * H + h) * Tr + i, the schedule's CTA index. A CTA works through
+// the tiles blockIdx.x, blockIdx.x + gridDim.x, ... when built PERSISTENT (launched with a CTA
+// per SM), else the one tile blockIdx.x (a CTA per tile). What differs from flash2_fwd.cu is
+// how the tiles are moved and multiplied (the design of FlashAttention-3, Shah et al. 2024,
+// Sec. 3.1):
 // - Warpgroup 0 is the producer: one thread issues TMA copies of Q_i and of K_j, V_j into
 //   STAGES buffers each, and the copies complete on mbarriers (`*_full`). The consumers free a
 //   buffer by arriving on its `*_empty` barrier when their wgmma have read it.
@@ -20,17 +22,19 @@
 //   (FlashAttention-3 Sec. 3.2); P_{j-1} stays in registers until that product is done.
 //
 // Output: each consumer warpgroup stages its 64 rows of O in its rows of the Q buffer and
-// writes them with TMA (whole 128-byte rows); L is stored directly, 4 bytes a row.
+// writes them with TMA (whole 128-byte rows); L is stored directly, 4 bytes a row. Once the
+// copy has read them, the warpgroup frees the Q buffer (`q_empty`) for the CTA's next tile;
+// the producer may already be loading that tile's first K and V blocks.
 //
 // Shared memory: Q_i, then STAGES K buffers and STAGES V buffers, each a tile of 128-byte
 // swizzled rows (kernels/cuda/wgmma.cu), 1024-byte aligned: (BLOCK_Q + 2 * STAGES * BLOCK_KV)
-// * HEAD_DIM * 2 bytes of tiles, plus the barriers and 1 KiB of alignment slack.
+// * HEAD_DIM * 2 bytes of tiles, plus 2 + 4 * STAGES barriers and 1 KiB of alignment slack.
 //
 // Masks: full and causal attention of equal lengths; a ragged last block reads zeros past N
 // (TMA fills them) and masks those keys. Rows of a causal tile see keys up to their own.
 //
 // Compile-time parameters (kernels/hopper.py): BLOCK_Q, BLOCK_KV, HEAD_DIM, DTYPE_BF16,
-// STAGES, PINGPONG, INTRA.
+// STAGES, PINGPONG, INTRA, PERSISTENT.
 #include "mma_tiles.cu"
 #include "wgmma.cu"
 
@@ -42,6 +46,18 @@
 #endif
 #ifndef INTRA
 #define INTRA 0
+#endif
+#ifndef PERSISTENT
+#define PERSISTENT 0
+#endif
+
+// The tiles of this CTA, k counting them: with PERSISTENT, blockIdx.x, blockIdx.x + gridDim.x,
+// ... (a grid of fewer CTAs than tiles); without, the one tile blockIdx.x (a CTA per tile, and
+// no loop in the code).
+#if PERSISTENT
+#define TILE_LOOP(tile, k) for (int tile = blockIdx.x, k = 0; tile < tiles; tile += gridDim.x, ++k)
+#else
+#define TILE_LOOP(tile, k) for (int tile = blockIdx.x, k = 0; k < 1; ++k)
 #endif
 
 constexpr int CONSUMERS = BLOCK_Q / 64;
@@ -163,10 +179,31 @@ struct Consumer {
     }
 };
 
+// One tile: Q block i of (batch x head) bh, its key/value head, and the key blocks it visits.
+struct Tile {
+    int i, bh, bkv, nblocks;
+};
+
+__device__ __forceinline__ Tile tile_of(int tile, int tr, int n, int heads, int kv_heads,
+                                        int causal) {
+    Tile w;
+    w.i = tile % tr;
+    w.bh = tile / tr;
+    const int b = w.bh / heads, h = w.bh % heads;
+    w.bkv = b * kv_heads + h / (heads / kv_heads);
+    const int tc = (n + BLOCK_KV - 1) / BLOCK_KV, last_q = min(n, (w.i + 1) * BLOCK_Q) - 1;
+    w.nblocks = causal ? min(tc, last_q / BLOCK_KV + 1) : tc;
+    return w;
+}
+
+__device__ __forceinline__ void consume(const Tile& w, int k, int it0, int t, int c, int n,
+                                        int causal, float scale, u32 sq, u32 sk, u32 sv, u32 bars,
+                                        const void* tm_o, float* lse);
+
 extern "C" __global__ void __launch_bounds__(NT, 1)
     hopper_fwd(const void* __restrict__ tm_q, const void* __restrict__ tm_k,
                const void* __restrict__ tm_v, const void* __restrict__ tm_o, float* __restrict__ lse,
-               int heads, int kv_heads, int n, float scale, int causal) {
+               int batch, int heads, int kv_heads, int n, float scale, int causal) {
     extern __shared__ unsigned char smem_raw[];
     const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const u32 sq = base;
@@ -178,17 +215,15 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     const u32 v_full = k_full + 8 * STAGES;
     const u32 k_empty = v_full + 8 * STAGES;        // K buffer s read by every consumer
     const u32 v_empty = k_empty + 8 * STAGES;
+    const u32 q_empty = v_empty + 8 * STAGES;       // Q buffer (and O staged in it) read
 
-    const int tr = (n + BLOCK_Q - 1) / BLOCK_Q, tc = (n + BLOCK_KV - 1) / BLOCK_KV;
-    const int i = blockIdx.x % tr, bh = blockIdx.x / tr;
-    const int b = bh / heads, h = bh % heads;
-    const int bkv = b * kv_heads + h / (heads / kv_heads);
-    const int last_q = min(n, (i + 1) * BLOCK_Q) - 1;
-    const int nblocks = causal ? min(tc, last_q / BLOCK_KV + 1) : tc;
+    const int tr = (n + BLOCK_Q - 1) / BLOCK_Q;
+    const int tiles = tr * batch * heads;
     const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
 
     if (threadIdx.x == 0) {
         mbar_init(q_full, 1);
+        mbar_init(q_empty, CONSUMERS);
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(k_full + 8 * s, 1);
             mbar_init(v_full + 8 * s, 1);
@@ -205,36 +240,58 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         tma_prefetch_map(tm_q);
         tma_prefetch_map(tm_k);
         tma_prefetch_map(tm_v);
-        mbar_expect_tx(q_full, Q_BYTES);
-        for (int c = 0; c < CB; ++c) tma_load_3d(sq + c * BLOCK_Q * 128, tm_q, 64 * c, i * BLOCK_Q, bh, q_full);
-        for (int j = 0; j < nblocks; ++j) {
-            const int s = j % STAGES;
-            const u32 free_parity = ((j / STAGES) + 1) & 1;  // the round before this one
-            if (j >= STAGES) mbar_wait(k_empty + 8 * s, free_parity);
-            mbar_expect_tx(k_full + 8 * s, KV_BYTES);
+        int it = 0;  // K/V blocks this CTA has loaded: buffer it % STAGES, round it / STAGES
+        TILE_LOOP(tile, k) {
+            const Tile w = tile_of(tile, tr, n, heads, kv_heads, causal);
+            if (k > 0) mbar_wait(q_empty, (k - 1) & 1);  // the last tile's O has been copied out
+            mbar_expect_tx(q_full, Q_BYTES);
             for (int c = 0; c < CB; ++c)
-                tma_load_3d(sk + s * KV_BYTES + c * BLOCK_KV * 128, tm_k, 64 * c, j * BLOCK_KV, bkv,
-                            k_full + 8 * s);
-            if (j >= STAGES) mbar_wait(v_empty + 8 * s, free_parity);
-            mbar_expect_tx(v_full + 8 * s, KV_BYTES);
-            for (int c = 0; c < CB; ++c)
-                tma_load_3d(sv + s * KV_BYTES + c * BLOCK_KV * 128, tm_v, 64 * c, j * BLOCK_KV, bkv,
-                            v_full + 8 * s);
+                tma_load_3d(sq + c * BLOCK_Q * 128, tm_q, 64 * c, w.i * BLOCK_Q, w.bh, q_full);
+            for (int j = 0; j < w.nblocks; ++j, ++it) {
+                const int s = it % STAGES;
+                const u32 free_parity = ((it / STAGES) + 1) & 1;  // the round before this one
+                if (it >= STAGES) mbar_wait(k_empty + 8 * s, free_parity);
+                mbar_expect_tx(k_full + 8 * s, KV_BYTES);
+                for (int c = 0; c < CB; ++c)
+                    tma_load_3d(sk + s * KV_BYTES + c * BLOCK_KV * 128, tm_k, 64 * c, j * BLOCK_KV,
+                                w.bkv, k_full + 8 * s);
+                if (it >= STAGES) mbar_wait(v_empty + 8 * s, free_parity);
+                mbar_expect_tx(v_full + 8 * s, KV_BYTES);
+                for (int c = 0; c < CB; ++c)
+                    tma_load_3d(sv + s * KV_BYTES + c * BLOCK_KV * 128, tm_v, 64 * c, j * BLOCK_KV,
+                                w.bkv, v_full + 8 * s);
+            }
         }
         return;
     }
 
     // consumers: warpgroup c = wg - 1 owns rows 64 c .. 64 c + 63 of Q_i
     setmaxnreg_inc<CONSUMER_REGS>();
+    int it = 0;  // K/V blocks this CTA has used, as the producer counts them
+    TILE_LOOP(tile, k) {
+        const Tile w = tile_of(tile, tr, n, heads, kv_heads, causal);
+        consume(w, k, it, t, wg - 1, n, causal, scale, sq, sk, sv, bars, tm_o, lse);
+        it += w.nblocks;
+    }
+}
+
+// One tile of a consumer warpgroup: its 64 rows of O and L. ``k``: the CTA's tiles before this
+// one (the Q buffer's round); ``it0``: the K/V blocks before it (the buffers' rounds).
+__device__ __forceinline__ void consume(const Tile& w, int k, int it0, int t, int c, int n,
+                                        int causal, float scale, u32 sq, u32 sk, u32 sv, u32 bars,
+                                        const void* tm_o, float* lse) {
+    const u32 q_full = bars, k_full = bars + 8, v_full = k_full + 8 * STAGES;
+    const u32 k_empty = v_full + 8 * STAGES, v_empty = k_empty + 8 * STAGES;
+    const u32 q_empty = v_empty + 8 * STAGES;
+    const int i = w.i, bh = w.bh, nblocks = w.nblocks;
     Consumer u;
-    u.c = wg - 1;
+    u.c = c;
     u.row0 = i * BLOCK_Q + 64 * u.c + 16 * (t / 32) + (t % 32) / 4;
     u.tq = t % 4;
     u.first_row = i * BLOCK_Q + 64 * u.c;
     u.n = n;
     u.causal = causal;
     u.sl2 = scale * LOG2E;
-    const int c = u.c;
     float acc_o[NO], acc_s[NS], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f}, alpha[2];
     u32 pa[BLOCK_KV / 16][4];  // P as the A operand of k-step kk: S's n8 tiles 2 kk, 2 kk + 1
 #pragma unroll
@@ -244,11 +301,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
 #if PINGPONG
     if (c == 1) named_arrive(1);  // warpgroup 0 takes the tensor cores first
 #endif
-    mbar_wait(q_full, 0);
+    mbar_wait(q_full, k & 1);
 #if !INTRA
     for (int j = 0; j < nblocks; ++j) {
-        const int s = j % STAGES;
-        const u32 parity = (j / STAGES) & 1;
+        const int s = (it0 + j) % STAGES;
+        const u32 parity = ((it0 + j) / STAGES) & 1;
         mbar_wait(k_full + 8 * s, parity);
         turn_begin(c);
         issue_s(acc_s, q_base, sk + s * KV_BYTES);
@@ -274,24 +331,25 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     // latter executes (FlashAttention-3 Sec. 3.2). O is rescaled by block j - 1's factor
     // between the two issues, when no product writes it, so that nothing but converting P
     // waits for the product (ptxas hoists a wait above the softmax when more work follows it).
-    mbar_wait(k_full, 0);
+    const int s0 = it0 % STAGES;
+    mbar_wait(k_full + 8 * s0, (it0 / STAGES) & 1);
     turn_begin(c);
-    issue_s(acc_s, q_base, sk);
+    issue_s(acc_s, q_base, sk + s0 * KV_BYTES);
     wgmma_commit();
     turn_end(c);
     wgmma_wait<0>();
     fence_regs<NS>(acc_s);
-    mbar_arrive(k_empty);
+    mbar_arrive(k_empty + 8 * s0);
     u.softmax(acc_s, 0, m, l, alpha);
     pack_p(pa, acc_s);
     for (int j = 1; j < nblocks; ++j) {
-        const int s = j % STAGES, sp = (j - 1) % STAGES;
-        mbar_wait(k_full + 8 * s, (j / STAGES) & 1);
+        const int s = (it0 + j) % STAGES, sp = (it0 + j - 1) % STAGES;
+        mbar_wait(k_full + 8 * s, ((it0 + j) / STAGES) & 1);
         turn_begin(c);
         issue_s(acc_s, q_base, sk + s * KV_BYTES);
         wgmma_commit();
         rescale(acc_o, alpha);
-        mbar_wait(v_full + 8 * sp, ((j - 1) / STAGES) & 1);
+        mbar_wait(v_full + 8 * sp, ((it0 + j - 1) / STAGES) & 1);
         issue_o(acc_o, pa, sv + sp * KV_BYTES);
         wgmma_commit();
         turn_end(c);
@@ -305,9 +363,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         mbar_arrive(v_empty + 8 * sp);
         pack_p(pa, acc_s);
     }
-    const int sl = (nblocks - 1) % STAGES;
+    const int sl = (it0 + nblocks - 1) % STAGES;
     rescale(acc_o, alpha);
-    mbar_wait(v_full + 8 * sl, ((nblocks - 1) / STAGES) & 1);
+    mbar_wait(v_full + 8 * sl, ((it0 + nblocks - 1) / STAGES) & 1);
     turn_begin(c);
     issue_o(acc_o, pa, sv + sl * KV_BYTES);
     wgmma_commit();
@@ -342,8 +400,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     fence_proxy_async();  // these stores, then the copy engine's reads of them
     asm volatile("bar.sync %0, 128;\n" ::"r"(3 + c) : "memory");
     const int wg_row = i * BLOCK_Q + 64 * c;
-    if (t == 0 && wg_row < n) {
-        for (int cb = 0; cb < CB; ++cb) tma_store_3d(tm_o, 64 * cb, wg_row, bh, q_base + cb * BLOCK_Q * 128);
-        tma_store_commit_and_wait();
+    if (t == 0) {
+        if (wg_row < n) {
+            for (int cb = 0; cb < CB; ++cb) tma_store_3d(tm_o, 64 * cb, wg_row, bh, q_base + cb * BLOCK_Q * 128);
+            tma_store_commit_and_wait();  // the copy has read the staged rows
+        }
+        mbar_arrive(q_empty);
     }
 }

@@ -20,9 +20,10 @@
 #     on one launch of its preset builds' main kernel at N = 4096 (d = 64 and 128, causal and
 #     not). Writes $OUT/pytest.log, measure.log, hopper_bwd_measure.json/.csv,
 #     ncu_bwd_D_N_CAUSAL.csv, ncu.log.
-#   hopper_run.sh fwd: the forward's GPU tests (more K and V buffers, the preset's tiles by N),
-#     compute-sanitizer on the d = 64 builds below 16k (128 x 128, 2 and 3 buffers) at a ragged
-#     causal shape with grouped heads (both in pytest.log), benchmarks/hopper_measure.py at
+#   hopper_run.sh fwd: the forward's GPU tests (more K and V buffers, persistent builds on three
+#     CTAs, the preset's tiles by N), compute-sanitizer on the d = 64 builds below 16k (128 x
+#     128, 2 and 3 buffers) and the persistent d = 128 preset build at a ragged causal shape with
+#     grouped heads (both in pytest.log), benchmarks/hopper_measure.py at
 #     N = 1k..16k (its rows of the preset's build per shape), and Nsight Compute on one launch
 #     of the d = 64 preset at N = 4096 (causal and not). Writes $OUT/pytest.log, measure.log,
 #     hopper_measure.json/.csv, ncu_64_4096_CAUSAL.csv (Nsight Compute's log in extra.log).
@@ -89,7 +90,7 @@ elif [ "$1" = fwd ]; then
   for t in memcheck racecheck synccheck; do
     timeout 50 compute-sanitizer --tool $t --print-limit 20 python3 -m pytest \
       tests/test_gpu_hopper.py -q -p no:cacheprovider \
-      -k "bf16 and n333 and (d64-128x128 and none or more_kv_buffers and 128-3)"
+      -k "n333 and (bf16 and d64-128x128 and none or bf16 and more_kv_buffers and 128-3 or persistent and d128-128x176)"
   done >> $OUT/pytest.log 2>&1
   echo "sanitizer rc=$?" >> $L
   timeout 300 python3 -m benchmarks.hopper_measure --out $OUT > $OUT/measure.log 2>&1
