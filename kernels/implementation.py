@@ -841,7 +841,8 @@ FA3 = Implementation(
 # - PINGPONG: the two consumers take turns issuing their products (named barriers 1 and 2),
 #   so one's softmax runs under the other's products; INTRA: S_j is issued with P_{j-1} V_{j-1}
 #   and the softmax of block j runs under the latter (softmax_overlap "both": the two).
-# - One CTA per tile (blockIdx.x = (b H + h) Tr + i), not persistent.
+# - One CTA per tile (blockIdx.x = (b H + h) Tr + i), not persistent (the PERSISTENT build, a
+#   CTA per SM taking every grid-th tile, measured slower but at d = 64 with 192-row tiles).
 _HOPPER_NOTE = "kernels/cuda/hopper_fwd.cu"
 # Tiles: the fastest of the builds data/gpu/hopper/hopper_measure.json times (B = 1, H = 16).
 # d = 64: three consumers without overlap from N = 16k (496 TFLOP/s there against 454 for

@@ -107,12 +107,14 @@ def test_flashio_forwards_priced_by_written_programs():
 def test_hopper_forward_of_this_project_from_its_compiled_code():
     """This project's Hopper forward (kernels/cuda/hopper_fwd.cu), timed beside PyTorch's
     kernels (data/gpu/hopper), each build (tiling, softmax overlap) priced by its consumer
-    warps' compiled loop (data/sass/flashio-hopper.json.gz). Achieved: 7.6% over 120 rows
-    (max 34.6%, the 20-us launches at N = 1k; within 14% at N >= 8k); the model's pick among
-    the d = 64 builds within 2.2% of the best from N = 2k (6.0% at 1k). Priced instead by the
-    program simulator.synth writes from the description (written programs): 12.7%, 10.4% too
-    fast on average, the d = 64 overlaps paying in the model where on the GPU they cost."""
+    warps' compiled loop (data/sass/flashio-hopper.json.gz). Achieved: 6.8% over 120 rows
+    (max 18.1%, the 20-us launches at N = 1k; within 14% at N >= 8k); the model's pick among
+    the d = 64 builds within 1.1% of the best. Priced instead by the program simulator.synth
+    writes from the description (written programs): 12.5%, 9.9% too fast on average, the d = 64
+    overlaps paying in the model where on the GPU they cost. The 30 persistent rows are left
+    out (the engine dispatches tiles in order, not a persistent grid's static assignment)."""
     rep = families.report(families=("flashio-hopper",), jobs=2)
+    assert rep["not_modelled"]["flashio-hopper persistent"] == 30
     s = rep["summary"]["flashio-hopper flash2"]
     assert s["n"] == 120 and s["mape"] <= 0.08
     fwd = [r for r in rep["rows"] if r["schedule"] == "flash2"]
@@ -120,8 +122,7 @@ def test_hopper_forward_of_this_project_from_its_compiled_code():
     assert len(big) == 48 and all(abs(r["error"]) <= 0.14 for r in big)
     ranked = [r for r in rep["ranking"] if r["schedule"] == "flash2"]
     d64 = [r for r in ranked if r["shape"]["head_dim"] == 64]
-    assert len(d64) == 10 and all(r["picked_slower_than_best"] <= 0.03 for r in d64
-                                  if r["shape"]["seq_len"] >= 2048)  # fmt: skip
+    assert len(d64) == 10 and all(r["picked_slower_than_best"] <= 0.03 for r in d64)
     w = rep["written"]["flashio-hopper flash2"]
     assert w["n"] == 120 and w["mape"] <= 0.15 and w["bias"] < 0
 

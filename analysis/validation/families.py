@@ -113,7 +113,6 @@ class Measured:
     harness: bool  # event-timed through this project's launch loop
     overlap: str | None = None  # the softmax overlap of a flashio-hopper row
     stages: int = 2  # K and V (forward) or Q and dO (backward) buffers of a flashio-hopper row
-    persistent: bool = False  # a flashio-hopper forward launched with a CTA per SM
 
     @property
     def label(self) -> str:
@@ -121,7 +120,6 @@ class Measured:
         c = " causal" if sh.causal else ""
         o = f" {self.overlap}" if self.overlap else ""
         o += f" {self.stages} stages" if self.stages != 2 else ""
-        o += " persistent" if self.persistent else ""
         return (
             f"{self.family} {self.schedule} {sh.dtype}{c} {sh.batch}x{sh.heads} N={sh.seq_len} "
             f"d={sh.head_dim} {self.block_q}x{self.block_kv} w{self.warps}{o}"
@@ -130,8 +128,7 @@ class Measured:
     @property
     def variant(self) -> tuple:
         """What distinguishes the kernels measured at one shape: tiling, overlap, stages."""
-        return (self.block_q, self.block_kv, self.warps, self.overlap, self.stages,
-                self.persistent)  # fmt: skip
+        return (self.block_q, self.block_kv, self.warps, self.overlap, self.stages)
 
     @property
     def impl(self):
@@ -140,7 +137,7 @@ class Measured:
             return hopper.bwd_description(self.block_kv, self.stages)
         if self.overlap is None:
             return MODEL_IMPL[self.family]
-        return hopper.description(self.block_q, self.overlap, self.stages, self.persistent)
+        return hopper.description(self.block_q, self.overlap, self.stages)
 
 
 def _shape(r) -> kernels.AttentionShape:
@@ -192,15 +189,23 @@ def measurements(families=FAMILIES) -> tuple[list[Measured], dict]:
             tiling = (int(r["block_m"]), int(r["block_n"]), int(r["num_warps"]))
         out.append(Measured(fam, sched, _shape(r), *tiling, t, False))
     if "flashio-hopper" in families:
-        out += _hopper_rows()
+        hop, persistent = _hopper_rows()
+        out += hop
+        if persistent:
+            skipped["flashio-hopper persistent"] = persistent
     return out, skipped
 
 
-def _hopper_rows() -> list[Measured]:
+def _hopper_rows() -> tuple[list[Measured], int]:
     """The Hopper kernels' rows of benchmarks/hopper_measure.py and hopper_bwd_measure.py
     (PyTorch's rows beside them there are timed in impl_measure.json too, and come from
-    there)."""
-    rows = json.loads(HOPPER_RUN.read_text())["rows"]
+    there), and how many persistent forward rows were left out: the engine dispatches each
+    tile to the first free slot, where a persistent grid gives CTA p the tiles p, p + grid,
+    ..., so it would price them as launched with a CTA per tile."""
+    rows = [
+        r for r in json.loads(HOPPER_RUN.read_text())["rows"] if r["kernel"].startswith("hopper")
+    ]
+    kept = [r for r in rows if not r.get("persistent") and r["kernel"] != PRESET_LABEL]
     out = [
         Measured(
             "flashio-hopper",
@@ -212,12 +217,10 @@ def _hopper_rows() -> list[Measured]:
             r["median_s"],
             False,
             r["softmax_overlap"],
-            r.get("stages", 2),  # runs before these columns: two buffers, a CTA per tile
-            r.get("persistent", False),
+            r.get("stages", 2),  # runs before the column: two buffers
         )
-        for r in rows
         # the preset's row times one of the builds again: a row per build, not two
-        if r["kernel"].startswith("hopper") and r["kernel"] != PRESET_LABEL
+        for r in kept
     ]
     bwd = json.loads(HOPPER_BWD_RUN.read_text())["rows"] if HOPPER_BWD_RUN.exists() else []
     out += [
@@ -235,7 +238,7 @@ def _hopper_rows() -> list[Measured]:
         for r in bwd
         if r["kernel"].startswith("hopper")
     ]
-    return out
+    return out, sum(bool(r.get("persistent")) for r in rows)
 
 
 def predict(m: Measured, options: ModelOptions = OPTIONS) -> float:
@@ -380,7 +383,8 @@ def markdown(rep: dict) -> str:
     nm = ", ".join(f"{k} ({v} rows)" for k, v in sorted(rep["not_modelled"].items()))
     lines += [
         "",
-        f"Measured, not modelled (no instruction census, no written program): {nm}.",
+        f"Measured, not modelled (no instruction census, no written program; a persistent "
+        f"grid's tiles in the engine's dispatch order): {nm}.",
         "",
     ]
     lines += ["| configuration | measured ms | predicted ms | error |", "|---|---|---|---|"]
