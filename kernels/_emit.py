@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from flashio.simulator._memory import empty
 from flashio.simulator.trace import EVENT_DTYPE, Op
 
 # Op codes as plain ints, which numba folds as constants inside the tracers.
@@ -95,7 +96,7 @@ def run_emitter(emit, kernel: int, start: int, stop: int, params: np.ndarray, ta
     ``tables`` are the tracer's arrays after ``p``: the shape's ``kernels.mask.key_ranges``
     (two), its ``keep_table``'s summed-area table and its page table."""
     n = emit(np.empty(0, EVENT_DTYPE), False, kernel, start, stop, params, *tables)
-    ev = out[:n] if out is not None and len(out) >= n else np.empty(n, EVENT_DTYPE)
+    ev = out[:n] if out is not None and len(out) >= n else empty(n, EVENT_DTYPE)
     written = emit(ev, True, kernel, start, stop, params, *tables)
     assert written == n, "tracer wrote a different number of events than it counted"
     return ev

@@ -19,6 +19,7 @@ from flashio.kernels.implementation import (
 from flashio.kernels.mask import keep_table, key_ranges
 from flashio.kernels.registry import SCHEDULES, spec
 from flashio.kernels.shape import MAX_SIZE, AttentionShape
+from flashio.simulator import _memory
 from flashio.simulator.errors import TilingError
 from flashio.simulator.trace import EVENT_DTYPE, KernelInfo, TensorInfo, Trace, TraceMeta
 
@@ -233,7 +234,7 @@ class Schedule:
         tables = self.tables
         empty = np.empty(0, EVENT_DTYPE)
         counts = [emit(empty, False, k, 0, ki.ctas, p, *tables) for k, ki in enumerate(kernels)]
-        events = np.empty(sum(counts), EVENT_DTYPE)
+        events = _memory.empty(sum(counts), EVENT_DTYPE)  # on huge pages when large
         start = 0
         for k, (ki, n) in enumerate(zip(kernels, counts, strict=True)):
             emit(events[start : start + n], True, k, 0, ki.ctas, p, *tables)

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import njit
 
+from flashio.simulator._memory import empty
 from flashio.simulator.trace import Trace, TraceSource
 
 
@@ -98,7 +99,7 @@ class Windows:
         if self._takes_out:
             if spare is None:  # a first buffer, recycled from now on
                 first = self._source.cta_events(self._kernel, c0, min(c1, c0 + 1))
-                spare = np.empty(room + (c1 - c0) * max(len(first), self._most), first.dtype)
+                spare = empty(room + (c1 - c0) * max(len(first), self._most), first.dtype)
             if len(spare) > room:
                 ev = self._source.cta_events(self._kernel, c0, c1, out=spare[room:])
                 if _data(ev) == _data(spare[room:]):  # written in place
@@ -107,7 +108,7 @@ class Windows:
                 ev = self._source.cta_events(self._kernel, c0, c1)
         else:
             ev = self._source.cta_events(self._kernel, c0, c1)
-        buf = np.empty(room + len(ev), ev.dtype)
+        buf = empty(room + len(ev), ev.dtype)
         _raw(buf)[room:] = _raw(ev)
         return buf, room, cta_offsets(ev, c0, c1)
 

@@ -218,7 +218,7 @@ def test_description_is_the_build(block_q):
     assert all(t.block_q == block_q and t.warps == 4 * (consumers + 1) for t in impl.tilings)
 
 
-@pytest.mark.parametrize(("d", "causal"), [(64, False), (128, False), (128, True)])
+@pytest.mark.parametrize(("d", "causal"), [(64, False), (64, True), (128, False), (128, True)])
 def test_nsight_compute_bytes_of_the_backward_are_the_trace(d, causal):
     """data/gpu/hopper/ncu_bwd: one launch of the backward's main kernel (hopper_bwd.cu, the
     preset tiling) at N = 4096, H = 16. The SM side writes exactly the trace's dK, dV and dQ
