@@ -1,7 +1,7 @@
 """Large arrays on huge pages, where the OS gives them.
 
 A replay writes its windows of events into fresh memory, and the first touch of each 4 KiB page
-is a page fault: on the development machine a fresh 400 MB array written page by page took
+is a page fault: on a 2-core Linux virtual machine a fresh 400 MB array written page by page took
 0.94 s, the same array on 2 MiB pages (anonymous memory advised MADV_HUGEPAGE) 0.16 s. At
 N = 128k the first windows are about 190 MB each, made while the engine waits for them.
 """
