@@ -292,7 +292,8 @@ def tilings(
     warps : tuple of int
     softmax_passes : tuple of int
         Choices of the standard schedules' softmax passes (1, 2); their ``softmax_rows`` is
-        drawn in 1 .. min(N, 8), or up to 8 with ``max_block``.
+        drawn in 1 .. min(N, 8), or up to 8 with ``max_block``; the forward's ``unfused``
+        (eager PyTorch's kernels) is drawn on or off.
     max_block : int, optional
         Largest block size (and ``softmax_rows``) to draw; default N. Above N, a block is one
         partial block (the kernel predicates the rows past N), e.g. ``max_block=128`` for a
@@ -318,6 +319,8 @@ def tilings(
         if "softmax_passes" in spec(name).options:
             opts["softmax_passes"] = draw(st.sampled_from(softmax_passes))
             opts["softmax_rows"] = draw(st.integers(1, min(8, max(n, big))))
+        if "unfused" in spec(name).options:  # standard as eager PyTorch runs it
+            opts["unfused"] = int(draw(st.booleans()))
         nk = shape.n_kv
         bq = _block(draw, n, max_blocks, big)
         bkv = _block(draw, nk, max_blocks, nk if max_block is None else max_block)

@@ -9,7 +9,10 @@ kernels compiled per causal flag, ``causal``:
 - ``flash-attn2``: PyTorch's flash kernels (``flash_fwd_kernel`` and
   ``flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel``, tiling from their kernel traits);
 - ``triton``: this project's Triton FlashAttention-2 forward (benchmarks/triton_attention.py)
-  at each tiling measured.
+  at each tiling measured;
+- ``pytorch``: eager attention's elementwise scale, masked_fill and row-softmax kernels
+  (data/impl/eager/eager_sass.json.gz), each whole kernel one step, keyed by
+  ``simulator.issue.eager_key``.
 
     python -m benchmarks.sass_census_listings
 """
@@ -23,9 +26,10 @@ from pathlib import Path
 
 from benchmarks.sass_census import write
 from flashio.simulator.issue import CENSUS_DIR, program_key
-from flashio.simulator.sass import loop_copies_overlap, parts
+from flashio.simulator.sass import kernel_program, loop_copies_overlap, parts
 
-LISTINGS = Path(__file__).resolve().parents[1] / "data" / "impl" / "sass"
+DATA = Path(__file__).resolve().parents[1] / "data"
+LISTINGS = DATA / "impl" / "sass"
 DTYPE = "bf16"  # every listing was compiled for, and measured in, bf16
 
 
@@ -90,12 +94,54 @@ def triton(index: dict) -> dict:
     return out
 
 
+# PyTorch's eager kernels (data/impl/eager/eager_sass.json.gz, data/gpu/runs/eager_sass.py):
+# census key -> (a substring of the profiler's kernel name, kernel-parameter constants)
+EAGER = DATA / "impl" / "eager" / "eager_sass.json.gz"
+# masked_fill of S (B, H, N, N_kv) by one (N, N_kv) mask: TensorIterator coalesces the two
+# score dims into one and keeps the heads (the mask's stride 0 there), so its OffsetCalculator
+# walks dims = 2 (its first member, the c[0x0][0x218] the unrolled loop compares against)
+FILL_DIMS = {0x218: 2}
+EAGER_KERNELS = {
+    f"scale {DTYPE}": ("vectorized_elementwise_kernel<8, at::native::AUnaryFunctor<c10::"
+                       "BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::"
+                       "MulFunctor<float> >", None),
+    f"masked_fill {DTYPE}": ("masked_fill_kernel", FILL_DIMS),
+    **{
+        f"row_softmax warp log2={k} {DTYPE}": (
+            f"softmax_warp_forward<c10::BFloat16, c10::BFloat16, float, {k}, false, false>", None)
+        for k in (10, 11)
+    },
+    **{
+        f"row_softmax block ilp={ilp} {DTYPE}": (
+            "cunn_SoftMaxForwardReg<c10::BFloat16, float, c10::BFloat16, at::native::(anonymous"
+            f" namespace)::SoftMaxForwardEpilogue, long, {ilp}>", None)
+        for ilp in (4, 8)
+    },
+}  # fmt: skip
+
+
+def pytorch(listing: dict) -> dict:
+    """Eager attention's elementwise and row-softmax kernels: each whole kernel one step
+    (simulator.sass.kernel_program), registers and shared memory from cuobjdump."""
+    out = {}
+    for key, (pattern, constants) in EAGER_KERNELS.items():
+        (name,) = [n for n in listing["kernels"] if pattern in n]
+        k = listing["kernels"][name]
+        prog = kernel_program(k["sass"], k["mangled"], key, constants)
+        compiled = {"registers": int(k["REG"]), "smem_bytes": int(k["SHARED"])}
+        out[key] = {**prog.to_json(), "compiled": compiled, "source": name}
+    return out
+
+
 def main(argv=None) -> int:
     for impl, build, index_file in (
-        ("flash-attn2", flash_attn2, "torch_sass_index.json"),
-        ("triton", triton, "triton_sass_index.json"),
+        ("flash-attn2", flash_attn2, LISTINGS / "torch_sass_index.json"),
+        ("triton", triton, LISTINGS / "triton_sass_index.json"),
+        ("pytorch", pytorch, EAGER),
     ):
-        index = json.loads((LISTINGS / index_file).read_text())
+        opener = gzip.open if index_file.suffix == ".gz" else open
+        with opener(index_file, "rt") as f:
+            index = json.load(f)
         progs = build(index)
         write(progs, CENSUS_DIR / f"{impl}.json.gz",
               generated_by="python -m benchmarks.sass_census_listings")  # fmt: skip

@@ -56,18 +56,20 @@ P_SOFTMAX_PASSES, P_SOFTMAX_ROWS = P_EXTRA, P_EXTRA + 1  # options, in sorted-na
 STATIC_SMEM_LIMIT_BYTES = 49152
 
 
-def resolve_softmax_options(s, row_buffers: int) -> None:
+def resolve_softmax_options(s, row_buffers: int, extra: tuple[str, ...] = ()) -> None:
     """Check the softmax options of schedule ``s`` and fill in their defaults.
 
     ``row_buffers`` is the number of N-wide row blocks a one-pass CTA keeps resident (1: S;
     2: P and dP in the backward). The default row count depends on ``s.warps``, which
     ``default_options(shape, options)`` is not given, so defaults are filled here, while the
-    frozen Schedule is being built (``Schedule.__post_init__`` calls ``validate``).
+    frozen Schedule is being built (``Schedule.__post_init__`` calls ``validate``). ``extra``:
+    the schedule's on/off options beyond these (``unfused`` for the forward): 0 or 1, kept in
+    ``options`` only when 1 (the tracers read 0 for an option left out).
     """
     opts = dict(s.options)
-    unknown = sorted(set(opts) - set(SOFTMAX_OPTIONS))
+    unknown = sorted(set(opts) - set(SOFTMAX_OPTIONS) - set(extra))
     if unknown:
-        allowed = ", ".join(SOFTMAX_OPTIONS)
+        allowed = ", ".join(SOFTMAX_OPTIONS + extra)
         raise TilingError(f"schedule {s.name!r} has no option {unknown[0]!r}; allowed: {allowed}")
     for key, value in opts.items():
         if isinstance(value, bool) or not isinstance(value, int | np.integer):
@@ -83,7 +85,13 @@ def resolve_softmax_options(s, row_buffers: int) -> None:
             "softmax_passes must be 1 (row block resident in shared memory) or 2 (online "
             f"two-pass, one chunk in shared memory), got {passes}"
         )
-    object.__setattr__(s, "options", (("softmax_passes", passes), ("softmax_rows", rows)))
+    resolved = {"softmax_passes": passes, "softmax_rows": rows}
+    for key in extra:
+        if opts.get(key, 0) not in (0, 1):
+            raise TilingError(f"{key} must be 0 or 1, got {opts[key]!r}")
+        if opts.get(key, 0):
+            resolved[key] = 1
+    object.__setattr__(s, "options", tuple(sorted(resolved.items())))
 
 
 # Columns of S the one-pass softmax kernel works on at a time, at least: its resident row block
@@ -116,15 +124,17 @@ def softmax_steps(s) -> tuple[int, int, int]:
     return 0, bh * t_rows * (2 * t_kv - int(one_pass and t_kv == 1)), bh * s.t_q * t_kv
 
 
-def kernel_infos(s, names, ctas, buffers, tensor_infos) -> tuple[KernelInfo, ...]:
+def kernel_infos(s, names, ctas, buffers, tensor_infos, warps=None) -> tuple[KernelInfo, ...]:
     """KernelInfo per kernel: shared memory and register tiles summed from ``buffers(s, k)``
-    (every buffer is live for the whole CTA, so the sum is the peak)."""
+    (every buffer is live for the whole CTA, so the sum is the peak); ``warps`` per CTA,
+    default the schedule's."""
+    warps = s.warps if warps is None else warps
     out = []
     for kernel, (name, grid) in enumerate(zip(names, ctas, strict=True)):
         bufs = buffers(s, kernel)
         smem = sum(size for t, size in bufs if tensor_infos[t].space == Space.SHARED)
         regs = sum(size for t, size in bufs if tensor_infos[t].space == Space.REGISTERS)
-        out.append(KernelInfo(name, grid, s.warps, smem, regs_per_thread(regs, s.warps)))
+        out.append(KernelInfo(name, grid, warps, smem, regs_per_thread(regs, warps)))
     return tuple(out)
 
 

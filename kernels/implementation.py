@@ -133,6 +133,11 @@ class Tiling:
     seq_len_min : int
         Shortest sequence the row covers (default 1): a kernel whose best tile changes with
         the number of tiles, as wave quantization does, gets a row per range of N.
+    options : tuple of (str, int)
+        Schedule options the implementation runs the schedule with, which
+        ``kernels.schedule`` takes unless given (``pytorch``'s ``unfused=1``: standard
+        attention as eager PyTorch's separate kernels). Unlike the other facts, options
+        change the trace.
     """
 
     schedule: str
@@ -146,6 +151,7 @@ class Tiling:
     overrides: tuple[tuple[str, Any], ...] = ()
     note: str = ""
     seq_len_min: int = 1
+    options: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self):
         o = "Tiling"
@@ -184,6 +190,12 @@ class Tiling:
             seen.add(key)
         if not isinstance(self.note, str):
             raise ImplementationError(f"Tiling.note must be a string, got {self.note!r}")
+        if not isinstance(self.options, tuple) or not all(
+            isinstance(o, tuple) and len(o) == 2 and isinstance(o[0], str) for o in self.options
+        ):
+            raise ImplementationError(
+                f"Tiling.options must be a tuple of (option, value) pairs, got {self.options!r}"
+            )
 
     def covers(self, schedule_name: str, shape) -> bool:
         """Whether this row applies to ``schedule_name`` at ``shape``."""
@@ -422,6 +434,7 @@ class Implementation:
                 **{f.name: getattr(t, f.name) for f in dataclasses.fields(t)},
                 "dtypes": None if t.dtypes is None else list(t.dtypes),
                 "overrides": dict(t.overrides),
+                "options": dict(t.options),
             }
             for t in self.tilings
         ]
@@ -913,13 +926,13 @@ FLASHIO_HOPPER = Implementation(
 #   2, the least a TMA pipeline that overlaps needs, is an assumption.
 # - Tile 128 x 128 (block_q x block_kv of the Q K^T GEMM) for every head dim: an assumption
 #   (cuBLAS's tile choice is not documented); 12 warps = 4 producer + 2 x 4 consumer.
-# Simplifications: the elementwise scale kernel (one read and one write of S, or of Q and K)
-# and the softmax kernel's own launch shape are not separate in the schedule (the standard
-# schedule fuses the scale into Q K^T and gives its softmax kernel the same warps); the trace
-# counts the standard schedule's bytes only.
+# The forward runs unfused (the standard schedule's ``unfused=1``, kernels._standard_unfused):
+# Q K^T unscaled, the scale and the mask as elementwise kernels of their own and PyTorch's row
+# softmax at its own launch, each priced by its machine code (data/sass/pytorch.json.gz). The
+# backward (standard_bwd) keeps the standard schedule's fused kernels: not measured.
 _PYTORCH_NOTE = "ASSUMPTION: cuBLAS tile not documented; CUTLASS 3 cooperative-style 128 x 128"
 _PYTORCH_TILINGS = (
-    Tiling("standard", None, None, 128, 128, 12, note=_PYTORCH_NOTE),
+    Tiling("standard", None, None, 128, 128, 12, note=_PYTORCH_NOTE, options=(("unfused", 1),)),
     Tiling("standard_bwd", None, None, 128, 128, 12, note=_PYTORCH_NOTE),
 )
 

@@ -322,8 +322,10 @@ def schedule(
         (``"flashio"``, ``"flash-attn2"``, ``"triton"``, ``"fa3"``, ``"pytorch"``) or an
         ``Implementation``; None means flashio with the defaults above. Block sizes and
         warps not given default to the implementation's tiling for this shape (an error
-        names what it provides when it has none); the trace is the same as with ``impl=None``
-        and the same block sizes.
+        names what it provides when it has none). The implementation's tiling row may also
+        set schedule options (``pytorch`` runs ``standard`` with ``unfused=1``, eager PyTorch's
+        kernels), which ``options`` given here override; otherwise the trace is the same as
+        with ``impl=None`` and the same block sizes.
     **options
         Schedule-specific integer options, e.g. ``softmax_passes=1|2`` for ``standard``.
     """
@@ -337,6 +339,11 @@ def schedule(
         block_q = tq if block_q is None else block_q
         block_kv = tkv if block_kv is None else block_kv
         warps = tw if warps is None else warps
+    if resolved is not None:
+        try:
+            options = {**dict(resolved.tiling_entry(name, shape).options), **options}
+        except ImplementationError:  # no row for this shape: no options of its own
+            pass
     mod = _module(name)
     bq_default, bkv_default = (
         mod.default_blocks(shape)

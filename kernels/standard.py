@@ -28,6 +28,12 @@ softmax_passes : int
     sum (shared memory: one chunk), pass 2 loads every chunk again, computes P and stores it.
     Default: 1 if the resident row block fits in 48 KiB (49,152 bytes: CUDA's limit on static
     shared memory per block; more needs dynamic shared memory and an explicit opt-in), else 2.
+unfused : int
+    1: the kernels eager PyTorch launches (kernels._standard_unfused, the ``pytorch``
+    preset's default): qk stores S unscaled, then ``scale`` (S *= 1/sqrt(d)) and, where the
+    shape has a mask, ``masked_fill`` (reading a boolean N x N_kv mask) each read and write S,
+    and ``row_softmax`` (PyTorch's launch: whole rows a CTA) reads S once and writes P;
+    ``softmax_passes`` and ``softmax_rows`` then have no effect. Default 0.
 
 FP32 operation counts (EW events), per score of S unless said otherwise:
 
@@ -50,6 +56,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from flashio.kernels import _standard_unfused as unfused
 from flashio.kernels._emit import (
     ALLOC,
     EW,
@@ -60,6 +67,7 @@ from flashio.kernels._emit import (
     P_ACC,
     P_BKV,
     P_EB,
+    P_EXTRA,
     P_KV_SEQ,
     P_MASK_BKV,
     P_MASK_BQ,
@@ -89,10 +97,11 @@ from flashio.kernels._terms import terms
 from flashio.kernels.mask import FULL, allowed, keep_table, tile_state
 from flashio.simulator.trace import KernelInfo, Space, TensorInfo
 
-OPTIONS = SOFTMAX_OPTIONS
+OPTIONS = (*SOFTMAX_OPTIONS, "unfused")
+P_UNFUSED = P_EXTRA + 2  # after softmax_passes and softmax_rows (options in sorted-name order)
 
-# tensor indices, in the order of tensors()
-Q, K, V, S, P, O, Q_S, K_S, S_ACC, S_ROWS, M_L, P_S, V_S, O_ACC = range(14)
+# tensor indices, in the order of tensors(); MASK only with unfused=1 and a mask
+Q, K, V, S, P, O, Q_S, K_S, S_ACC, S_ROWS, M_L, P_S, V_S, O_ACC, MASK = range(15)
 
 EW_QK_PER_SCORE = 1
 EW_SOFTMAX_PER_SCORE, EW_SOFTMAX_PER_ROW = 4, 1
@@ -102,19 +111,35 @@ EW_MASK_PER_SCORE = 1
 
 
 def validate(s) -> None:
-    resolve_softmax_options(s, 1)
+    resolve_softmax_options(s, 1, ("unfused",))
+
+
+def is_unfused(s) -> bool:
+    return bool(dict(s.options).get("unfused", 0))
+
+
+def roles(s) -> tuple[str, ...]:
+    """The kernels' names in launch order: three, or eager PyTorch's four or five."""
+    if not is_unfused(s):
+        return ("qk", "softmax", "pv")
+    fill = ("masked_fill",) if unfused.has_mask(s.shape) else ()
+    return ("qk", "scale", *fill, "row_softmax", "pv")
 
 
 def _buffers(s, kernel: int) -> list[tuple[int, int]]:
-    """(tensor, bytes) of each on-chip buffer of one kernel, in ALLOC order (full block sizes)."""
+    """(tensor, bytes) of each on-chip buffer of one kernel, in ALLOC order (full block sizes);
+    none for the unfused elementwise and row-softmax kernels (they work in registers)."""
     sh, br, bc = s.shape, s.block_q, s.block_kv
     d, eb, acc = sh.head_dim, sh.elem_bytes, sh.acc_bytes
-    rows, cols = row_block(s)
-    return [
-        [(Q_S, br * d * eb), (K_S, bc * d * eb), (S_ACC, br * bc * acc)],
-        [(S_ROWS, rows * cols * eb), (M_L, 2 * rows * acc)],
-        [(P_S, br * bc * eb), (V_S, bc * d * eb), (O_ACC, br * d * acc)],
-    ][kernel]
+    role = roles(s)[kernel]
+    if role == "qk":
+        return [(Q_S, br * d * eb), (K_S, bc * d * eb), (S_ACC, br * bc * acc)]
+    if role == "softmax":
+        rows, cols = row_block(s)
+        return [(S_ROWS, rows * cols * eb), (M_L, 2 * rows * acc)]
+    if role == "pv":
+        return [(P_S, br * bc * eb), (V_S, bc * d * eb), (O_ACC, br * d * acc)]
+    return []
 
 
 def tensors(s) -> tuple[TensorInfo, ...]:
@@ -138,14 +163,37 @@ def tensors(s) -> tuple[TensorInfo, ...]:
         TensorInfo("P_ij", sm, (br, bc), eb),
         TensorInfo("V_j", sm, (bc, d), eb),
         TensorInfo("O_i", rg, (br, d), acc),
-    )
+    ) + ((TensorInfo("mask", g, (n, nk), 1),) if "masked_fill" in roles(s) else ())
 
 
 def kernels(s) -> tuple[KernelInfo, ...]:
-    bh = s.shape.batch * s.shape.heads
-    t_rows = -(-s.shape.seq_len // s.option("softmax_rows"))
+    sh = s.shape
+    bh = sh.batch * sh.heads
+    if is_unfused(s):
+        return _unfused_kernels(s, bh)
+    t_rows = -(-sh.seq_len // s.option("softmax_rows"))
     ctas = (bh * s.t_q * s.t_kv, bh * t_rows, bh * s.t_q)
     return kernel_infos(s, ("qk", "softmax", "pv"), ctas, _buffers, tensors(s))
+
+
+def _unfused_kernels(s, bh: int) -> tuple[KernelInfo, ...]:
+    """Eager PyTorch's launches: the GEMMs at the schedule's tiling and warps, the
+    elementwise kernels and the row softmax at PyTorch's own (kernels._standard_unfused)."""
+    sh = s.shape
+    scores = bh * sh.seq_len * sh.n_kv
+    rows, warps = unfused.softmax_launch(sh.n_kv, sh.elem_bytes)
+    grid = {
+        "qk": (bh * s.t_q * s.t_kv, s.warps),
+        "scale": (-(-scores // unfused.SCALE_ELEMS), 4),
+        "masked_fill": (-(-scores // unfused.FILL_ELEMS), 4),
+        "row_softmax": (bh * -(-sh.seq_len // rows), warps),
+        "pv": (bh * s.t_q, s.warps),
+    }
+    return tuple(
+        kernel_infos(s, (role,), (grid[role][0],), lambda s_, _k, i=i: _buffers(s_, i),
+                     tensors(s), grid[role][1])[0]
+        for i, role in enumerate(roles(s))
+    )  # fmt: skip
 
 
 # -- fast tracer -------------------------------------------------------------------------------
@@ -206,6 +254,8 @@ def _emit_softmax(ev, write, cta_start, cta_stop, p, kmin, kmax, keep):
 
 @njit(**JIT)
 def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep, pages):
+    if p[P_UNFUSED]:
+        return _emit_unfused(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep)
     if kernel == 0:  # qk: S = Q K^T / sqrt(d)
         bufs = (Q_S, K_S, S_ACC)
         return _emit_tile(ev, write, 0, cta_start, cta_stop, p, Q, K, S, bufs, EW_QK_PER_SCORE)
@@ -213,6 +263,24 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep, pages):
         return _emit_softmax(ev, write, cta_start, cta_stop, p, kmin, kmax, keep)
     # pv: O = P V
     return _emit_rows(ev, write, 2, cta_start, cta_stop, p, P, V, O, (P_S, V_S, O_ACC), 0)
+
+
+@njit(**JIT)
+def _emit_unfused(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep):
+    """Eager PyTorch's kernels (``roles``): qk unscaled, scale, [masked_fill], row_softmax, pv."""
+    fill = unfused.masked(kmin, kmax, keep, p[P_KV_SEQ])
+    last = 3 + fill
+    if kernel == 0:  # qk: S = Q K^T, unscaled
+        return _emit_tile(ev, write, 0, cta_start, cta_stop, p, Q, K, S, (Q_S, K_S, S_ACC), 0)
+    if kernel == 1:
+        return unfused.emit_scale(ev, write, 1, cta_start, cta_stop, p, S)
+    if fill and kernel == 2:
+        return unfused.emit_fill(ev, write, 2, cta_start, cta_stop, p, S, MASK)
+    if kernel == last:
+        bufs = (P_S, V_S, O_ACC)
+        return _emit_rows(ev, write, last, cta_start, cta_stop, p, P, V, O, bufs, 0)
+    rows = unfused.softmax_launch(p[P_KV_SEQ], p[P_EB])[0]
+    return unfused.emit_softmax(ev, write, kernel, cta_start, cta_stop, p, S, P, rows)
 
 
 # -- numeric executor --------------------------------------------------------------------------
@@ -293,6 +361,16 @@ def execute(s, q, k, v, grad_out, rec):
     s_mat = np.zeros((sh.batch, sh.heads, sh.seq_len, sh.n_kv), q.dtype)  # HBM, input dtype
     p_mat, out = np.zeros_like(s_mat), np.zeros_like(q)
     run = Tiles(s, rec, _buffers)
+    if is_unfused(s):  # eager PyTorch: S unscaled, then a kernel per elementwise step
+        tile_product(s, run, 0, Q, q, K, k, S, s_mat, 0)
+        unfused.scale(s, rec, S, s_mat)
+        if "masked_fill" in roles(s):
+            unfused.fill(s, rec, S, MASK, s_mat)
+        last = len(roles(s)) - 1
+        rows = unfused.softmax_launch(sh.n_kv, sh.elem_bytes)[0]
+        unfused.softmax(s, rec, last - 1, S, P, s_mat, p_mat, rows)
+        row_product(s, run, last, P, p_mat, V, v, O, out, 0)
+        return out, p_mat, s_mat
     tile_product(s, run, 0, Q, q, K, k, S, s_mat, EW_QK_PER_SCORE)  # qk: S = Q K^T / sqrt(d)
     _softmax(s, run, s_mat, p_mat)
     row_product(s, run, 2, P, p_mat, V, v, O, out, 0)  # pv: O = P V
@@ -312,23 +390,32 @@ def traffic(s) -> list[tuple[str, int, int, int]]:
     qk one CTA per tile (i, j); softmax row blocks; pv one CTA per Q block."""
     t = terms(s)
     eb, bh = t.eb, t.bh
-    return [
+    # unfused: S read once by the row softmax, and read and written by scale and masked_fill
+    extra = len(roles(s)) - 3
+    passes = 1 + extra if is_unfused(s) else t.passes
+    out = [
         ("Q", eb, bh * t.t_kv * t.nd, 0),  # Q_i once per tile of S: Tc times
         ("K", eb, bh * t.t_q * t.kd, 0),  # K_j once per tile of S: Tr times (per query head)
         ("V", eb, bh * t.t_q * t.kd, 0),  # V_j once per (i, j) in pv: Tr times
-        ("S", eb, t.passes * bh * t.nn, bh * t.nn),  # written by qk, read per softmax pass
+        ("S", eb, passes * bh * t.nn, (1 + extra) * bh * t.nn),  # qk, then each pass over S
         ("P", eb, bh * t.nn, bh * t.nn),  # written by softmax, read by pv
         ("O", eb, 0, bh * t.nd),
     ]
+    if "masked_fill" in roles(s):  # the boolean mask, one byte a score, read for every head
+        out.append(("mask", 1, bh * t.nn, 0))
+    return out
 
 
 def outer_steps(s, bs) -> tuple[int, ...]:
     """Outer-loop steps per kernel, summed over CTAs (analysis.closed_form.spills): qk none;
     a softmax CTA walks its p Tc chunks, and with one pass its P stores walk 0 .. Tc - 1
-    again, a new step each unless Tc = 1; pv a step per K/V block."""
+    again, a new step each unless Tc = 1; pv a step per K/V block. Unfused, only pv has
+    steps."""
+    if is_unfused(s):
+        return (0,) * (len(roles(s)) - 1) + (softmax_steps(s)[2],)
     return softmax_steps(s)
 
 
 def on_chip_bytes(s) -> int:
     """Shared memory plus register tiles per CTA, the largest over the kernels."""
-    return max(sum(size for _, size in _buffers(s, k)) for k in range(3))
+    return max(sum(size for _, size in _buffers(s, k)) for k in range(len(roles(s))))

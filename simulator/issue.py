@@ -42,6 +42,7 @@ __all__ = [
     "StepCost",
     "census",
     "compiled",
+    "eager_key",
     "hopper_key",
     "issue_model",
     "lookup",
@@ -205,6 +206,25 @@ def hopper_key(
 
 MASK_FIELDS = ("window", "segments", "kv_seq_len", "block_mask")  # params beyond causal
 
+# standard attention's kernels as eager PyTorch launches them (``unfused=1``,
+# kernels._standard_unfused), each compiled once per dtype and, the row softmax, per row length
+EAGER_KERNELS = ("scale", "masked_fill", "row_softmax")
+
+
+def eager_key(kernel: str, warps: int, params: dict) -> str:
+    """The census key of one of PyTorch's eager kernels (``EAGER_KERNELS``): its dtype and,
+    for the row softmax, the template argument the row length picks: ``log2`` of the keys a
+    warp holds (``softmax_warp_forward``, 4 warps a CTA) or the elements a thread holds
+    (``cunn_SoftMaxForwardReg``'s ILP, a CTA a row), each a power of two."""
+    dtype = params["dtype"]
+    if kernel != "row_softmax":
+        return f"{kernel} {dtype}"
+    n_kv = int(params.get("kv_seq_len") or params["seq_len"])
+    if warps == 4:
+        return f"{kernel} warp log2={max(0, n_kv - 1).bit_length()} {dtype}"
+    per_thread = -(-n_kv // (32 * warps))
+    return f"{kernel} block ilp={1 << max(0, per_thread - 1).bit_length()} {dtype}"
+
 
 @functools.lru_cache(maxsize=8)
 def census(impl: str = DEFAULT_IMPL) -> dict:
@@ -273,6 +293,13 @@ def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
     """The census entry of ``kernel`` of a trace with ``params`` (its meta.params: head dim,
     block sizes, dtype, implementation), or None."""
     impl = params.get("impl", DEFAULT_IMPL)
+    if kernel in EAGER_KERNELS:
+        key = eager_key(kernel, warps, params)
+        d = census(impl).get(key)
+        if d is None:
+            return None
+        return Compiled(key, impl, int(d["compiled"]["registers"]), 0, 0,
+                        d["compiled"].get("smem_bytes"))  # fmt: skip
     try:
         options = tuple((k, params[k]) for k in VARIANT_OPTIONS.get(kernel, ()))
         key = program_key(

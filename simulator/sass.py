@@ -23,7 +23,10 @@ import numpy as np
 
 from flashio.simulator.errors import FlashioError
 
-__all__ = ["CLASSES", "Instruction", "WarpProgram", "classify", "parse", "parts", "program"]
+__all__ = [
+    "CLASSES", "Instruction", "WarpProgram", "classify", "kernel_program", "parse", "parts",
+    "program", "taken_path",
+]  # fmt: skip
 
 # Instruction classes of the replay. Each runs on one pipe; shared-memory classes also move
 # bytes through the SM's shared-memory port (MIO), which the SM's four sub-partitions share.
@@ -68,6 +71,7 @@ class Instruction:
     write_barrier: int  # 0..5, or NO_BARRIER
     read_barrier: int
     wait_mask: int  # bit b: wait for scoreboard b
+    guard: str = ""  # the predicate guard as printed, e.g. "@!P0" ("" where unguarded)
 
     @property
     def klass(self) -> str:
@@ -111,7 +115,7 @@ def parse(text: str) -> dict[str, tuple[Instruction, ...]]:
 
 def _instruction(m, hi: int) -> Instruction:
     text = m.group("text").strip()
-    predicated = bool(_PRED.match(text))
+    guard = _PRED.match(text)
     text = _PRED.sub("", text)
     opcode, _, operands = text.partition(" ")
     ctrl = (hi >> 41) & 0x1FFFF
@@ -119,12 +123,13 @@ def _instruction(m, hi: int) -> Instruction:
         addr=int(m.group("addr"), 16),
         opcode=opcode,
         operands=operands.strip(),
-        predicated=predicated,
+        predicated=bool(guard),
         stall=ctrl & 0xF,
         yield_=not (ctrl >> 4) & 1,
         write_barrier=(ctrl >> 5) & 7,
         read_barrier=(ctrl >> 8) & 7,
         wait_mask=(ctrl >> 11) & 0x3F,
+        guard=guard.group(0).strip() if guard else "",
     )
 
 
@@ -435,6 +440,82 @@ def straight_path(
     return out
 
 
+_PREDICATE = re.compile(r"P[0-6]")
+_GUARD = re.compile(r"@(!?)(P[0-6])")
+_CONST = re.compile(r"c\[0x0\]\[(0x[0-9a-f]+)\]")
+_COMPARE = {"NE": lambda a, b: a != b, "EQ": lambda a, b: a == b}
+
+
+def taken_path(code: tuple[Instruction, ...], constants: dict[int, int] | None = None):
+    """The instructions one warp issues through a kernel without loops (an elementwise or row
+    kernel) from its entry to its first unconditional ``EXIT``, every thread in bounds and the
+    warp converged: guarded branches and exits fall through; ``BRA.DIV`` (taken only by a
+    diverged warp) is not taken; a branch on a predicate ``FCHK`` set is taken where it skips
+    the division's slow path (FCHK sets it only for operands the fast path cannot handle); and
+    ``constants`` (kernel-parameter bytes ``c[0x0][offset]`` -> value) decide the branches
+    that compare a register loaded from one with ``ISETP.NE``/``ISETP.EQ`` against an
+    immediate (a loop unrolled up to a bound given at run time: PyTorch's OffsetCalculator
+    over ``dims``). Raises on a loop or a call: such a kernel is not one straight path."""
+    constants = constants or {}
+    index = {ins.addr: i for i, ins in enumerate(code)}
+    regs: dict[str, int] = {}  # registers holding a known kernel parameter
+    preds: dict[str, bool] = {}  # predicates whose value on this path is known
+    out: list[Instruction] = []
+    i = 0
+    while i < len(code) and len(out) <= 4 * len(code):
+        ins = code[i]
+        out.append(ins)
+        base = ins.opcode.split(".")[0]
+        ops = [o.strip() for o in ins.operands.split(",")]
+        if base == "EXIT" and not ins.predicated:
+            return out
+        if base == "CALL":
+            raise FlashioError(f"a call at {ins.addr:#x}: not a straight path")
+        _track(base, ins, ops, regs, preds, constants)
+        tgt = _branch_target(ins)
+        if tgt is not None and not ins.opcode.startswith("BRA.DIV"):
+            take = not ins.predicated
+            g = _GUARD.fullmatch(ins.guard)
+            if g and g.group(2) in preds:
+                take = preds[g.group(2)] != bool(g.group(1))
+            if take:
+                if tgt <= ins.addr:
+                    raise FlashioError(f"a backward branch at {ins.addr:#x}: a loop")
+                i = index[tgt]
+                continue
+        i += 1
+    raise FlashioError("the path does not reach an EXIT")
+
+
+def _track(base, ins, ops, regs, preds, constants) -> None:
+    """What ``taken_path`` knows after ``ins``: registers loaded from known kernel parameters,
+    predicates it can evaluate; anything else the instruction writes becomes unknown."""
+    dest = ops[0] if ops else ""
+    if base == "FCHK":
+        preds[dest] = False
+    elif base == "ISETP" and _PREDICATE.fullmatch(dest) and len(ops) >= 4:
+        cmp = ins.opcode.split(".")[1] if "." in ins.opcode else ""
+        a, b = regs.get(ops[2]), _immediate(ops[3])
+        if cmp in _COMPARE and a is not None and b is not None and ops[1] == "PT":
+            preds[dest] = _COMPARE[cmp](a, b)
+        else:
+            preds.pop(dest, None)
+    elif _PREDICATE.fullmatch(dest):
+        preds.pop(dest, None)
+    elif base == "LDC" and (m := _CONST.search(ins.operands)) and not ins.predicated:
+        value = constants.get(int(m.group(1), 16))
+        regs.pop(dest, None) if value is None else regs.__setitem__(dest, value)
+    else:
+        regs.pop(dest, None)
+
+
+def _immediate(op: str) -> int | None:
+    try:
+        return int(op, 16) if op.startswith(("0x", "-0x")) else None
+    except ValueError:
+        return None
+
+
 def copies_overlap(body) -> bool | None:
     """Whether a loop's cp.async groups stay in flight across tensor-core work before the
     loop waits for them: each group a ``LDGDEPBAR`` commits is retired by the first
@@ -488,6 +569,15 @@ def program(
 ) -> WarpProgram:
     """The warp program of ``function``'s main loop in a ``cuobjdump -sass`` listing."""
     return parts(text, function, name, marker)["loop"]
+
+
+def kernel_program(
+    text: str, function: str, name: str | None = None, constants: dict[int, int] | None = None
+) -> WarpProgram:  # fmt: skip
+    """The warp program of a whole kernel without loops (``taken_path``): one step that stands
+    for a CTA's work, e.g. PyTorch's elementwise and row-softmax kernels."""
+    code = _function(text, function)
+    return WarpProgram.from_instructions(name or function, taken_path(code, constants))
 
 
 def loops(code: tuple[Instruction, ...], marker: str) -> list[tuple[int, int]]:

@@ -193,8 +193,10 @@ def arithmetic_cost(
     params = source.meta.params
     if comp is not None:
         hit = spill_reloads_hit(kinfo, occ, gpu, comp)
-        # the census holds the computing warps' loop: producer warps only issue copies
-        producers = int(params.get("warp_roles", {}).get("producer_warps", 0))
+        # the census holds the computing warps' loop: producer warps only issue copies (in
+        # the kernels the warp roles describe: those launched with their register budgets)
+        specialized = kinfo.name in params.get("launch_registers", {})
+        producers = int(params.get("warp_roles", {}).get("producer_warps", 0)) * specialized
         warps = kinfo.warps - producers
         step = step_costs(gpu, comp.key, warps, occ.ctas_per_sm, comp.impl, hit)
     elif options.issue_model and kinfo.name in SYNTHESIZED:

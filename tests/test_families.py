@@ -29,7 +29,7 @@ def test_rows_say_what_was_compared(fa2):
     for r in fa2["rows"]:
         assert r["family"] == "flash-attn2"
         assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1)
-    assert set(fa2["not_modelled"]) == {"flex", "torch_cudnn", "torch_eager"}
+    assert set(fa2["not_modelled"]) == {"flex", "torch_cudnn"}
     assert "flash-attn2 flash2 | 20 |" in families.markdown(fa2)
 
 
@@ -141,3 +141,15 @@ def test_hopper_backward_of_this_project_from_its_compiled_code():
     ranked = [r for r in rep["ranking"] if r["schedule"] == "flash2_bwd"]
     assert len(ranked) == 6 and all(r["spearman"] >= 0.8 for r in ranked)
     assert all(r["picked_slower_than_best"] <= 0.015 for r in ranked)
+
+
+def test_eager_pytorch_from_its_kernels_machine_code():
+    """PyTorch's eager attention (GEMM, scale, masked_fill when causal, row softmax, GEMM:
+    every kernel of the call summed) against standard attention with the pytorch preset
+    (unfused), its elementwise and softmax kernels replayed from their machine code: achieved
+    12.0% (max 27.1%, causal N = 2048, whose masked_fill and warp softmax come out 31-43% too
+    fast); the issue's bound is 15%."""
+    rep = families.report(families=("pytorch",))
+    s = rep["summary"]["pytorch standard"]
+    assert s["n"] == 16 and s["mape"] <= 0.13 and s["max_error"] <= 0.28
+    assert all("128x128 w12" in r["label"] for r in rep["rows"])

@@ -40,9 +40,15 @@ code: the error a user gets at a tiling never compiled (``report()["written"]``)
   way by benchmarks/hopper_bwd_measure.py (data/gpu/hopper/hopper_bwd_measure.json), against
   ``hopper.bwd_description`` of each build.
 
-cuDNN's backward, flex_attention and eager attention were measured too; their kernels are
-neither in the instruction census nor written by ``simulator.synth``, so they are listed as
-not modelled.
+- ``pytorch``: PyTorch's eager attention (``softmax(q @ k^T * scale) @ v``, masked_fill when
+  causal; benchmarks/impl_measure.py's ``torch_eager``), the sum of every kernel the call
+  launched, against ``standard`` with the ``pytorch`` preset: ``unfused=1``, eager PyTorch's
+  kernels (kernels/_standard_unfused.py), its elementwise and row-softmax kernels priced by
+  their machine code from libtorch_cuda.so (data/sass/pytorch.json.gz), cuBLAS's GEMMs (closed
+  source, not in the census) at the pipe rates.
+
+cuDNN's backward and flex_attention were measured too; their kernels are neither in the
+instruction census nor written by ``simulator.synth``, so they are listed as not modelled.
 """
 
 from __future__ import annotations
@@ -77,13 +83,13 @@ __all__ = [
 GPU = "h200-measured"
 WRITABLE = ("flash2",)  # schedules whose kernels have written programs (forwards)
 # families the census holds code of
-COMPILED = ("flashio", "flash-attn2", "triton", "flashio-hopper")
+COMPILED = ("flashio", "flash-attn2", "triton", "flashio-hopper", "pytorch")
 MARKERS = ("<!-- families:begin -->", "<!-- families:end -->")  # in docs/validation.md
 OPTIONS = ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
 # forwards priced by their written programs, each without its own tiling's compiled code
 WRITTEN = dataclasses.replace(OPTIONS, written_programs=True)
-FAMILIES = ("flashio", "flash-attn2", "triton", "cudnn", "flashio-hopper")
-NOT_MODELLED = ("torch_cudnn", "flex", "torch_eager")
+FAMILIES = ("flashio", "flash-attn2", "triton", "cudnn", "flashio-hopper", "pytorch")
+NOT_MODELLED = ("torch_cudnn", "flex")
 WHY_NOT_MODELLED = {  # other than having no instruction census and no written program
     "flashio-hopper persistent": "a persistent grid: the engine hands each tile to the first "
     "free slot, not to the CTA that a static assignment gives it",
@@ -95,6 +101,7 @@ MODEL_IMPL = {
     "triton": "triton",
     "cudnn": "fa3",
     "flashio-hopper": "flashio-hopper",
+    "pytorch": "pytorch",
 }
 HOPPER_RUN = DATA / "gpu" / "hopper" / "hopper_measure.json"
 HOPPER_BWD_RUN = DATA / "gpu" / "hopper" / "hopper_bwd_measure.json"
@@ -174,7 +181,9 @@ def measurements(families=FAMILIES) -> tuple[list[Measured], dict]:
             )
     im = json.loads((DATA / "impl" / "impl_measure.json").read_text())["rows"]
     for r in im:
-        fam = {"torch_flash": "flash-attn2", "triton_fa": "triton"}.get(r["impl"])
+        fam = {"torch_flash": "flash-attn2", "triton_fa": "triton", "torch_eager": "pytorch"}.get(
+            r["impl"]
+        )
         if r["impl"] == "torch_cudnn" and r["pass"] == "fwd":
             fam = "cudnn"
         if fam is None:
@@ -187,7 +196,10 @@ def measurements(families=FAMILIES) -> tuple[list[Measured], dict]:
         attn = [u for u, n in us if "flash" in n or "fa2" in n or "fprop" in n]
         t = sum(attn) * 1e-6
         sched = "flash2" if r["pass"] == "fwd" else "flash2_bwd"
-        if fam == "cudnn":
+        if fam == "pytorch":  # every kernel of the call: the GEMMs, scale, mask, softmax
+            t, sched = sum(r["kernel_us"]) * 1e-6, "standard"
+            tiling = kernels.implementation("pytorch").tiling(sched, _shape(r))
+        elif fam == "cudnn":
             tiling = CUDNN_TILING
         else:
             tiling = (int(r["block_m"]), int(r["block_n"]), int(r["num_warps"]))
