@@ -126,15 +126,15 @@ def softmax_steps(s) -> tuple[int, int, int]:
 
 def kernel_infos(s, names, ctas, buffers, tensor_infos, warps=None) -> tuple[KernelInfo, ...]:
     """KernelInfo per kernel: shared memory and register tiles summed from ``buffers(s, k)``
-    (every buffer is live for the whole CTA, so the sum is the peak); ``warps`` per CTA,
-    default the schedule's."""
-    warps = s.warps if warps is None else warps
+    (every buffer is live for the whole CTA, so the sum is the peak); ``warps``: per kernel,
+    default the schedule's for each."""
+    warps = (s.warps,) * len(names) if warps is None else warps
     out = []
-    for kernel, (name, grid) in enumerate(zip(names, ctas, strict=True)):
+    for kernel, (name, grid, w) in enumerate(zip(names, ctas, warps, strict=True)):
         bufs = buffers(s, kernel)
         smem = sum(size for t, size in bufs if tensor_infos[t].space == Space.SHARED)
         regs = sum(size for t, size in bufs if tensor_infos[t].space == Space.REGISTERS)
-        out.append(KernelInfo(name, grid, warps, smem, regs_per_thread(regs, warps)))
+        out.append(KernelInfo(name, grid, w, smem, regs_per_thread(regs, w)))
     return tuple(out)
 
 

@@ -40,7 +40,7 @@ from flashio.kernels._emit import (
     mem,
 )
 from flashio.kernels._numerics import acc_dtype, to_dtype
-from flashio.kernels.mask import allowed, key_ranges
+from flashio.kernels.mask import allowed, keep_table, key_ranges
 
 SCALE_ELEMS = 128 * 8  # vectorized_elementwise_kernel<8>: 128 threads x 8 elements
 FILL_ELEMS = 128 * 4  # elementwise_kernel<128, 4>: 128 threads x 4 elements
@@ -59,18 +59,19 @@ def softmax_launch(n_kv: int, elem_bytes: int) -> tuple[int, int]:
 
 
 def has_mask(shape) -> bool:
-    """Whether eager attention of ``shape`` needs a masked_fill: some query misses a key."""
+    """Whether eager attention of ``shape`` needs a masked_fill: ``masked`` of its tables."""
     kmin, kmax = key_ranges(shape)
-    return bool((kmin > 0).any() or (kmax < shape.n_kv - 1).any() or shape.block_mask is not None)
+    return bool(masked(kmin, kmax, keep_table(shape)[0], shape.n_kv))
 
 
 @njit(**JIT)
 def masked(kmin, kmax, keep, nk) -> bool:
-    """``has_mask`` from the tracer's tables (a block mask's summed-area table is not 2 x 2)."""
+    """Whether some query misses a key: a row's key range short of all N_kv keys, or a block
+    mask (its summed-area table other than the 2 x 2 of no block mask)."""
     for i in range(kmin.shape[0]):
         if kmin[i] > 0 or kmax[i] < nk - 1:
             return True
-    return keep.shape[0] != 2 or keep.shape[1] != 2
+    return keep.shape[0] != 2 or keep.shape[1] != 2 or keep[1, 1] != 1
 
 
 @njit(**JIT)

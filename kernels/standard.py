@@ -189,11 +189,8 @@ def _unfused_kernels(s, bh: int) -> tuple[KernelInfo, ...]:
         "row_softmax": (bh * -(-sh.seq_len // rows), warps),
         "pv": (bh * s.t_q, s.warps),
     }
-    return tuple(
-        kernel_infos(s, (role,), (grid[role][0],), lambda s_, _k, i=i: _buffers(s_, i),
-                     tensors(s), grid[role][1])[0]
-        for i, role in enumerate(roles(s))
-    )  # fmt: skip
+    ctas, per_cta = zip(*(grid[role] for role in roles(s)), strict=True)
+    return kernel_infos(s, roles(s), ctas, _buffers, tensors(s), per_cta)
 
 
 # -- fast tracer -------------------------------------------------------------------------------

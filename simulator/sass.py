@@ -503,8 +503,10 @@ def _track(base, ins, ops, regs, preds, constants) -> None:
     elif _PREDICATE.fullmatch(dest):
         preds.pop(dest, None)
     elif base == "LDC" and (m := _CONST.search(ins.operands)) and not ins.predicated:
+        regs.pop(dest, None)
         value = constants.get(int(m.group(1), 16))
-        regs.pop(dest, None) if value is None else regs.__setitem__(dest, value)
+        if value is not None:
+            regs[dest] = value
     else:
         regs.pop(dest, None)
 

@@ -68,7 +68,8 @@ def mask_line(sched) -> str | None:
     pairs, every = work(sh), sh.seq_len * sh.n_kv
     text = f"mask          {pairs:,} of {every:,} query-key pairs per head ({pairs / every:.1%})"
     if spec(sched.name).every_tile:
-        return text + "; standard attention computes every score and masks in its softmax"
+        where = "a masked_fill kernel" if dict(sched.options).get("unfused") else "its softmax"
+        return text + f"; standard attention computes every score and masks in {where}"
     bs = block_sums(sh, sched.block_q, sched.block_kv)
     partial = bs.pairs - bs.full_pairs
     return (
