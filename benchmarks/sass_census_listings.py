@@ -129,7 +129,8 @@ def pytorch(listing: dict) -> dict:
         k = listing["kernels"][name]
         prog = kernel_program(k["sass"], k["mangled"], key, constants)
         compiled = {"registers": int(k["REG"]), "smem_bytes": int(k["SHARED"])}
-        out[key] = {**prog.to_json(), "compiled": compiled, "source": name}
+        # each thread loads scores no other thread reads, once: from HBM, not an L2 hit
+        out[key] = {**prog.to_json(), "compiled": compiled, "source": name, "streams": True}
     return out
 
 

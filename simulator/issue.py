@@ -287,6 +287,9 @@ class Compiled:
     # whether the loop's cp.async copies stay in flight across its tensor-core work
     # (``simulator.sass.copies_overlap``); None: no copies, or not decided
     copies_overlap: bool | None = None
+    # whether its global loads stream data read once (eager PyTorch's elementwise and
+    # softmax kernels read each score once), so they wait for HBM, not for an L2 hit
+    streams: bool = False
 
 
 def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
@@ -298,8 +301,8 @@ def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
         d = census(impl).get(key)
         if d is None:
             return None
-        return Compiled(key, impl, int(d["compiled"]["registers"]), 0, 0,
-                        d["compiled"].get("smem_bytes"))  # fmt: skip
+        regs, smem = int(d["compiled"]["registers"]), d["compiled"].get("smem_bytes")
+        return Compiled(key, impl, regs, 0, 0, smem, streams=bool(d.get("streams")))
     try:
         options = tuple((k, params[k]) for k in VARIANT_OPTIONS.get(kernel, ()))
         key = program_key(
@@ -465,13 +468,18 @@ def synthetic_sync_step_costs(
 
 def step_costs(
     gpu: GPUSpec, key: str, warps: int, ctas_per_sm: int, impl: str = DEFAULT_IMPL,
-    spills_hit: bool = True,
+    spills_hit: bool = True, streams: bool = False,
 ) -> StepCost | None:  # fmt: skip
     """The replayed step of census program ``key`` of ``impl`` on ``gpu`` (None: not in the
-    census); with ``spills_hit`` False, spill reloads miss L1 and wait the L2's latency."""
+    census); with ``spills_hit`` False, spill reloads miss L1 and wait the L2's latency; with
+    ``streams``, global loads wait the HBM's latency (data read once: Compiled.streams)."""
     model = issue_model(gpu)
+    latency = dict(model.latency)
     if not spills_hit:
-        latency = {**dict(model.latency), "local": float(gpu.l2_latency_cycles)}
+        latency["local"] = float(gpu.l2_latency_cycles)
+    if streams:
+        latency["global"] = float(gpu.hbm_latency_cycles)
+    if latency != dict(model.latency):
         model = dataclasses.replace(model, latency=latency)
     st = _replayed(key, impl, model, warps, ctas_per_sm)
     if st is None:

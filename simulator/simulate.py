@@ -198,7 +198,7 @@ def arithmetic_cost(
         specialized = kinfo.name in params.get("launch_registers", {})
         producers = int(params.get("warp_roles", {}).get("producer_warps", 0)) * specialized
         warps = kinfo.warps - producers
-        step = step_costs(gpu, comp.key, warps, occ.ctas_per_sm, comp.impl, hit)
+        step = step_costs(gpu, comp.key, warps, occ.ctas_per_sm, comp.impl, hit, comp.streams)
     elif options.issue_model and kinfo.name in SYNTHESIZED:
         step = _synthetic_step(kinfo, occ, gpu, params, options.written_programs)
     else:

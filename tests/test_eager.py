@@ -134,3 +134,17 @@ def test_eager_kernels_priced_by_their_census_entries():
     assert keys["scale"] == "scale bf16" and keys["masked_fill"] == "masked_fill bf16"
     assert keys["row_softmax"] == "row_softmax block ilp=4 bf16"
     assert np.isfinite(res.time_s) and res.time_s > 0
+
+
+def test_streaming_loads_wait_for_hbm():
+    """Eager kernels read each score once: their replayed loads wait the HBM's latency, which
+    masked_fill (four dependent round trips a thread) feels most."""
+    gpu = simulator.load_gpu("h200-measured")
+    assert all(entry["streams"] for entry in issue.census("pytorch").values())
+    params = {"impl": "pytorch", "dtype": "bf16", "seq_len": 4096}
+    comp = issue.lookup(params, "masked_fill", 4)
+    assert comp is not None and comp.streams
+    l2 = issue.step_costs(gpu, comp.key, 4, 16, "pytorch")
+    hbm = issue.step_costs(gpu, comp.key, 4, 16, "pytorch", streams=True)
+    assert gpu.hbm_latency_cycles > gpu.l2_latency_cycles
+    assert hbm.occupancy_s > 1.2 * l2.occupancy_s

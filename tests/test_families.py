@@ -146,10 +146,10 @@ def test_hopper_backward_of_this_project_from_its_compiled_code():
 def test_eager_pytorch_from_its_kernels_machine_code():
     """PyTorch's eager attention (GEMM, scale, masked_fill when causal, row softmax, GEMM:
     every kernel of the call summed) against standard attention with the pytorch preset
-    (unfused), its elementwise and softmax kernels replayed from their machine code: achieved
-    12.0% (max 27.1%, causal N = 2048, whose masked_fill and warp softmax come out 31-43% too
-    fast); the issue's bound is 15%."""
+    (unfused), its elementwise and softmax kernels replayed from their machine code, their
+    loads waiting the HBM's latency: achieved 7.7% (max 14.0%, causal N = 2048, whose warp
+    softmax comes out 35% too fast); the issue's bound is 15%."""
     rep = families.report(families=("pytorch",))
     s = rep["summary"]["pytorch standard"]
-    assert s["n"] == 16 and s["mape"] <= 0.13 and s["max_error"] <= 0.28
+    assert s["n"] == 16 and s["mape"] <= 0.08 and s["max_error"] <= 0.15
     assert all("128x128 w12" in r["label"] for r in rep["rows"])
