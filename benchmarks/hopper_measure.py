@@ -30,7 +30,7 @@ import numpy as np
 
 from benchmarks.gpu_measure import provenance
 from flashio import kernels
-from flashio.analysis.validation.families import PRESET_LABEL
+from flashio.analysis.validation.family_rows import PRESET_LABEL
 from flashio.kernels import gpu, hopper
 
 

@@ -174,7 +174,7 @@ def test_the_forward_presets_are_the_fastest_measured_builds():
     import json
 
     from flashio.analysis.paths import DATA
-    from flashio.analysis.validation.families import PRESET_LABEL
+    from flashio.analysis.validation.family_rows import PRESET_LABEL
 
     rows = json.loads((DATA / "gpu" / "hopper" / "hopper_measure.json").read_text())["rows"]
     shapes = {(r["head_dim"], r["causal"], r["seq_len"]) for r in rows if r["seq_len"] >= 4096}
