@@ -496,7 +496,8 @@ def _track(base, ins, ops, regs, preds, constants) -> None:
     elif base == "ISETP" and _PREDICATE.fullmatch(dest) and len(ops) >= 4:
         cmp = ins.opcode.split(".")[1] if "." in ins.opcode else ""
         a, b = regs.get(ops[2]), _immediate(ops[3])
-        if cmp in _COMPARE and a is not None and b is not None and ops[1] == "PT":
+        plain = ops[1] == "PT" and ops[4:5] in ([], ["PT"]) and not ins.predicated
+        if cmp in _COMPARE and a is not None and b is not None and plain:
             preds[dest] = _COMPARE[cmp](a, b)
         else:
             preds.pop(dest, None)
