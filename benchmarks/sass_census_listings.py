@@ -101,7 +101,7 @@ EAGER = DATA / "impl" / "eager" / "eager_sass.json.gz"
 # score dims into one and keeps the heads (the mask's stride 0 there), so its OffsetCalculator
 # walks dims = 2 (its first member, the c[0x0][0x218] the unrolled loop compares against)
 FILL_DIMS = {0x218: 2}
-EAGER_KERNELS = {
+EAGER_LISTINGS = {
     f"scale {DTYPE}": ("vectorized_elementwise_kernel<8, at::native::AUnaryFunctor<c10::"
                        "BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::"
                        "MulFunctor<float> >", None),
@@ -124,7 +124,7 @@ def pytorch(listing: dict) -> dict:
     """Eager attention's elementwise and row-softmax kernels: each whole kernel one step
     (simulator.sass.kernel_program), registers and shared memory from cuobjdump."""
     out = {}
-    for key, (pattern, constants) in EAGER_KERNELS.items():
+    for key, (pattern, constants) in EAGER_LISTINGS.items():
         (name,) = [n for n in listing["kernels"] if pattern in n]
         k = listing["kernels"][name]
         prog = kernel_program(k["sass"], k["mangled"], key, constants)
