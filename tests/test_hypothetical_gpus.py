@@ -2,14 +2,17 @@
 changes (docs/gpus.md, "What scales with what"), and the model agrees with the H200 run on
 fewer SMs (docs/hypothetical-gpus.md)."""
 
+import gzip
 import json
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from flashio import kernels, simulator
 from flashio.analysis.validation import sm_scaling
+from flashio.analysis.validation.gpu_data import parse_ncu_csv
 from tests._sim_common import H200, _names
 
 NAMES = _names()
@@ -155,3 +158,48 @@ def test_predicted_scaling_follows_the_measured_curve(scaling_rows):
     assert s["rows"] == 50
     assert s["ratio_max_error"] <= SCALING_MAX_ERROR
     assert s["ratio_median_error"] <= SCALING_MEDIAN_ERROR
+
+
+TENSOR_KERNELS = ("flash2_fwd", "flash2_bwd")
+
+
+def _tensor_clocks(n: int) -> list[float]:
+    """Nsight Compute's SM clock of each tensor-core launch in a green context of n SMs."""
+    path = sm_scaling.PROBE.parent / f"sm_clock_ncu_{n}.csv"
+    launches = parse_ncu_csv(path.read_text())
+    return [
+        ln["metrics"]["sm__cycles_elapsed.avg.per_second"]
+        for ln in launches
+        if ln["kernel"] in TENSOR_KERNELS
+    ]
+
+
+def test_tensor_core_sms_keep_one_clock_at_every_sm_count():
+    """replace(sm_count=n) keeps clock_hz, and so does the H200 for the SMs that run this
+    project's kernels (docs/hypothetical-gpus.md, "The clock, the L2's latency and the last
+    wave"): the median clock of the same launches on 8, 32, 64 and 132 SMs differs by under
+    1% (the idle SMs' clock, by contrast, steps by 9% between 32 and 64), and lies within 2%
+    of h200-measured's (a median of an earlier Nsight run, 1.757-1.798 GHz)."""
+    spec = simulator.load_gpu("h200-measured").clock_hz
+    medians = {}
+    for n in (8, 32, 64, 132):
+        clocks = _tensor_clocks(n)
+        assert len(clocks) == 7  # the four kernels and the backward's three forward launches
+        medians[n] = float(np.median(clocks))
+    assert max(medians.values()) / min(medians.values()) - 1 < 0.01
+    assert all(abs(m / spec - 1) < 0.02 for m in medians.values())
+
+
+def test_first_waves_fill_every_sm_as_the_model_places_them():
+    """The model puts slot s on SM s mod n, so the first c x n CTAs of a grid (c resident per
+    SM) put exactly c on every SM. The H200 does the same in every launch of
+    data/gpu/probe/cta_dispatch.py (green contexts of 64, 96 and 132 SMs, c = 1, 2, 3)."""
+    doc = json.loads(
+        gzip.decompress((sm_scaling.PROBE.parent / "cta_dispatch.json.gz").read_bytes())
+    )
+    assert len(doc["launches"]) == 45
+    for launch in doc["launches"]:
+        n, c = launch["sms"], launch["ctas_per_sm"]
+        first = np.array(launch["smid"][: c * n])
+        counts = np.bincount(first)
+        assert (counts[counts > 0] == c).all() and (counts > 0).sum() == n

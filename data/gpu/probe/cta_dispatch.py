@@ -1,0 +1,139 @@
+"""Where the H200's block scheduler puts a grid's CTAs.
+
+CTAs of w warps, exactly c of them resident per SM (dynamic shared memory admits no more),
+each doing the same work (FFMA chains; in the launches with loads also one dependent 16-byte
+load a thread and iteration from an L2-resident buffer), on green contexts of n SMs
+(sm_scaling.py's GreenContext). Thread 0 of each CTA records its %smid, a start and an end
+ticket (atomicAdd on global counters: the order CTAs began and ended), %globaltimer at its
+start and end and the clock64 cycles between. From that: which SMs the first wave and the
+grid's last, partial wave land on (one CTA an SM, or packed c to an SM), and how long the
+last CTAs take.
+
+    python data/gpu/probe/cta_dispatch.py --out DIR [--sms 132 96 64]
+
+Writes DIR/cta_dispatch.json.gz (provenance; per launch the per-CTA records as columns).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sm_scaling import GreenContext
+
+from benchmarks.gpu_measure import provenance
+
+SRC = r"""
+extern "C" __global__ void work(const float4* __restrict__ buf, unsigned int span,
+                                unsigned long long* rec, unsigned int* tickets,
+                                int iters, int loads) {
+    extern __shared__ float pad[];
+    __shared__ unsigned long long t0, c0;
+    __shared__ unsigned int s0;
+    if (threadIdx.x == 0) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        c0 = clock64();
+        s0 = atomicAdd(&tickets[0], 1u);
+    }
+    __syncthreads();
+    float a0 = threadIdx.x, a1 = a0 + 1, a2 = a0 + 2, a3 = a0 + 3;
+    float a4 = a0 + 4, a5 = a0 + 5, a6 = a0 + 6, a7 = a0 + 7;
+    const float b = 0.999f;
+    float c = 0.001f;
+    unsigned int at = (blockIdx.x * 7919u + threadIdx.x) % span;
+    for (int i = 0; i < iters; ++i) {
+        if (loads) {  // one dependent load a thread and iteration: the chains wait for it
+            float4 v = buf[at];
+            c = v.x * 1e-9f + 0.001f;
+            at = (at + blockDim.x * 13u) % span;
+        }
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            a0 = fmaf(a0, b, c); a1 = fmaf(a1, b, c); a2 = fmaf(a2, b, c); a3 = fmaf(a3, b, c);
+            a4 = fmaf(a4, b, c); a5 = fmaf(a5, b, c); a6 = fmaf(a6, b, c); a7 = fmaf(a7, b, c);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long t1, c1 = clock64();
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+        unsigned int id, e = atomicAdd(&tickets[1], 1u);
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+        unsigned long long* r = rec + 6ull * blockIdx.x;
+        r[0] = id; r[1] = s0; r[2] = e; r[3] = t0; r[4] = t1; r[5] = c1 - c0;
+    }
+    float s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+    if (s == 12345.0f) { pad[0] = s; tickets[2] = (unsigned int)pad[threadIdx.x & 7]; }
+}
+"""
+# (CTAs per SM, warps, loads, iterations): the flash2 forward 64x64 w4's residency (3) and
+# 128x128 w8's (2), one CTA an SM, with and without loads
+LAUNCHES = ((3, 4, 0, 200), (3, 4, 1, 40), (2, 8, 0, 150), (2, 8, 1, 30), (1, 8, 0, 200))
+GRID = 2048
+REPS = 3
+
+
+def dispatch(ctx: GreenContext, per_sm: int) -> list[dict]:
+    import cupy
+
+    kern = cupy.RawKernel(SRC, "work")
+    kern.max_dynamic_shared_size_bytes = per_sm // 2 + 1024  # the most a launch below asks
+    span = (8 << 20) // 16  # an 8 MiB buffer of float4: L2-resident
+    rows = []
+    with ctx.stream:
+        buf = cupy.ones(span * 4, cupy.float32)
+        rec = cupy.zeros(6 * GRID, cupy.uint64)
+        tickets = cupy.zeros(4, cupy.uint32)
+        for c, w, loads, iters in LAUNCHES:
+            smem = per_sm // (c + 1) + 1024  # c fit an SM, c + 1 do not
+            args = (buf, cupy.uint32(span), rec, tickets, cupy.int32(iters), cupy.int32(loads))
+            for rep in range(REPS + 1):  # the first launch warms up and is not kept
+                tickets[:] = 0
+                kern((GRID,), (32 * w,), args, shared_mem=smem)
+                ctx.stream.synchronize()
+                if rep == 0:
+                    continue
+                r = rec.get().reshape(GRID, 6).astype("int64")
+                t0 = int(r[:, 3].min())
+                rows.append({
+                    "sms": ctx.sms, "ctas_per_sm": c, "warps": w, "loads": loads,
+                    "iters": iters, "rep": rep, "smid": r[:, 0].tolist(),
+                    "start_ticket": r[:, 1].tolist(), "end_ticket": r[:, 2].tolist(),
+                    "start_ns": (r[:, 3] - t0).tolist(), "end_ns": (r[:, 4] - t0).tolist(),
+                    "cycles": r[:, 5].tolist(),
+                })  # fmt: skip
+                span_us = (r[:, 4].max() - t0) / 1e3
+                print(f"n={ctx.sms} c={c} w={w} loads={loads} rep {rep}: {span_us:.1f} us",
+                      flush=True)  # fmt: skip
+    return rows
+
+
+def main(argv=None) -> None:
+    import cupy
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--sms", type=int, nargs="+", default=[132, 96, 64])
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    prov = provenance()
+    prov["command"] = "python data/gpu/probe/cta_dispatch.py " + " ".join(sys.argv[1:])
+    per_sm = cupy.cuda.Device(0).attributes["MaxSharedMemoryPerMultiprocessor"]
+    doc = {"provenance": prov, "grid": GRID, "launches": []}
+    for n in args.sms:
+        ctx = GreenContext(n)
+        doc["launches"] += dispatch(ctx, per_sm)
+        ctx.close()
+    with gzip.open(out / "cta_dispatch.json.gz", "wt") as f:
+        json.dump(doc, f)
+
+
+if __name__ == "__main__":
+    main()
