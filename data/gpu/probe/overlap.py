@@ -9,8 +9,8 @@ This probe measures it. One CTA per SM, two warpgroups (256 threads); each loop 
 - a warpgroup with the ``mma`` role issues G wgmma m64n128k16 bf16 (SS, the operands in shared
   memory, as isa.py's wgmma_n128), commits them and, at the end of the iteration, waits;
 - a warpgroup with the ``alu`` role issues, per warp, E instructions of the kind (MUFU.EX2
-  from ``ex2.approx.ftz`` of a negated operand, or FFMA) in 8 independent chains, between the
-  commit and the wait.
+  from ``ex2.approx.ftz`` of a negated operand, FFMA, FADD, FMUL, FMNMX, ...) in 8
+  independent chains, between the commit and the wait.
 
 Kernels (mma roles, alu roles, kind): one warpgroup doing one thing (the times alone), the
 other warpgroup doing the other (``split``: ping-pong), one warpgroup doing both (``same``:
@@ -23,7 +23,7 @@ Timed with %clock64 around the loop, per warp; the CTA's time is its slowest war
 result feeds a global store guarded by a runtime flag (never set). The machine code is checked
 (--sass): the loop's HGMMA, MUFU.EX2 and FFMA counts. GPU clocks are never changed.
 
-    python data/gpu/probe/overlap.py --out DIR     # on the GPU: DIR/overlap.json
+    python data/gpu/probe/overlap.py --out DIR [--only KERNEL ...]   # on the GPU: DIR/overlap.json
     python data/gpu/probe/overlap.py --sass DIR    # anywhere with NVRTC: DIR/overlap_sass.json
 """
 
@@ -43,9 +43,9 @@ LAUNCHES = 5
 G = 16  # wgmma per iteration of an mma warpgroup
 # instructions per warp per iteration of an alu warpgroup: about 1000 cycles each alone
 E = {"mufu": 128, "ffma": 1024, "fmnmx": 512, "imad": 512, "f2fp": 512, "lds": 256,
-     "shfl": 512}  # fmt: skip
+     "shfl": 512, "fadd": 1024, "fmul": 1024}  # fmt: skip
 SASS = {"mufu": "MUFU.EX2", "ffma": "FFMA", "fmnmx": "FMNMX", "imad": "IMAD", "f2fp": "F2FP",
-        "lds": "LDS", "shfl": "SHFL"}  # fmt: skip
+        "lds": "LDS", "shfl": "SHFL", "fadd": "FADD", "fmul": "FMUL"}  # fmt: skip
 OPTIONS = ("-std=c++17", "-arch=sm_90a")
 THREADS = 256
 
@@ -78,6 +78,13 @@ KERNELS = {
     "mma_1wg_g4": ((0,), (), None, 4),
     "same_mufu_g4": ((0,), (0,), "mufu", 4),
     "same_ffma_g4": ((0,), (0,), "ffma", 4),
+    # FADD and FMUL (two source operands; the softmax's row sums and rescales) beside wgmma
+    "fadd_1wg": ((), (1,), "fadd"),
+    "split_fadd": ((0,), (1,), "fadd"),
+    "both_fadd": ((0, 1), (0, 1), "fadd"),
+    "fmul_1wg": ((), (1,), "fmul"),
+    "split_fmul": ((0,), (1,), "fmul"),
+    "both_fmul": ((0, 1), (0, 1), "fmul"),
 }
 # the same with mma.sync m16n8k16 bf16 (HMMA, synchronous: each warp of the mma warpgroups
 # issues H in 8 independent chains per iteration, about 1000 cycles of its tensor pipe)
@@ -105,6 +112,8 @@ HKERNELS = {
     "hmmad_1wg": ((0,), (), None),
     "hmmad_2wg": ((0, 1), (), None),
     "hsamed_ffma": ((0,), (0,), "ffma"),
+    "hsplit_fadd": ((0,), (1,), "fadd"),
+    "hsplit_fmul": ((0,), (1,), "fmul"),
 }
 
 ISSUE = """\
@@ -142,6 +151,8 @@ ALU_STEP = {
     "mufu": 'asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(x[k]) : "f"(-x[k]));',
     "ffma": 'asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x[k]) : "f"(0.9999f), "f"(1e-4f));',
     "fmnmx": 'asm volatile("max.f32 %0, %0, %1;" : "+f"(x[k]) : "f"(1e-7f));',
+    "fadd": 'asm volatile("add.rn.f32 %0, %0, %1;" : "+f"(x[k]) : "f"(1e-7f));',
+    "fmul": 'asm volatile("mul.rn.f32 %0, %0, %1;" : "+f"(x[k]) : "f"(0.99999f));',
     "imad": 'asm volatile("mad.lo.s32 %0, %0, %1, %2;" : "+r"(y[k]) : "r"(ya), "r"(yb));',
     "f2fp": (
         'asm volatile("{ .reg .f32 t; mov.b32 t, %0; cvt.rn.bf16x2.f32 %0, t, %1; }" '
@@ -257,12 +268,15 @@ def _mask(wgs) -> str:
     return str(sum(1 << w for w in wgs))
 
 
-def sources() -> dict[str, str]:
+def sources(only=None) -> dict[str, str]:
+    """Each kernel's CUDA source (``only``: those named)."""
     from isa import _wgmma_step
 
     wgmma = _wgmma_step(128).replace('"r"(sc)', '"r"(1)')
     out = {}
     for name, (mma, alu, kind, *g) in {**KERNELS, **HKERNELS}.items():
+        if only and name not in only:
+            continue
         hmma = name in HKERNELS
         issue = (
             (HMMA_ISSUE_DISTINCT if "mmad" in name or "samed" in name else HMMA_ISSUE)
@@ -281,10 +295,10 @@ def sources() -> dict[str, str]:
     return out
 
 
-def build() -> dict[str, bytes]:
+def build(only=None) -> dict[str, bytes]:
     from benchmarks import nvrtc
 
-    return {name: nvrtc.compile_cubin(src, OPTIONS)[0] for name, src in sources().items()}
+    return {name: nvrtc.compile_cubin(src, OPTIONS)[0] for name, src in sources(only).items()}
 
 
 def check_sass(cubins: dict[str, bytes]) -> dict:
@@ -388,18 +402,18 @@ def fit(doc: dict, sass_doc: dict, model) -> dict:
     return {**out, **dict.fromkeys(EXCLUSIVE, 0.0)}
 
 
-def run(out_dir: Path) -> dict:
+def run(out_dir: Path, only=None) -> dict:
     import cupy
     from isa import nvidia_smi, provenance
 
     prov = provenance()
-    census = check_sass(build())
+    census = check_sass(build(only))
     sms = cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
     warps = THREADS // 32
     cyc = cupy.zeros(2 * sms * warps, cupy.uint64)
     sink = cupy.zeros(sms * THREADS, cupy.float32)
     rows, results = [], {}
-    for name, src in sources().items():
+    for name, src in sources(only).items():
         fn = cupy.RawModule(code=src, options=OPTIONS).get_function(name)
         per_launch = []
         for launch in range(LAUNCHES):
@@ -439,6 +453,7 @@ def main(argv=None) -> int:
         "--fit", type=Path, metavar="DIR",
         help="fit the replay's interference rates to DIR/overlap.json and overlap_sass.json",
     )  # fmt: skip
+    ap.add_argument("--only", nargs="+", metavar="KERNEL", help="with --out: only these kernels")
     args = ap.parse_args(argv)
     if args.fit:
         import dataclasses
@@ -469,7 +484,7 @@ def main(argv=None) -> int:
         for k, v in census.items():
             print(k, {f: x for f, x in v.items() if f != "loop"})
         return 0
-    run(args.out)
+    run(args.out, args.only)
     return 0
 
 
