@@ -34,7 +34,7 @@ from flashio.simulator.synth_sync import (
     work_terms,
     xor_swizzle_ways,
 )
-from flashio.simulator.warp_replay import IssueModel, StepTime, once, replay
+from flashio.simulator.warp_replay import IssueModel, StepTime, first_turn, once, replay
 
 __all__ = [
     "CENSUS_DIR",
@@ -378,7 +378,7 @@ class StepCost:
 @functools.lru_cache(maxsize=256)
 def _replayed(key: str, impl: str, model: IssueModel, warps: int, ctas: int) -> StepTime | None:
     prog = _program(key, impl)
-    return None if prog is None else replay(prog, model, warps, ctas)
+    return None if prog is None else replay(prog, model, warps, ctas, turns=first_turn(prog))
 
 
 @functools.lru_cache(maxsize=64)

@@ -83,12 +83,26 @@ class Instruction:
 def _cta_barrier(ins: Instruction) -> bool:
     """Whether a ``BAR`` instruction waits for the whole CTA: a sync (or reduction) without a
     thread count. An arrive never waits, and a sync with a count is a named barrier between
-    some of the CTA's warps (two consumer warpgroups taking turns: FlashAttention-3's
-    ping-pong), which the replay does not schedule: it interleaves those warps as its issue
-    rule does (simulator.synth says the same of its written programs)."""
+    some of the CTA's warps (``named_barrier``)."""
     if ".ARV" in ins.opcode:
         return False
     return len([x for x in ins.operands.split(",") if x.strip()]) < 2
+
+
+def named_barrier(ins: Instruction) -> tuple[int, int, int]:
+    """(warps, id, arrives) of a ``BAR`` between some of the CTA's warps, a sync or an arrive
+    with a thread count (two consumer warpgroups taking turns at the tensor cores:
+    FlashAttention-3's ping-pong; consumers meeting): the count in warps, the barrier's
+    immediate id or -1 where a register holds it, and 1 for an arrive (which does not wait).
+    (0, 0, 0) for any other instruction."""
+    if not ins.opcode.startswith("BAR.") or _cta_barrier(ins):
+        return (0, 0, 0)
+    ops = [x.strip() for x in ins.operands.split(",") if x.strip()]
+    count = _immediate(ops[1]) if len(ops) == 2 else None
+    if count is None:  # a thread count in a register: not a form these kernels use
+        return (0, 0, 0)
+    ident = _immediate(ops[0])
+    return (count // 32, -1 if ident is None else ident, int(".ARV" in ins.opcode))
 
 
 def parse(text: str) -> dict[str, tuple[Instruction, ...]]:
@@ -297,12 +311,16 @@ class WarpProgram:
     # 1 for an mma.sync that reads both A and B from the register file (neither operand
     # marked for the reuse cache)
     fresh: np.ndarray | None = None
+    # per instruction (warps, id, arrives) of a named barrier (``named_barrier``): n x 3
+    named: np.ndarray | None = None
 
     def __post_init__(self):
         n = len(self.klass)
         for f in ("tensor_flops", "group", "fresh"):
             if getattr(self, f) is None:
                 object.__setattr__(self, f, np.zeros(n, np.int64))
+        if self.named is None:
+            object.__setattr__(self, "named", np.zeros((n, 3), np.int64))
 
     def __len__(self) -> int:
         return len(self.klass)
@@ -326,7 +344,14 @@ class WarpProgram:
             "spill_store_bytes": self.spill_store_bytes,
             "spill_load_bytes": self.spill_load_bytes,
             "fresh": self.fresh.tolist(),
-        }
+        } | self._named_json()
+
+    def _named_json(self) -> dict:
+        """The named barriers as [index, warps, id, arrives] rows, where there are any."""
+        at = np.flatnonzero(self.named[:, 0])
+        if not len(at):
+            return {}
+        return {"named_barriers": [[int(i), *map(int, self.named[i])] for i in at]}
 
     @classmethod
     def from_json(cls, d: dict) -> WarpProgram:
@@ -343,6 +368,7 @@ class WarpProgram:
             spill_store_bytes=int(d.get("spill_store_bytes", 0)),
             spill_load_bytes=int(d.get("spill_load_bytes", 0)),
             fresh=np.array(d["fresh"], np.int64) if "fresh" in d else None,
+            named=_named_rows(d.get("named_barriers", ()), len(d["class"])),
         )
 
     @classmethod
@@ -360,7 +386,15 @@ class WarpProgram:
             spill_store_bytes=sum(local_bytes(i)[0] for i in body),
             spill_load_bytes=sum(local_bytes(i)[1] for i in body),
             fresh=np.array([fresh_operands(i) for i in body], np.int64),
+            named=np.array([named_barrier(i) for i in body], np.int64).reshape(-1, 3),
         )
+
+
+def _named_rows(rows, n: int) -> np.ndarray:
+    named = np.zeros((n, 3), np.int64)
+    for i, *fields in rows:
+        named[i] = fields
+    return named
 
 
 def fresh_operands(ins: Instruction) -> int:

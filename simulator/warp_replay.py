@@ -34,7 +34,15 @@ state. It models, per instruction:
   wgmma and not at all beside another warp's mma.sync);
 - **CTA barriers**: a warp at ``BAR.SYNC`` waits until every warp of its CTA on this SMSP has
   arrived (the other SMSPs run the same warps of the CTA in lockstep by symmetry), then all go on
-  ``bar_latency + bar_latency_per_warp * warps`` cycles later.
+  ``bar_latency + bar_latency_per_warp * warps`` cycles later;
+- **named barriers** (``BAR.SYNC id, count`` and ``BAR.ARV id, count``): a barrier completes
+  when this SMSP's share of its count has arrived (a quarter of its warps, at least one),
+  releasing the warps that wait at it as a CTA barrier does; an arrive does not wait. Where a
+  register holds the id, a sync waits at its own warpgroup's barrier and an arrive goes to the
+  other's: FlashAttention-3's ping-pong, where each consumer warpgroup waits for its turn at
+  the tensor cores and hands the turn over once its products are issued (the convention of
+  kernels/cuda/hopper_fwd.cu and FlashAttention-3's); warpgroup 0 takes the first turn
+  (``first_turn``).
 
 Global loads and cp.async waits cost nothing here: the event engine (``simulator._engine``)
 brings the tiles and holds a CTA until they have arrived. The replay's answer, cycles per step
@@ -50,9 +58,10 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from flashio.simulator.errors import FlashioError
 from flashio.simulator.sass import CLASS_ID, CLASSES, NO_BARRIER, WarpProgram
 
-__all__ = ["IssueModel", "StepTime", "execute_roles", "replay", "smsp_warps"]
+__all__ = ["IssueModel", "StepTime", "execute_roles", "first_turn", "replay", "smsp_warps"]
 
 # pipes of an SMSP; the shared-memory port is accounted separately (bytes)
 PIPES = ("tensor", "xu", "fma", "alu", "mio", "uniform", "control", "lsu")
@@ -180,14 +189,19 @@ class StepTime:
 def _run(
     klass, stall, wbar, rbar, wait, sbytes, flops, group, fresh, pipe_of, interval, latency,
     rate, read_lat, port_rate, link_rate, bar_lat, cta_of, slot_of, first, end, steps, bar_class,
-    async_class, mio_queue, overlap,
+    async_class, mio_queue, overlap, named, group_of, first_turn,
 ):  # fmt: skip
     # the instructions are the programs of a CTA's warps on this SMSP, one after the other:
     # the warp in slot j runs [first[j], end[j]); warp w on this SMSP is of CTA cta_of[w] and
-    # runs the program of slot slot_of[w]
+    # warpgroup group_of[w], and runs the program of slot slot_of[w]. named[i]: (arrivals
+    # that complete instruction i's named barrier on this SMSP, its id or -1, arrives)
     n_w = cta_of.shape[0]
     n_ctas = cta_of.max() + 1
     cta_size = np.bincount(cta_of)  # each CTA's warps on this SMSP
+    # named barriers per CTA: ids 0-15, then one a warpgroup where a register holds the id
+    named_arrived = np.zeros((n_ctas, NAMED_SLOTS), np.int64)
+    named_arrived[:, 16] = first_turn
+    waits_at = np.full(n_w, -1)  # the named barrier a warp waits at
     pc = np.zeros(n_w, np.int64)
     total = 0
     for w in range(n_w):
@@ -310,12 +324,31 @@ def _run(
                     if cta_of[v] == cta:
                         at_bar[v] = False
                         ready[v] = max(ready[v], now + bar_lat)
+        elif named[i, 0] > 0:
+            cta, arrives = cta_of[w], named[i, 2]
+            b = named[i, 1]
+            if b < 0:  # the id in a register: a sync's own warpgroup's, an arrive's the other's
+                b = 16 + (group_of[w] ^ arrives)
+            named_arrived[cta, b] += 1
+            if named_arrived[cta, b] >= named[i, 0]:
+                named_arrived[cta, b] = 0
+                for v in range(n_w):  # the warps waiting there, and this one if it syncs
+                    if cta_of[v] == cta and (waits_at[v] == b or (v == w and arrives == 0)):
+                        at_bar[v] = False
+                        waits_at[v] = -1
+                        ready[v] = max(ready[v], now + bar_lat)
+            elif arrives == 0:
+                at_bar[w] = True
+                waits_at[w] = b
         pc[w] += 1
         if pc[w] == end[slot_of[w]]:
             pc[w] = first[slot_of[w]]
             step[w] += 1
         now += 1.0
     return now, pipe_busy
+
+
+NAMED_SLOTS = 20  # named barrier ids 0-15, and one a warpgroup for ids held in registers
 
 
 def smsp_warps(warps_per_cta: int, ctas: int, sub_partitions: int) -> np.ndarray:
@@ -327,22 +360,46 @@ def smsp_warps(warps_per_cta: int, ctas: int, sub_partitions: int) -> np.ndarray
     return (slots // warps_per_cta).astype(np.int64)
 
 
-def _execute(prog: WarpProgram, model: IssueModel, warps_per_cta: int, ctas: int, steps: int):
+def _execute(
+    prog: WarpProgram, model: IssueModel, warps_per_cta: int, ctas: int, steps: int,
+    first_turn: int = 0,
+):  # fmt: skip
     """(end cycle, pipe busy cycles) of ``ctas`` CTAs each running ``prog`` ``steps`` times,
     on the busiest sub-partition (``smsp_warps``)."""
     cta_of = smsp_warps(warps_per_cta, ctas, model.sub_partitions)
-    return execute_roles([prog], model, warps_per_cta, ctas, steps, cta_of)
+    # the warp slots s, s + 4, ... of this sub-partition: each warp's warpgroup in its CTA
+    slots = np.arange(0, ctas * warps_per_cta, model.sub_partitions)
+    group_of = (slots % warps_per_cta) // WARPGROUP
+    return execute_roles(
+        [prog], model, warps_per_cta, ctas, steps, cta_of, group_of, first_turn
+    )  # fmt: skip
+
+
+WARPGROUP = 4  # warps
+
+
+def first_turn(loop: WarpProgram) -> int:
+    """1 where warpgroups take turns in ``loop``: it waits at its own warpgroup's named
+    barrier and arrives at the other's (ids in registers, a count of two warpgroups). A kernel
+    that does so must give one warpgroup its first turn before the loop, or it would not run
+    (kernels/cuda/hopper_fwd.cu: warpgroup 1 arrives at warpgroup 0's barrier); by symmetry
+    the replay gives it to warpgroup 0. Else 0."""
+    turns = (loop.named[:, 0] == 2 * WARPGROUP) & (loop.named[:, 1] < 0)
+    arrives = loop.named[:, 2] == 1
+    return int(bool((turns & arrives).any() and (turns & ~arrives).any()))
 
 
 def execute_roles(
     progs: list[WarpProgram], model: IssueModel, warps_per_cta: int, ctas: int, steps: int,
-    cta_of: np.ndarray | None = None,
+    cta_of: np.ndarray | None = None, group_of: np.ndarray | None = None, first_turn: int = 0,
 ):  # fmt: skip
     """(end cycle, pipe busy cycles) of ``ctas`` CTAs whose warps on one SMSP run ``progs``,
     one program per warp (warp roles: a producer beside consumers, or warpgroups doing
     different work), each ``steps`` times; ``warps_per_cta`` counts all of the CTA's warps
     (for its barriers). ``cta_of``: the CTA of each warp on the SMSP, all running ``progs[0]``
-    (``smsp_warps``); by default each CTA has one warp per program."""
+    (``smsp_warps``), and ``group_of`` each one's warpgroup (default 0); by default each CTA
+    has one warp per program. ``first_turn``: arrivals on warpgroup 0's turn barrier before
+    the first step (``first_turn``)."""
     pipe_of, interval, latency, rate, overlap = model.arrays()
     port = model.smem_bytes_per_cycle_per_sm / model.sub_partitions
     ends = np.cumsum([len(p) for p in progs])
@@ -352,33 +409,41 @@ def execute_roles(
         slot_of = np.tile(np.arange(len(progs), dtype=np.int64), ctas)
     else:
         slot_of = np.zeros(len(cta_of), np.int64)
+    if group_of is None:
+        group_of = np.zeros(len(cta_of), np.int64)
 
     def cat(field):
         return np.concatenate([getattr(p, field) for p in progs])
 
+    named = cat("named").reshape(-1, 3).copy()
+    # a named barrier completes on this SMSP when its share of the count has arrived
+    named[:, 0] = np.where(named[:, 0] > 0, np.maximum(1, named[:, 0] // model.sub_partitions), 0)
     return _run(
         cat("klass"), cat("stall"), cat("write_barrier"), cat("read_barrier"), cat("wait_mask"),
         cat("shared_bytes"), cat("tensor_flops"), cat("group"), cat("fresh"), pipe_of, interval,
         latency, rate, float(model.read_latency), port, model.smem_bytes_per_cycle_per_sm,
         model.bar_latency + model.bar_latency_per_warp * warps_per_cta, cta_of, slot_of, first,
-        end, steps, CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue), overlap,
+        end, steps, CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue), overlap, named,
+        group_of.astype(np.int64), int(first_turn),
     )  # fmt: skip
 
 
 def replay(
-    prog: WarpProgram, model: IssueModel, warps_per_cta: int, ctas: int = 1, steps: int = 4
-) -> StepTime:
+    prog: WarpProgram, model: IssueModel, warps_per_cta: int, ctas: int = 1, steps: int = 4,
+    turns: int = 0,
+) -> StepTime:  # fmt: skip
     """Cycles per step of ``prog`` on one SM with ``ctas`` resident CTAs of ``warps_per_cta``
     warps (their warps spread over the sub-partitions as the SM's warp slots are:
     ``smsp_warps``; the busiest sub-partition is replayed).
 
     Steady state: the replay runs every warp for ``steps`` steps and for ``2 * steps``; the
     difference of the two end times over ``steps`` is the time per step, free of the first
-    steps' warm-up and the last ones' drain, whatever order the warps' steps interleave in."""
+    steps' warm-up and the last ones' drain, whatever order the warps' steps interleave in.
+    ``turns``: arrivals on warpgroup 0's turn barrier before the first step (``first_turn``)."""
     here = len(smsp_warps(warps_per_cta, ctas, model.sub_partitions))
 
     def run(n, k):
-        return _execute(prog, model, warps_per_cta, n, k)
+        return _execute(prog, model, warps_per_cta, n, k, turns)
 
     def per_step(n):
         end_short, _ = run(n, steps)
@@ -387,6 +452,11 @@ def replay(
 
     alone, _, _ = per_step(1)
     together, busy, end = per_step(ctas)
+    if not np.isfinite(end):
+        raise FlashioError(
+            f"{prog.name}: every warp waits at a barrier that never completes (a named barrier "
+            "whose turns the replay was not told how to start: replay(..., turns=1))"
+        )
     span = max(end, 1.0)
     issued = here * 2 * steps * len(prog)
     return StepTime(

@@ -234,8 +234,8 @@ MODEL = IssueModel(
     bar_latency=10.0,
 )
 N = NO_BARRIER
-FMA, ALU, HMMA, MUFU, LDS, BAR = (
-    CLASS_ID[c] for c in ("fma", "alu", "hmma", "mufu", "lds", "bar")
+FMA, ALU, HMMA, MUFU, LDS, BAR, CTRL = (
+    CLASS_ID[c] for c in ("fma", "alu", "hmma", "mufu", "lds", "bar", "control")
 )
 
 
@@ -847,3 +847,49 @@ def test_a_block_mask_is_priced_by_the_block_sparse_build():
                 got is not None
                 and got.key == issue.program_key(kernel, 64, *tiles, "bf16") + suffix
             ), (name, suffix, got and got.key)
+
+
+def _named(prog: WarpProgram, rows: dict) -> WarpProgram:
+    """``prog`` with named barriers {instruction: (warps, id, arrives)}."""
+    named = np.zeros((len(prog), 3), np.int64)
+    for i, fields in rows.items():
+        named[i] = fields
+    return dataclasses.replace(prog, named=named)
+
+
+def test_named_barriers_are_decoded():
+    def bar(opcode, operands):
+        return sass.Instruction(0, opcode, operands, False, 1, False, 7, 7, 0)
+
+    assert sass.named_barrier(bar("BAR.SYNC.DEFER_BLOCKING", "R2, 0x100")) == (8, -1, 0)
+    assert sass.named_barrier(bar("BAR.ARV", "0x1, 0x100")) == (8, 1, 1)
+    assert sass.named_barrier(bar("BAR.SYNC.DEFER_BLOCKING", "R2, 0x80")) == (4, -1, 0)
+    assert sass.named_barrier(bar("BAR.SYNC.DEFER_BLOCKING", "0x0")) == (0, 0, 0)  # the CTA's
+    assert sass.named_barrier(bar("FFMA", "R1, R2, R3, R4")) == (0, 0, 0)
+    prog = _named(_prog([(FMA, 1, N, N, 0, 0)] * 3), {1: (8, -1, 1)})
+    assert (WarpProgram.from_json(prog.to_json()).named == prog.named).all()
+
+
+def test_warpgroups_take_turns_by_hand():
+    """Two warpgroups of 4 warps: sub-partition 0 holds warp 0 of each. A step: wait for the
+    warpgroup's turn, an instruction of stall 100 (its turn), hand the turn to the other, an
+    instruction of stall 1. Without the turns both warps run side by side, 1 + 100 + 1 + 1
+    cycles a step. With them the two turns follow one another: each starts the barrier's 10
+    cycles after the other's hand-over and lasts 100, so a step takes 2 x (10 + 100)."""
+    from flashio.simulator.warp_replay import first_turn
+
+    free = _prog([(CTRL, 1, N, N, 0, 0), (FMA, 100, N, N, 0, 0), (CTRL, 1, N, N, 0, 0),
+                  (FMA, 1, N, N, 0, 0)])  # fmt: skip
+    turns = _named(free, {0: (8, -1, 0), 2: (8, -1, 1)})
+    assert first_turn(turns) == 1 and first_turn(free) == 0
+    assert replay(free, MODEL, 8).alone == 103
+    assert replay(turns, MODEL, 8, turns=1).alone == 2 * (10 + 100)
+    with pytest.raises(simulator.FlashioError, match="never completes"):
+        replay(turns, MODEL, 8)  # nobody takes the first turn
+    # consumers meeting at an immediate id (a step: the barrier, then stall 100): both
+    # warps go on 10 cycles after the later one arrives, one cycle after the other (one
+    # issue slot), where without the barrier each step takes 1 + 100
+    meet = _named(_prog([(CTRL, 1, N, N, 0, 0), (FMA, 100, N, N, 0, 0)]), {0: (8, 1, 0)})
+    assert first_turn(meet) == 0
+    assert replay(dataclasses.replace(meet, named=0 * meet.named), MODEL, 8).alone == 101
+    assert replay(meet, MODEL, 8).alone == 10 + 100 + 1
