@@ -2,7 +2,7 @@
 
 Compiles kernels/cuda/*.cu for sm_90 as CuPy compiles the runner's RawModules (NVRTC, with the
 runner's defines and the options CuPy adds: kernels.gpu.nvrtc_options), disassembles them with
-``cuobjdump -sass``, and writes each kernel's main-loop program (simulator.sass.program: the
+``cuobjdump -sass``, and writes each kernel's main-loop program (simulator.sass_paths.program: the
 path of a full, unmasked tile) with the compiler's register report to data/sass/flashio.json.gz,
 keyed as simulator.issue.program_key names it. Needs NVRTC and cuobjdump of the GPU machine's
 CUDA version (pip: nvidia-cuda-nvrtc==13.0.*, nvidia-cuda-cuobjdump); the simulator reads the
@@ -42,7 +42,7 @@ from flashio.kernels.gpu import (
     source,
 )
 from flashio.simulator.issue import CENSUS_DIR, VARIANT_OPTIONS, hopper_key, program_key
-from flashio.simulator.sass import loop_copies_overlap, parts
+from flashio.simulator.sass_paths import loop_copies_overlap, parts
 
 # (schedule, head_dim, block_q, block_kv, warps): the tilings this project compiles and measures
 # (benchmarks/gpu_measure.py, data/gpu/probe/sm_scaling.py) and the neighbours a tiling search
@@ -72,7 +72,7 @@ PAGE_SIZES = (16, 256)
 # (flex_attention's), whose blocks hold whole tiles of every tiling here
 SPARSE_CONFIGS = MASKED_CONFIGS
 # kernels with a main loop of MMA steps; of the others, standard attention's softmax is in the
-# census as one iteration of each of its two chunk loops (simulator.sass.parts, every_loop),
+# census as one iteration of each of its two chunk loops (simulator.sass_paths.parts, every_loop),
 # per number of passes over S, which stands for that many of the trace's steps
 MMA_KERNELS = {"flash2_fwd", "flash2_bwd", "flash_decode", "std_qk", "std_pv"}
 SOFTMAX_PASSES = (1, 2)

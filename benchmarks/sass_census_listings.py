@@ -1,7 +1,7 @@
 """Instruction census of other implementations' kernels, from the SASS listings measured with
 them (``benchmarks/impl_measure.py --mode sass``, committed under data/impl/sass/).
 
-Each listing's main loop becomes a warp program (simulator.sass.program) in
+Each listing's main loop becomes a warp program (simulator.sass_paths.program) in
 data/sass/<impl>.json.gz, keyed like this project's census by the trace kernel the simulator
 replays for it (``flash2_fwd``, ``flash2_bwd``), the head dim, tiling, warps, dtype and, for
 kernels compiled per causal flag, ``causal``:
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from benchmarks.sass_census import write
 from flashio.simulator.issue import CENSUS_DIR, program_key
-from flashio.simulator.sass import kernel_program, loop_copies_overlap, parts
+from flashio.simulator.sass_paths import kernel_program, loop_copies_overlap, parts
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 LISTINGS = DATA / "impl" / "sass"
@@ -122,7 +122,7 @@ EAGER_LISTINGS = {
 
 def pytorch(listing: dict) -> dict:
     """Eager attention's elementwise and row-softmax kernels: each whole kernel one step
-    (simulator.sass.kernel_program), registers and shared memory from cuobjdump."""
+    (simulator.sass_paths.kernel_program), registers and shared memory from cuobjdump."""
     out = {}
     for key, (pattern, constants) in EAGER_LISTINGS.items():
         (name,) = [n for n in listing["kernels"] if pattern in n]

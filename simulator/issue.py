@@ -285,7 +285,7 @@ class Compiled:
     # more than 48 KiB: third_party/nvidia/backend/driver.c, loadBinary, PREFER_SHARED)
     carveout_max: bool = False
     # whether the loop's cp.async copies stay in flight across its tensor-core work
-    # (``simulator.sass.copies_overlap``); None: no copies, or not decided
+    # (``simulator.sass_paths.copies_overlap``); None: no copies, or not decided
     copies_overlap: bool | None = None
     # whether its global loads stream data read once (eager PyTorch's elementwise and
     # softmax kernels read each score once), so they wait for HBM, not for an L2 hit

@@ -1,7 +1,7 @@
 """Standard attention as eager PyTorch runs it (``unfused=1``, kernels/_standard_unfused.py)
 and the census of its kernels' machine code.
 
-The path ``simulator.sass.taken_path`` walks through each kernel is checked against the
+The path ``simulator.sass_paths.taken_path`` walks through each kernel is checked against the
 instructions Nsight Compute counted per warp when the kernel ran (data/impl/eager/
 eager_ncu.csv.gz, data/gpu/runs/eager_run.sh): two independent counts of the same thing.
 The trace's bytes against the closed form and the executor against float64 are the property
@@ -20,7 +20,7 @@ import pytest
 from flashio import kernels, simulator
 from flashio.analysis.paths import DATA
 from flashio.kernels._standard_unfused import softmax_launch
-from flashio.simulator import issue, sass
+from flashio.simulator import issue, sass, sass_paths
 from flashio.simulator.simulate import ModelOptions
 
 EAGER = DATA / "impl" / "eager"
@@ -74,12 +74,12 @@ def test_taken_path_refuses_loops_and_follows_known_parameters():
     (fill,) = [k for name, k in listing.items() if "masked_fill" in name]
     code = next(iter(sass.parse(fill["sass"]).values()))
     # OffsetCalculator's loop over dims, unrolled to 25: each further dim costs instructions
-    lengths = [len(sass.taken_path(code, {0x218: d})) for d in (1, 2, 3)]
+    lengths = [len(sass_paths.taken_path(code, {0x218: d})) for d in (1, 2, 3)]
     assert lengths[0] < lengths[1] < lengths[2]
-    assert len(sass.taken_path(code)) > lengths[2]  # unknown dims: every unrolled step
+    assert len(sass_paths.taken_path(code)) > lengths[2]  # unknown dims: every unrolled step
     flash = next(iter(sass.parse(_flash_listing()).values()))
     with pytest.raises(simulator.FlashioError, match=r"loop|call"):
-        sass.taken_path(flash)
+        sass_paths.taken_path(flash)
 
 
 def _flash_listing() -> str:

@@ -16,7 +16,7 @@ import pytest
 from benchmarks import sass_census
 from flashio import simulator
 from flashio.kernels import AttentionShape, BlockMask, schedule
-from flashio.simulator import issue, sass
+from flashio.simulator import issue, sass, sass_paths
 from flashio.simulator.sass import CLASS_ID, NO_BARRIER, WarpProgram
 from flashio.simulator.simulate import LOCAL_NAME, ModelOptions
 from flashio.simulator.warp_replay import PIPES, IssueModel, once, replay
@@ -50,8 +50,11 @@ def test_control_information_is_decoded():
     assert (hmma.stall, hmma.wait_mask) == (15, 0b10)  # waits for scoreboard 1
     assert bra.predicated and bra.klass == "control"
     # the loop is the backward branch to 0x20: HMMA and the branch
-    lo, hi = sass.main_loop(code)
-    assert [c.opcode for c in sass.straight_path(code, lo, hi)] == ["HMMA.16816.F32.BF16", "BRA"]
+    lo, hi = sass_paths.main_loop(code)
+    assert [c.opcode for c in sass_paths.straight_path(code, lo, hi)] == [
+        "HMMA.16816.F32.BF16",
+        "BRA",
+    ]
 
 
 # two loops one after the other, each with an inner copy loop (no MUFU) and a MUFU.EX2, and
@@ -71,8 +74,8 @@ def test_every_loop_is_one_iteration_of_each():
     loops, which hold none), one iteration of each, in order; the code before the first is
     the prologue, between and after them the epilogue."""
     code = sass.parse(TWO_LOOPS)["softmax"]
-    assert sass.loops(code, "MUFU.EX2") == [(1, 4), (6, 10)]
-    progs = sass.parts(TWO_LOOPS, "softmax", marker="MUFU.EX2", every_loop=True)
+    assert sass_paths.loops(code, "MUFU.EX2") == [(1, 4), (6, 10)]
+    progs = sass_paths.parts(TWO_LOOPS, "softmax", marker="MUFU.EX2", every_loop=True)
     assert len(progs["loop"]) == 4 + 5  # the inner copy loops run once on the straight path
     assert progs["loop"].counts()["mufu"] == 2
     assert len(progs["prologue"]) == 1 and len(progs["epilogue"]) == 1 + 1
@@ -97,8 +100,8 @@ def test_out_of_line_waits_and_named_barriers():
     the EXIT (its range holds one); the loop's path falls through the retry's branch out of
     the loop although masking lies between; only the whole-CTA sync is a barrier."""
     code = sass.parse(RETRY)["hopper_fwd"]
-    assert sass.main_loop(code, "HGMMA") == (1, 7)
-    path = [c.opcode for c in sass.straight_path(code, 1, 7)]
+    assert sass_paths.main_loop(code, "HGMMA") == (1, 7)
+    path = [c.opcode for c in sass_paths.straight_path(code, 1, 7)]
     assert path[:3] == ["SYNCS.PHASECHK.TRANS64.TRYWAIT", "BRA", "BAR.SYNC.DEFER_BLOCKING"]
     assert len(path) == 7
     assert [c.klass for c in code[:1] + code[3:4] + code[6:7]] == ["bar", "control", "control"]
@@ -176,10 +179,10 @@ def test_copies_overlap_by_hand():
 
     hmma, commit = ins("HMMA.16816.F32.BF16", "R8, R4, R2, R8"), ins("LDGDEPBAR")
     wait0, wait1 = ins("DEPBAR.LE", "SB0, 0x0"), ins("DEPBAR.LE", "SB0, 0x1")
-    assert sass.copies_overlap([commit, hmma, wait0]) is True
-    assert sass.copies_overlap([wait0, hmma, commit]) is False
-    assert sass.copies_overlap([wait1, hmma, commit]) is True
-    assert sass.copies_overlap([hmma]) is None
+    assert sass_paths.copies_overlap([commit, hmma, wait0]) is True
+    assert sass_paths.copies_overlap([wait0, hmma, commit]) is False
+    assert sass_paths.copies_overlap([wait1, hmma, commit]) is True
+    assert sass_paths.copies_overlap([hmma]) is None
 
 
 def test_the_census_knows_which_loops_prefetch():

@@ -307,7 +307,7 @@ def check_sass(cubins: dict[str, bytes]) -> dict:
     program, which tests/test_issue_model.py replays against the measured times."""
     from mio import disassemble
 
-    from flashio.simulator import sass
+    from flashio.simulator import sass, sass_paths
 
     out = {}
     for name, code in disassemble(cubins).items():
@@ -322,8 +322,8 @@ def check_sass(cubins: dict[str, bytes]) -> dict:
         }
         if not mma or not alu or mma == alu:
             marker = ("HMMA" if name in HKERNELS else "HGMMA") if mma else SASS[kind]
-            lo, hi = sass.main_loop(code, marker)
-            prog = sass.WarpProgram.from_instructions(name, sass.straight_path(code, lo, hi))
+            lo, hi = sass_paths.main_loop(code, marker)
+            prog = sass.WarpProgram.from_instructions(name, sass_paths.straight_path(code, lo, hi))
             out[name]["loop"] = prog.to_json()
     return out
 
