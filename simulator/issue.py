@@ -100,7 +100,8 @@ HOPPER_ISA = {
     # a register-spill reload that hits L1 (mio.json's local-memory pointer chase)
     "ldl_latency": 29.1,
     # the fraction of its rate a class keeps while the SMSP's tensor pipe runs wgmma (hgmma)
-    # or mma.sync (hmma): data/gpu/probe/overlap.py --fit (overlap.json, run 5), each rate the
+    # or mma.sync (hmma): data/gpu/probe/overlap.py --fit (overlap.json, run 5, and run 7's
+    # overlap_run7.json for the kernels run 5 lacks), each rate the
     # one with which the warp replay reproduces a measured mix of tensor work and that class
     # in other warps ("t/c") or in the same warp ("t/c/own", where the two differ); 0: the
     # class waits until the tensor pipe is done. Classes not measured keep their rate (an
@@ -108,6 +109,11 @@ HOPPER_ISA = {
     "tensor_overlap": {
         "hgmma/mufu": 0.694,
         "hgmma/fma": 0.036,
+        # FFMA beside its own warp's wgmma (intra_ffma, run 7: ptxas interleaving the FFMAs
+        # with the wgmma issue, as in intra-warpgroup overlap) keeps more than beside another
+        # warp's; MUFU and FMNMX keep their "hgmma" rates there (intra_mufu, intra_fmnmx
+        # replay within 1%)
+        "hgmma/fma/own": 0.279,
         "hgmma/alu": 0.413,
         "hgmma/imad": 0.474,
         "hmma/mufu": 0.759,

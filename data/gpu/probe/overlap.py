@@ -43,9 +43,10 @@ LAUNCHES = 5
 G = 16  # wgmma per iteration of an mma warpgroup
 # instructions per warp per iteration of an alu warpgroup: about 1000 cycles each alone
 E = {"mufu": 128, "ffma": 1024, "fmnmx": 512, "imad": 512, "f2fp": 512, "lds": 256,
-     "shfl": 512, "fadd": 1024, "fmul": 1024}  # fmt: skip
+     "shfl": 512, "fadd": 1024, "fmul": 1024, "ffma_c1": 256, "ffma_c2": 512}  # fmt: skip
 SASS = {"mufu": "MUFU.EX2", "ffma": "FFMA", "fmnmx": "FMNMX", "imad": "IMAD", "f2fp": "F2FP",
-        "lds": "LDS", "shfl": "SHFL", "fadd": "FADD", "fmul": "FMUL"}  # fmt: skip
+        "lds": "LDS", "shfl": "SHFL", "fadd": "FADD", "fmul": "FMUL", "ffma_c1": "FFMA",
+        "ffma_c2": "FFMA"}  # fmt: skip
 OPTIONS = ("-std=c++17", "-arch=sm_90a")
 THREADS = 256
 
@@ -85,6 +86,19 @@ KERNELS = {
     "fmul_1wg": ((), (1,), "fmul"),
     "split_fmul": ((0,), (1,), "fmul"),
     "both_fmul": ((0, 1), (0, 1), "fmul"),
+    # one warpgroup doing both with nothing between the commit and the work (ISSUE_FREE):
+    # ptxas then interleaves the work with the wgmma issue and waits once at the end, as the
+    # kernels' intra-warpgroup overlap does, where the same_* kernels' clock read lets it
+    # place the wait first (they time the parts one after the other)
+    "intra_ffma": ((0,), (0,), "ffma"),
+    "intra_mufu": ((0,), (0,), "mufu"),
+    "intra_fmnmx": ((0,), (0,), "fmnmx"),
+    # FFMA in one or two dependent chains (a quarter or half of the issue rate, latency-bound)
+    # beside another warp's wgmma: does a sparser stream keep more of its rate?
+    "ffma_c1_1wg": ((), (1,), "ffma_c1"),
+    "split_ffma_c1": ((0,), (1,), "ffma_c1"),
+    "ffma_c2_1wg": ((), (1,), "ffma_c2"),
+    "split_ffma_c2": ((0,), (1,), "ffma_c2"),
 }
 # the same with mma.sync m16n8k16 bf16 (HMMA, synchronous: each warp of the mma warpgroups
 # issues H in 8 independent chains per iteration, about 1000 cycles of its tensor pipe)
@@ -127,9 +141,10 @@ ISSUE = """\
             asm volatile("mov.u64 %0, %%clock64;" : "=l"(tm) :: "memory");"""
 ALU_WORK = """\
 #pragma unroll
-            for (int e = 0; e < @E@ / 8; ++e)
+            for (int e = 0; e < @E@ / @CHAINS@; ++e)
 #pragma unroll
-                for (int k = 0; k < 8; ++k) @ALU@"""
+                for (int k = 0; k < @CHAINS@; ++k) @ALU@"""
+ISSUE_FREE = ISSUE[: ISSUE.index("            // ptxas does not move")].rstrip("\n")
 WAIT = '            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");'
 HMMA_ISSUE = """\
 #pragma unroll
@@ -147,6 +162,7 @@ HMMA_ISSUE = """\
 # change from one mma to the next)
 HMMA_ISSUE_DISTINCT = HMMA_ISSUE.replace("ab[", "abk[k][")
 
+CHAINS = {"ffma_c1": 1, "ffma_c2": 2}  # independent chains a warp runs (else 8)
 ALU_STEP = {
     "mufu": 'asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(x[k]) : "f"(-x[k]));',
     "ffma": 'asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x[k]) : "f"(0.9999f), "f"(1e-4f));',
@@ -166,6 +182,7 @@ ALU_STEP = {
     ),
     "shfl": 'asm volatile("shfl.sync.bfly.b32 %0, %0, 1, 0x1f, 0xffffffff;" : "+r"(y[k]));',
 }
+ALU_STEP["ffma_c1"] = ALU_STEP["ffma_c2"] = ALU_STEP["ffma"]
 
 KERNEL = r"""
 typedef unsigned short u16;
@@ -281,6 +298,8 @@ def sources(only=None) -> dict[str, str]:
         issue = (
             (HMMA_ISSUE_DISTINCT if "mmad" in name or "samed" in name else HMMA_ISSUE)
             if hmma
+            else ISSUE_FREE
+            if name.startswith("intra_")
             else ISSUE
         )
         out[name] = (
@@ -291,6 +310,7 @@ def sources(only=None) -> dict[str, str]:
             .replace("@G@", str(g[0] if g else G)).replace("@E@", str(E.get(kind, 8)))
             .replace("@MMA_MASK@", _mask(mma)).replace("@ALU_MASK@", _mask(alu))
             .replace("@WGMMA@", wgmma).replace("@ALU@", ALU_STEP.get(kind or "ffma"))
+            .replace("@CHAINS@", str(CHAINS.get(kind, 8)))
         )  # fmt: skip
     return out
 
@@ -346,6 +366,9 @@ FITS = {
     "hmma/imad": ["hsplit_imad"],
     # mma.sync reading both operands from the register file (no reuse mark), with FFMA
     "hmma_fresh/fma/own": ["hsamed_ffma"],
+    # FFMA beside its own warp's wgmma (run 7): it keeps more than beside another's, where
+    # MUFU and FMNMX keep what they keep beside another's (intra_mufu, intra_fmnmx: CHECKS)
+    "hgmma/fma/own": ["intra_ffma"],
 }
 # Rate 0: the class waits until the SMSP's tensor pipe has finished. FFMA beside another
 # warp's mma.sync: hsplit_ffma takes the sum of its parts alone (2078 cycles against 1049 +
@@ -354,7 +377,23 @@ FITS = {
 # wgmma, whose instructions queue at the pipe for hundreds of cycles, FFMA keeps a rate.)
 EXCLUSIVE = ("hmma/fma",)
 CHECKS = ("both_mufu", "both_ffma", "both_fmnmx", "hboth_mufu", "hboth_ffma", "hboth_fmnmx",
-          "hboth_lds", "hsame_mufu", "hsame_fmnmx", "hsame_lds", "hsplit_ffma")  # fmt: skip
+          "hboth_lds", "hsame_mufu", "hsame_fmnmx", "hsame_lds", "hsplit_ffma", "intra_mufu",
+          "intra_fmnmx")  # fmt: skip
+# the runs the rates come from: run 5 (overlap.json) and, for the kernels it lacks, runs 7
+# and 8
+RUNS = ("overlap.json", "overlap_run7.json", "overlap_run8.json")
+
+
+def load_runs(probe_dir: Path) -> dict:
+    """Run 5's document with the results and kernels of the later ``RUNS`` that it lacks."""
+    doc = json.loads((probe_dir / RUNS[0]).read_text())
+    for name in RUNS[1:]:
+        later = json.loads((probe_dir / name).read_text())
+        for k, v in later["results"].items():
+            doc["results"].setdefault(k, v)
+        for k, v in later["config"]["kernels"].items():
+            doc["config"]["kernels"].setdefault(k, v)
+    return doc
 
 
 def roles(name: str, doc: dict) -> list[str]:
@@ -461,7 +500,7 @@ def main(argv=None) -> int:
         from flashio import simulator
         from flashio.simulator.issue import issue_model
 
-        doc = json.loads((args.fit / "overlap.json").read_text())
+        doc = load_runs(args.fit)
         sass_doc = json.loads((args.fit / "overlap_sass.json").read_text())
         base = dataclasses.replace(issue_model(simulator.load_gpu("h200-measured")),
                                    tensor_overlap=())  # fmt: skip
