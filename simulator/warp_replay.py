@@ -189,7 +189,7 @@ class StepTime:
 def _run(
     klass, stall, wbar, rbar, wait, sbytes, flops, group, fresh, pipe_of, interval, latency,
     rate, read_lat, port_rate, link_rate, bar_lat, cta_of, slot_of, first, end, steps, bar_class,
-    async_class, mio_queue, overlap, named, group_of, first_turn,
+    async_class, mio_queue, overlap, named, group_of, turns,
 ):  # fmt: skip
     # the instructions are the programs of a CTA's warps on this SMSP, one after the other:
     # the warp in slot j runs [first[j], end[j]); warp w on this SMSP is of CTA cta_of[w] and
@@ -200,7 +200,7 @@ def _run(
     cta_size = np.bincount(cta_of)  # each CTA's warps on this SMSP
     # named barriers per CTA: ids 0-15, then one a warpgroup where a register holds the id
     named_arrived = np.zeros((n_ctas, NAMED_SLOTS), np.int64)
-    named_arrived[:, 16] = first_turn
+    named_arrived[:, REGISTER_IDS] = turns  # warpgroup 0's turn barrier
     waits_at = np.full(n_w, -1)  # the named barrier a warp waits at
     pc = np.zeros(n_w, np.int64)
     total = 0
@@ -328,7 +328,7 @@ def _run(
             cta, arrives = cta_of[w], named[i, 2]
             b = named[i, 1]
             if b < 0:  # the id in a register: a sync's own warpgroup's, an arrive's the other's
-                b = 16 + (group_of[w] ^ arrives)
+                b = REGISTER_IDS + (group_of[w] ^ arrives)
             named_arrived[cta, b] += 1
             if named_arrived[cta, b] >= named[i, 0]:
                 named_arrived[cta, b] = 0
@@ -348,7 +348,9 @@ def _run(
     return now, pipe_busy
 
 
-NAMED_SLOTS = 20  # named barrier ids 0-15, and one a warpgroup for ids held in registers
+# the replay's named barriers: ids 0-15, then one a warpgroup for ids held in registers
+REGISTER_IDS = 16
+NAMED_SLOTS = REGISTER_IDS + 4
 
 
 def smsp_warps(warps_per_cta: int, ctas: int, sub_partitions: int) -> np.ndarray:
@@ -362,7 +364,7 @@ def smsp_warps(warps_per_cta: int, ctas: int, sub_partitions: int) -> np.ndarray
 
 def _execute(
     prog: WarpProgram, model: IssueModel, warps_per_cta: int, ctas: int, steps: int,
-    first_turn: int = 0,
+    turns: int = 0,
 ):  # fmt: skip
     """(end cycle, pipe busy cycles) of ``ctas`` CTAs each running ``prog`` ``steps`` times,
     on the busiest sub-partition (``smsp_warps``)."""
@@ -370,9 +372,7 @@ def _execute(
     # the warp slots s, s + 4, ... of this sub-partition: each warp's warpgroup in its CTA
     slots = np.arange(0, ctas * warps_per_cta, model.sub_partitions)
     group_of = (slots % warps_per_cta) // WARPGROUP
-    return execute_roles(
-        [prog], model, warps_per_cta, ctas, steps, cta_of, group_of, first_turn
-    )  # fmt: skip
+    return execute_roles([prog], model, warps_per_cta, ctas, steps, cta_of, group_of, turns)
 
 
 WARPGROUP = 4  # warps
@@ -391,15 +391,15 @@ def first_turn(loop: WarpProgram) -> int:
 
 def execute_roles(
     progs: list[WarpProgram], model: IssueModel, warps_per_cta: int, ctas: int, steps: int,
-    cta_of: np.ndarray | None = None, group_of: np.ndarray | None = None, first_turn: int = 0,
+    cta_of: np.ndarray | None = None, group_of: np.ndarray | None = None, turns: int = 0,
 ):  # fmt: skip
     """(end cycle, pipe busy cycles) of ``ctas`` CTAs whose warps on one SMSP run ``progs``,
     one program per warp (warp roles: a producer beside consumers, or warpgroups doing
     different work), each ``steps`` times; ``warps_per_cta`` counts all of the CTA's warps
     (for its barriers). ``cta_of``: the CTA of each warp on the SMSP, all running ``progs[0]``
     (``smsp_warps``), and ``group_of`` each one's warpgroup (default 0); by default each CTA
-    has one warp per program. ``first_turn``: arrivals on warpgroup 0's turn barrier before
-    the first step (``first_turn``)."""
+    has one warp per program. ``turns``: arrivals on warpgroup 0's turn barrier before the
+    first step (``first_turn``)."""
     pipe_of, interval, latency, rate, overlap = model.arrays()
     port = model.smem_bytes_per_cycle_per_sm / model.sub_partitions
     ends = np.cumsum([len(p) for p in progs])
@@ -424,7 +424,7 @@ def execute_roles(
         latency, rate, float(model.read_latency), port, model.smem_bytes_per_cycle_per_sm,
         model.bar_latency + model.bar_latency_per_warp * warps_per_cta, cta_of, slot_of, first,
         end, steps, CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue), overlap, named,
-        group_of.astype(np.int64), int(first_turn),
+        group_of.astype(np.int64), int(turns),
     )  # fmt: skip
 
 
@@ -471,7 +471,12 @@ def replay(
 def once(prog: WarpProgram, model: IssueModel, warps_per_cta: int) -> float:
     """Cycles one CTA alone on an SM takes to run ``prog`` once (a prologue or an epilogue:
     straight-line code, so no steady state), from its first issue to one cycle after its last."""
-    return float(_execute(prog, model, warps_per_cta, 1, 1)[0]) if len(prog) else 0.0
+    if not len(prog):
+        return 0.0
+    end = float(_execute(prog, model, warps_per_cta, 1, 1)[0])
+    if not np.isfinite(end):
+        raise FlashioError(f"{prog.name}: every warp waits at a barrier that never completes")
+    return end
 
 
 __all__ += ["NO_BARRIER", "PIPES", "once"]
