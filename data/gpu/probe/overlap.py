@@ -43,10 +43,12 @@ LAUNCHES = 5
 G = 16  # wgmma per iteration of an mma warpgroup
 # instructions per warp per iteration of an alu warpgroup: about 1000 cycles each alone
 E = {"mufu": 128, "ffma": 1024, "fmnmx": 512, "imad": 512, "f2fp": 512, "lds": 256,
-     "shfl": 512, "fadd": 1024, "fmul": 1024, "ffma_c1": 256, "ffma_c2": 512}  # fmt: skip
+     "shfl": 512, "fadd": 1024, "fmul": 1024, "ffma_c1": 256, "ffma_c2": 512, "ffma_c3": 768,
+     "fmnmx_c1": 256, "imad_c1": 256, "mufu_c1": 64}  # fmt: skip
 SASS = {"mufu": "MUFU.EX2", "ffma": "FFMA", "fmnmx": "FMNMX", "imad": "IMAD", "f2fp": "F2FP",
         "lds": "LDS", "shfl": "SHFL", "fadd": "FADD", "fmul": "FMUL", "ffma_c1": "FFMA",
-        "ffma_c2": "FFMA"}  # fmt: skip
+        "ffma_c2": "FFMA", "ffma_c3": "FFMA", "fmnmx_c1": "FMNMX", "imad_c1": "IMAD",
+        "mufu_c1": "MUFU.EX2"}  # fmt: skip
 OPTIONS = ("-std=c++17", "-arch=sm_90a")
 THREADS = 256
 
@@ -99,6 +101,15 @@ KERNELS = {
     "split_ffma_c1": ((0,), (1,), "ffma_c1"),
     "ffma_c2_1wg": ((), (1,), "ffma_c2"),
     "split_ffma_c2": ((0,), (1,), "ffma_c2"),
+    "ffma_c3_1wg": ((), (1,), "ffma_c3"),
+    "split_ffma_c3": ((0,), (1,), "ffma_c3"),
+    # one dependent chain of the other classes: an instruction every latency
+    "fmnmx_c1_1wg": ((), (1,), "fmnmx_c1"),
+    "split_fmnmx_c1": ((0,), (1,), "fmnmx_c1"),
+    "imad_c1_1wg": ((), (1,), "imad_c1"),
+    "split_imad_c1": ((0,), (1,), "imad_c1"),
+    "mufu_c1_1wg": ((), (1,), "mufu_c1"),
+    "split_mufu_c1": ((0,), (1,), "mufu_c1"),
 }
 # the same with mma.sync m16n8k16 bf16 (HMMA, synchronous: each warp of the mma warpgroups
 # issues H in 8 independent chains per iteration, about 1000 cycles of its tensor pipe)
@@ -162,7 +173,8 @@ HMMA_ISSUE = """\
 # change from one mma to the next)
 HMMA_ISSUE_DISTINCT = HMMA_ISSUE.replace("ab[", "abk[k][")
 
-CHAINS = {"ffma_c1": 1, "ffma_c2": 2}  # independent chains a warp runs (else 8)
+# independent chains a warp runs (else 8)
+CHAINS = {"ffma_c1": 1, "ffma_c2": 2, "ffma_c3": 3, "fmnmx_c1": 1, "imad_c1": 1, "mufu_c1": 1}
 ALU_STEP = {
     "mufu": 'asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(x[k]) : "f"(-x[k]));',
     "ffma": 'asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(x[k]) : "f"(0.9999f), "f"(1e-4f));',
@@ -182,7 +194,9 @@ ALU_STEP = {
     ),
     "shfl": 'asm volatile("shfl.sync.bfly.b32 %0, %0, 1, 0x1f, 0xffffffff;" : "+r"(y[k]));',
 }
-ALU_STEP["ffma_c1"] = ALU_STEP["ffma_c2"] = ALU_STEP["ffma"]
+ALU_STEP["ffma_c1"] = ALU_STEP["ffma_c2"] = ALU_STEP["ffma_c3"] = ALU_STEP["ffma"]
+ALU_STEP["fmnmx_c1"], ALU_STEP["imad_c1"] = ALU_STEP["fmnmx"], ALU_STEP["imad"]
+ALU_STEP["mufu_c1"] = ALU_STEP["mufu"]
 
 KERNEL = r"""
 typedef unsigned short u16;
@@ -379,9 +393,8 @@ EXCLUSIVE = ("hmma/fma",)
 CHECKS = ("both_mufu", "both_ffma", "both_fmnmx", "hboth_mufu", "hboth_ffma", "hboth_fmnmx",
           "hboth_lds", "hsame_mufu", "hsame_fmnmx", "hsame_lds", "hsplit_ffma", "intra_mufu",
           "intra_fmnmx")  # fmt: skip
-# the runs the rates come from: run 5 (overlap.json) and, for the kernels it lacks, runs 7
-# and 8
-RUNS = ("overlap.json", "overlap_run7.json", "overlap_run8.json")
+# the runs the rates come from: run 5 (overlap.json) and, for the kernels it lacks, runs 7-9
+RUNS = ("overlap.json", "overlap_run7.json", "overlap_run8.json", "overlap_run9.json")
 
 
 def load_runs(probe_dir: Path) -> dict:
