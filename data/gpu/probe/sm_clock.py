@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import math
 import sys
 import threading
 import time
@@ -34,11 +33,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sm_scaling import GreenContext, distinct_sms
+from sm_scaling import GreenContext, compiled, distinct_sms
 
-from benchmarks.gpu_measure import _random_inputs, n_sets_for, provenance
-from flashio import kernels
-from flashio.kernels import gpu
+from benchmarks.gpu_measure import provenance
 
 # kernels whose clock is sampled: (schedule, head_dim, seq_len, tiles), B=1, H=16, bf16
 CLOCKED = (
@@ -99,15 +96,6 @@ CHASE_BYTES = 64 * 128  # a ring of 64 lines, all touched at every sample: it st
 HOPS = 64
 
 
-def compiled(name: str, d: int, n: int, tiles, l2: int):
-    shape = kernels.AttentionShape(1, 16, n, d, "bf16")
-    c = gpu.compile_schedule(kernels.schedule(name, shape, *tiles))
-    dims = (1, 16, n, d)
-    n_in = 4 if name.endswith("_bwd") else 3
-    n_sets = n_sets_for(math.prod(dims) * 2 * n_in, l2)
-    return c, [c.alloc(*_random_inputs(dims, n_in, "bf16")) for _ in range(n_sets)]
-
-
 def spy_run(spy_ctx, spy_sms: int, samples: int, gap_ns: int, clock: Clock, busy=None) -> dict:
     """The spy's clock, alone or while ``busy()`` keeps the other SMs working."""
     import cupy
@@ -165,7 +153,7 @@ def main(argv=None) -> None:
         ctx = GreenContext(args.once_sms or 10**6)
         with ctx.stream:
             for name, d, n, tiles in CLOCKED:
-                c, sets = compiled(name, d, n, tiles, prov["l2_bytes"])
+                _, c, sets = compiled(name, d, n, tiles, prov["l2_bytes"])
                 c.launch(sets[0])
                 ctx.stream.synchronize()
         ctx.close()
@@ -203,7 +191,7 @@ def beside(work, spy_ctx, samples, gap_ns, clock, l2, args) -> list[dict]:
     rows = []
     for name, d, n, tiles in CLOCKED:
         with work.stream:
-            c, sets = compiled(name, d, n, tiles, l2)
+            _, c, sets = compiled(name, d, n, tiles, l2)
             start, stop = cupy.cuda.Event(), cupy.cuda.Event()
             c.launch(sets[0])
             start.record()

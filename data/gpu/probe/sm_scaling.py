@@ -176,22 +176,29 @@ def chunked_reads(ctx: GreenContext, reps: int) -> list[dict]:
     return rows
 
 
-def time_kernel(ctx, name, d, n, tiles, reps, l2):
-    import cupy
-
+def compiled(name, d, n, tiles, l2):
+    """``name``'s schedule (B = 1, H = 16, bf16), compiled, and inputs rotated past the L2
+    (on CuPy's current stream: the backward's inputs are made by a forward)."""
     shape = kernels.AttentionShape(1, 16, n, d, "bf16")
     sched = kernels.schedule(name, shape, *tiles)
     c = gpu.compile_schedule(sched)
     dims = (shape.batch, shape.heads, shape.seq_len, shape.head_dim)
     n_in = 4 if name.endswith("_bwd") else 3
+    n_sets = n_sets_for(math.prod(dims) * 2 * n_in, l2)
+    return sched, c, [c.alloc(*_random_inputs(dims, n_in, shape.dtype)) for _ in range(n_sets)]
+
+
+def time_kernel(ctx, name, d, n, tiles, reps, l2):
+    import cupy
+
     with ctx.stream:
-        n_sets = n_sets_for(math.prod(dims) * 2 * n_in, l2)
-        sets = [c.alloc(*_random_inputs(dims, n_in, shape.dtype)) for _ in range(n_sets)]
+        sched, c, sets = compiled(name, d, n, tiles, l2)
+        n_sets = len(sets)
         t = time_events(
             lambda i, ev: c.launch(sets[i], events=ev), n_sets, reps, n_events=len(c.launches) + 1
         )
     cupy.get_default_memory_pool().free_all_blocks()
-    t.update(schedule=name, kernels=[ln.function for ln in c.launches], **shape.to_dict(),
+    t.update(schedule=name, kernels=[ln.function for ln in c.launches], **sched.shape.to_dict(),
              block_q=sched.block_q, block_kv=sched.block_kv, warps=sched.warps,
              rotate_buffers=n_sets)  # fmt: skip
     return t
