@@ -17,7 +17,8 @@ other warpgroup doing the other (``split``: ping-pong), one warpgroup doing both
 intra-warpgroup), and both warpgroups doing both. G = 16 and E = 128 (MUFU) or 1024 (FFMA)
 make each part about 1000 cycles alone (16 x 64 cycles of the tensor pipe; 128 x 8 cycles of
 MUFU, 1024 x ~1 of FFMA, per sub-partition). Overlapped, the mixed kernels take about the
-longer part; serialized, the sum.
+longer part; serialized, the sum. The ``h*`` kernels do the same with mma.sync, the ``r*``
+ones with wgmma reading A from registers (RS, as a forward's P x V product does).
 
 Timed with %clock64 around the loop, per warp; the CTA's time is its slowest warp's. Every
 result feeds a global store guarded by a runtime flag (never set). The machine code is checked
@@ -110,6 +111,31 @@ KERNELS = {
     "split_imad_c1": ((0,), (1,), "imad_c1"),
     "mufu_c1_1wg": ((), (1,), "mufu_c1"),
     "split_mufu_c1": ((0,), (1,), "mufu_c1"),
+    # FFMA in two chains interleaved with its own warp's wgmma: does intra-warpgroup overlap
+    # keep more of a sparser stream's rate too?
+    "intra_ffma_c2": ((0,), (0,), "ffma_c2"),
+}
+# only the RS kernels declare their A fragments (the other kernels compile as in runs 1-9)
+RS_DECL = """\
+    u32 ra[8][4];  // RS wgmma's A fragments (bf16 pairs in [-1, 1))
+#pragma unroll
+    for (int k = 0; k < 32; ++k)
+        ra[k / 4][k % 4] = (hash(seed ^ (tid * 32 + k + 501)) & 0x807f807fu) | 0x3f003f00u;
+"""
+RS_SINK = " + (float)(ra[k][0] & 1u)"
+# the same with wgmma reading A from registers (RS: the P x V product of every Hopper forward,
+# whose P is the softmax's output in registers), B in shared memory; 8 A fragments in turn
+RKERNELS = {
+    "rmma_1wg": ((0,), (), None),
+    "rmma_2wg": ((0, 1), (), None),
+    "rsplit_ffma": ((0,), (1,), "ffma"),
+    "rsplit_ffma_c1": ((0,), (1,), "ffma_c1"),
+    "rsplit_ffma_c2": ((0,), (1,), "ffma_c2"),
+    "rsplit_mufu": ((0,), (1,), "mufu"),
+    "rsplit_fmnmx": ((0,), (1,), "fmnmx"),
+    "rintra_ffma": ((0,), (0,), "ffma"),
+    "rintra_ffma_c2": ((0,), (0,), "ffma_c2"),
+    "rintra_mufu": ((0,), (0,), "mufu"),
 }
 # the same with mma.sync m16n8k16 bf16 (HMMA, synchronous: each warp of the mma warpgroups
 # issues H in 8 independent chains per iteration, about 1000 cycles of its tensor pipe)
@@ -243,7 +269,7 @@ extern "C" __global__ void __launch_bounds__(@THREADS@, 1)
 #pragma unroll
     for (int k = 0; k < 48; ++k)
         abk[k / 6][k % 6] = (hash(seed ^ (tid * 48 + k + 7)) & 0x807f807fu) | 0x3f003f00u;
-    u32 z[8][4];
+@RS_DECL@    u32 z[8][4];
     const u32 zb = saddr(wsm) + 16u * (tid & 31u);
 #pragma unroll
     for (int k = 0; k < 8; ++k) z[k][0] = z[k][1] = z[k][2] = z[k][3] = 0u;
@@ -289,7 +315,7 @@ extern "C" __global__ void __launch_bounds__(@THREADS@, 1)
 #pragma unroll
     for (int k = 0; k < 8; ++k)
         acc += x[k] + (float)((y[k] ^ z[k][0] ^ z[k][1] ^ z[k][2] ^ z[k][3]) & 1023u)
-               + c[k][0] + c[k][3] + (float)(abk[k][0] & 1u);
+               + c[k][0] + c[k][3] + (float)(abk[k][0] & 1u)@RS_SINK@;
     if (flag) sink[blockIdx.x * blockDim.x + tid] = acc + (float)tm;
 }
 """
@@ -299,13 +325,34 @@ def _mask(wgs) -> str:
     return str(sum(1 << w for w in wgs))
 
 
+def _wgmma_rs_step(n: int = 128) -> str:
+    """One wgmma m64nNk16 with A from registers (fragment ``ra[g & 7]``), B in shared memory."""
+    acc = n // 2
+    regs = ", ".join(f"%{i}" for i in range(acc))
+    outs = ",\n                      ".join(
+        ", ".join(f'"+f"(d[{j}])' for j in range(i, min(acc, i + 8))) for i in range(0, acc, 8)
+    )
+    a = ", ".join(f"%{acc + j}" for j in range(4))
+    return (
+        "                asm volatile(\n"
+        '                    "{\\n.reg .pred p;\\n"\n'
+        f'                    "setp.ne.b32 p, %{acc + 5}, 0;\\n"\n'
+        f'                    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 "\n'
+        f'                    "{{{regs}}}, {{{a}}}, "\n'
+        f'                    "%{acc + 4}, p, 1, 1, 0;\\n}}\\n"\n'
+        f"                    : {outs}\n"
+        '                    : "r"(ra[g & 7][0]), "r"(ra[g & 7][1]), "r"(ra[g & 7][2]), '
+        '"r"(ra[g & 7][3]), "l"(descB), "r"(1));\n'
+    )
+
+
 def sources(only=None) -> dict[str, str]:
     """Each kernel's CUDA source (``only``: those named)."""
     from isa import _wgmma_step
 
     wgmma = _wgmma_step(128).replace('"r"(sc)', '"r"(1)')
     out = {}
-    for name, (mma, alu, kind, *g) in {**KERNELS, **HKERNELS}.items():
+    for name, (mma, alu, kind, *g) in {**KERNELS, **HKERNELS, **RKERNELS}.items():
         if only and name not in only:
             continue
         hmma = name in HKERNELS
@@ -313,7 +360,7 @@ def sources(only=None) -> dict[str, str]:
             (HMMA_ISSUE_DISTINCT if "mmad" in name or "samed" in name else HMMA_ISSUE)
             if hmma
             else ISSUE_FREE
-            if name.startswith("intra_")
+            if name.startswith(("intra_", "rintra_"))
             else ISSUE
         )
         out[name] = (
@@ -323,7 +370,10 @@ def sources(only=None) -> dict[str, str]:
             .replace("@WARPS@", str(THREADS // 32)).replace("@ITERS@", str(ITERS))
             .replace("@G@", str(g[0] if g else G)).replace("@E@", str(E.get(kind, 8)))
             .replace("@MMA_MASK@", _mask(mma)).replace("@ALU_MASK@", _mask(alu))
-            .replace("@WGMMA@", wgmma).replace("@ALU@", ALU_STEP.get(kind or "ffma"))
+            .replace("@WGMMA@", _wgmma_rs_step() if name in RKERNELS else wgmma)
+            .replace("@RS_DECL@", RS_DECL if name in RKERNELS else "")
+            .replace("@RS_SINK@", RS_SINK if name in RKERNELS else "")
+            .replace("@ALU@", ALU_STEP.get(kind or "ffma"))
             .replace("@CHAINS@", str(CHAINS.get(kind, 8)))
         )  # fmt: skip
     return out
@@ -347,7 +397,7 @@ def check_sass(cubins: dict[str, bytes]) -> dict:
     for name, code in disassemble(cubins).items():
         clocks = [i for i, c in enumerate(code) if "SR_CLOCKLO" in c.operands]
         region = code[clocks[0] + 1 : clocks[-1] + 1] if len(clocks) >= 2 else []
-        mma, alu, kind = {**KERNELS, **HKERNELS}[name][:3]
+        mma, alu, kind = {**KERNELS, **HKERNELS, **RKERNELS}[name][:3]
         out[name] = {
             "instructions": len(region),
             "hgmma": sum(c.opcode.startswith("HGMMA") for c in region),
@@ -404,18 +454,21 @@ def load_runs(probe_dir: Path) -> dict:
         later = json.loads((probe_dir / name).read_text())
         for k, v in later["results"].items():
             doc["results"].setdefault(k, v)
-        for k, v in later["config"]["kernels"].items():
-            doc["config"]["kernels"].setdefault(k, v)
+        for group in ("kernels", "rs_kernels"):
+            for k, v in later["config"].get(group, {}).items():
+                doc["config"].setdefault(group, {}).setdefault(k, v)
     return doc
 
 
 def roles(name: str, doc: dict) -> list[str]:
     """The loops (overlap_sass.json names) one SMSP's two warps run in kernel ``name``: the
     mma warpgroup's and the alu warpgroup's (a split kernel), or its own loop twice."""
-    kernels = {**doc["config"]["kernels"], **doc["config"]["hmma_kernels"]}
+    kernels = {**doc["config"]["kernels"], **doc["config"]["hmma_kernels"],
+               **doc["config"].get("rs_kernels", {})}  # fmt: skip
     mma, alu, kind = kernels[name][:3]
     if mma and alu and mma != alu:
-        return ["hmma_1wg" if name.startswith("h") else "mma_1wg", f"{kind}_1wg"]
+        tensor = {"h": "hmma_1wg", "r": "rmma_1wg"}.get(name[0], "mma_1wg")
+        return [tensor, f"{kind}_1wg"]
     return [name] * len(set(mma) | set(alu))
 
 
@@ -486,6 +539,7 @@ def run(out_dir: Path, only=None) -> dict:
                                for k, v in KERNELS.items()},
                    "h": H, "hmma_kernels": {k: [list(v[0]), list(v[1]), v[2]]
                                             for k, v in HKERNELS.items()},
+                   "rs_kernels": {k: [list(v[0]), list(v[1]), v[2]] for k, v in RKERNELS.items()},
                    "options": OPTIONS},
         "sass": census,
         "rows": rows,
