@@ -53,7 +53,7 @@ from flashio.simulator.simulate import (
     spill_bytes,
 )
 from flashio.simulator.specfiles import load_gpu
-from flashio.simulator.trace import TraceSource
+from flashio.simulator.trace import Trace, TraceSource
 
 __all__ = ["Sampling", "simulate_sampled"]
 
@@ -86,20 +86,26 @@ class Sampling:
         return d
 
 
-class _FirstCTAs:
-    """``source`` with only the first ``ctas[k]`` CTAs of each kernel k (dispatched first)."""
+def _first_ctas(source: TraceSource, ctas: list[int]) -> TraceSource:
+    """``source`` with only the first ``ctas[k]`` CTAs of each kernel k (dispatched first): the
+    same events under a meta of fewer CTAs (the engine asks for no others). A ``Trace`` stays
+    one, so that it is replayed from memory as a whole trace is."""
+    kernels = tuple(
+        dataclasses.replace(k, ctas=n) for k, n in zip(source.meta.kernels, ctas, strict=True)
+    )
+    meta = dataclasses.replace(source.meta, kernels=kernels)
+    if isinstance(source, Trace):
+        return source.with_meta(meta)
+    return _Prefix(source, meta)
 
-    def __init__(self, source: TraceSource, ctas: list[int]):
-        self._source = source
-        kernels = tuple(
-            dataclasses.replace(k, ctas=n) for k, n in zip(source.meta.kernels, ctas, strict=True)
-        )
-        self.meta = dataclasses.replace(source.meta, kernels=kernels)
 
-    def cta_events(self, kernel: int, start: int, stop: int, out=None) -> np.ndarray:
-        if out is None:
-            return self._source.cta_events(kernel, start, stop)
-        return self._source.cta_events(kernel, start, stop, out=out)  # only when it takes one
+class _Prefix:
+    """A lazy source under another meta; its ``cta_events`` is the source's own (so that one
+    that writes into buffers, ``out=``, still does)."""
+
+    def __init__(self, source: TraceSource, meta):
+        self.meta = meta
+        self.cta_events = source.cta_events
 
 
 def _signature(source: TraceSource, k: int, c: int) -> tuple[int, int, int]:
@@ -197,7 +203,7 @@ def simulate_sampled(
         a, left = n - plan.period, (full[k] - n) % plan.period
         counter = Counter([(a, n), (a, a + left)], len(meta.tensors), spills)
         probe = Probe(np.array(plan.marks, np.int64), counter)
-        prefix = _FirstCTAs(source, [n if i == k else f for i, f in enumerate(full)])
+        prefix = _first_ctas(source, [n if i == k else f for i, f in enumerate(full)])
         res = replay(prefix, gpu, options=options, probes={k: probe})
         ext = _extension(probe.snaps, counter, plan, full[k], gpu.l2_bytes)
         full_l2 = L2_FULL * gpu.l2_bytes

@@ -201,12 +201,23 @@ class Trace:
         )
 
     def cta_events(self, kernel: int, start: int, stop: int) -> np.ndarray:
+        keys = self._sort_keys()
+        lo = np.searchsorted(keys, (kernel << 32) | start, side="left")
+        hi = np.searchsorted(keys, (kernel << 32) | stop, side="left")
+        return self.events[lo:hi]
+
+    def _sort_keys(self) -> np.ndarray:
         if self._keys is None:  # (kernel, cta) as one sortable key, built on first use
             ev = self.events
             self._keys = ev["kernel"].astype(np.int64) << 32 | ev["cta"].astype(np.int64)
-        lo = np.searchsorted(self._keys, (kernel << 32) | start, side="left")
-        hi = np.searchsorted(self._keys, (kernel << 32) | stop, side="left")
-        return self.events[lo:hi]
+        return self._keys
+
+    def with_meta(self, meta: TraceMeta) -> Trace:
+        """The same events under ``meta`` (a prefix's, of fewer CTAs), sharing the array: a
+        replay asks only for the CTAs its meta names."""
+        view = object.__new__(Trace)
+        view.events, view.meta, view._keys = self.events, meta, self._sort_keys()
+        return view
 
     def bytes_by(self, op: Op) -> dict[str, int]:
         """Total bytes per tensor name for one memory op (LOAD, STORE or REDUCE)."""

@@ -10,6 +10,7 @@ import pytest
 from flashio import kernels, simulator
 from flashio.simulator.errors import FlashioError
 from flashio.simulator.sampled import simulate_sampled
+from flashio.simulator.trace import Trace
 
 H200 = simulator.load_gpu("h200-measured")
 EIGHT = H200.replace(sm_count=8, name="h200-8sms")
@@ -87,6 +88,18 @@ def test_a_prefix_whose_l2_fills_later_is_replayed_again_longer(name, kv_heads, 
     assert abs(sampled.time_s / exact.time_s - 1) <= 0.01
     assert abs(sampled.hbm_read_bytes / exact.hbm_read_bytes - 1) <= 0.02
     assert abs(sampled.hbm_write_bytes / exact.hbm_write_bytes - 1) <= 0.02
+
+
+def test_a_whole_trace_samples_as_its_schedule_does():
+    """A ``Trace`` in memory (what ``flashio trace`` saves, and a sweep replays point after
+    point) gives the sampled replay of the schedule it was made from, field for field: its
+    prefix is the same events under a meta of fewer CTAs."""
+    shape = kernels.AttentionShape(4, 8, 4096, 64, "fp16")
+    sched = kernels.schedule("flash2", shape, 64, 64, 4)
+    lazy = simulate_sampled(sched, EIGHT, saving=1.0)
+    whole = simulate_sampled(Trace.from_source(sched), EIGHT, saving=1.0)
+    assert lazy.sampling.replayed_fraction < 1.0
+    assert whole == lazy and whole.sampling == lazy.sampling
 
 
 def test_mode_is_checked():
