@@ -53,7 +53,7 @@ from flashio.simulator.simulate import (
     spill_bytes,
 )
 from flashio.simulator.specfiles import load_gpu
-from flashio.simulator.trace import Trace, TraceSource
+from flashio.simulator.trace import MEMORY_OPS, Op, Space, Trace, TraceSource
 
 __all__ = ["Sampling", "simulate_sampled"]
 
@@ -193,11 +193,17 @@ def simulate_sampled(
     slot = occs[k].ctas_per_sm * gpu.sm_count
     spills = spill_bytes(kinfos[k], occs[k], gpu, comps[k])
     alike, periodic = _grid(source, k, full[k], _period(meta, k))
+    fill = _late_fill(source, k, slot, waves, alike, gpu.l2_bytes)
+    # where the first prefix would be replayed again, and the second would be too long to
+    # gain, the grid is replayed whole at once (a wrong guess costs time, never accuracy)
+    if fill is not None and _too_long(meta, k, math.ceil(fill / slot) + 1, slot, alike, saving,
+                                      per_cta[k], exact_cost):  # fmt: skip
+        periodic = False
     for _ in range(2 if periodic else 0):  # a second prefix where the L2 fills after the first
         plan = _plan(meta, k, slot, waves, alike)
-        n = plan.replayed if plan else full[k]
-        if plan is None or saving * (exact_cost - (full[k] - n) * per_cta[k]) >= exact_cost:
+        if _too_long(meta, k, waves, slot, alike, saving, per_cta[k], exact_cost):
             break
+        n = plan.replayed
         # the prefix's last period is counted, and as much of it as the grid has past its
         # whole periods after the prefix
         a, left = n - plan.period, (full[k] - n) % plan.period
@@ -223,6 +229,49 @@ def simulate_sampled(
         waves = math.ceil(fill / slot) + 1
     res = replay(source, gpu, options=options)
     return _with(res, Sampling(full, full, 0.0, 0.0))
+
+
+def _too_long(meta, k, waves, slot, alike, saving, cta_events, exact_cost) -> bool:
+    """Whether kernel ``k``'s prefix after ``waves`` waves is none, or its replay would not
+    have less than 1 / ``saving`` of the events of an exact one."""
+    plan = _plan(meta, k, slot, waves, alike)
+    if plan is None:
+        return True
+    skipped = (meta.kernels[k].ctas - plan.replayed) * cta_events
+    return saving * (exact_cost - skipped) >= exact_cost
+
+
+def _late_fill(source, k: int, slot: int, waves: int, alike: bool, l2_bytes: int):
+    """The CTA of kernel ``k`` at which its L2 fills, where the grid's footprint says before
+    any replay that the first prefix would be replayed again (its L2 still filling at its last
+    checkpoint, and the written share of what the rest adds to it over ``L2_FILL_TOLERANCE``
+    of the bytes moved); else None. An L2 that evicts nothing holds each granule the CTAs
+    touched: the footprint of the tensors the kernel reads and writes, spread evenly over the
+    grid (its periods touch slices of equal size)."""
+    meta = source.meta
+    plan = _plan(meta, k, slot, waves, alike)
+    full = meta.kernels[k].ctas
+    if plan is None:
+        return None
+    period = _period(meta, k)
+    ev = source.cta_events(k, 0, 1)
+    ev = np.concatenate([ev, source.cta_events(k, period - 1, period)])
+    mem = ev[np.isin(ev["op"], MEMORY_OPS) & (ev["tensor"] >= 0)]
+    touched = {int(t) for t in mem["tensor"]}
+    written = {int(t) for t in mem["tensor"][mem["op"] != Op.LOAD]}
+    size = {
+        t: meta.tensors[t].size_bytes for t in touched if meta.tensors[t].space == Space.GLOBAL
+    }
+    footprint = sum(size.values())
+    if not footprint:
+        return None
+    per_cta = footprint / full
+    fill = L2_FULL * l2_bytes / per_cta
+    if not plan.marks[-1] < fill < full:
+        return None
+    share = sum(size.get(t, 0) for t in written) / footprint
+    later = min(l2_bytes, footprint) - plan.marks[-1] * per_cta  # what the rest adds
+    return fill if share * later > L2_FILL_TOLERANCE * footprint else None
 
 
 def _with(res: SimResult, sampling: Sampling) -> SimResult:

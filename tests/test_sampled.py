@@ -90,6 +90,25 @@ def test_a_prefix_whose_l2_fills_later_is_replayed_again_longer(name, kv_heads, 
     assert abs(sampled.hbm_write_bytes / exact.hbm_write_bytes - 1) <= 0.02
 
 
+def test_a_grid_whose_l2_fills_too_late_to_gain_is_replayed_whole_at_once(monkeypatch):
+    """The forward of the test above, at the default saving (2x): its L2 fills after the first
+    prefix, and a prefix past the fill would replay more than half the grid, so the grid is
+    replayed whole, once, without the first prefix (its footprint says so before any replay);
+    the result is the exact replay's."""
+    from flashio.simulator import sampled
+
+    calls = []
+    real = sampled.replay
+    monkeypatch.setattr(
+        sampled, "replay", lambda src, *a, **kw: calls.append(src.meta) or real(src, *a, **kw)
+    )
+    sched = kernels.schedule("flash2", kernels.AttentionShape(4, 8, 4096, 64, "fp16"), 64, 64, 4)
+    res = simulate_sampled(sched, EIGHT)
+    assert len(calls) == 1 and calls[0].kernels[0].ctas == sched.meta.kernels[0].ctas
+    assert res == simulator.simulate(sched, EIGHT)
+    assert res.sampling.replayed_fraction == 1.0
+
+
 def test_a_whole_trace_samples_as_its_schedule_does():
     """A ``Trace`` in memory (what ``flashio trace`` saves, and a sweep replays point after
     point) gives the sampled replay of the schedule it was made from, field for field: its
