@@ -12,6 +12,7 @@ the pure-Python oracle (tests/oracle_sim.py) on one small trace, side by side in
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -79,12 +80,24 @@ def oracle_speedup() -> dict:
     return {"events": len(trace), "jit_s": fast, "oracle_s": slow, "speedup": slow / fast}
 
 
-def main() -> None:
-    args = sys.argv[1:]
-    if args and args[0] == "--one":
-        print(json.dumps(measure(args[1], int(args[2]), causal="--causal" in args)))
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_simulate", description=__doc__.split("\n\n", 1)[0],
+        epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    p.add_argument("--quick", action="store_true", help="FA2 at N = 4k and 16k only")
+    p.add_argument(
+        "--one",
+        nargs=2,
+        metavar=("SCHEDULE", "N"),
+        help="one case in this process, printed as JSON (what each child runs)",
+    )
+    p.add_argument("--causal", action="store_true", help="with --one: the causal form")
+    a = p.parse_args(argv)
+    if a.one:
+        print(json.dumps(measure(a.one[0], int(a.one[1]), causal=a.causal)))
         return
-    ns = FLASH2_NS[:2] if "--quick" in args else FLASH2_NS
+    ns = FLASH2_NS[:2] if a.quick else FLASH2_NS
     print(
         "simulate() on h200, L2 model on, B=1, H=32, d=128, 128x64 tiles, fp16; one process each"
     )

@@ -8,8 +8,8 @@ CTAs, as the simulator consumes them, so memory stays bounded however long the s
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 import time
 
 from benchmarks._common import peak_rss_bytes, run_isolated
@@ -38,9 +38,21 @@ def measure(n: int) -> dict:
     }
 
 
-def main() -> None:
-    if len(sys.argv) > 1:  # child: one measurement
-        print(json.dumps(measure(int(sys.argv[1]))))
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_trace", description=__doc__.split("\n\n", 1)[0],
+        epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    p.add_argument(
+        "n",
+        nargs="?",
+        type=int,
+        help="one N in this process, printed as JSON "
+        "(what each child runs); without it every N, each in its own process",
+    )
+    a = p.parse_args(argv)
+    if a.n is not None:  # child: one measurement
+        print(json.dumps(measure(a.n)))
         return
     print("FlashAttention-2 forward trace generation, B=1, H=32, d=128, 128x64 tiles, fp16,")
     print(f"windows of {WINDOW_CTAS} CTAs, one process per N")

@@ -6,6 +6,7 @@ on the device). Runs without a GPU; docs/gpu.md holds its output.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import sys
@@ -216,5 +217,19 @@ def report(folder: Path) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.gpu_report", description=__doc__.split("\n\n", 1)[0]
+    )
+    p.add_argument(
+        "folder",
+        nargs="?",
+        type=Path,
+        default=Path("data/gpu"),
+        help="the measurements (default data/gpu)",
+    )
+    sys.stdout.write(report(p.parse_args(argv).folder))
+
+
 if __name__ == "__main__":
-    sys.stdout.write(report(Path(sys.argv[1] if len(sys.argv) > 1 else "data/gpu")))
+    main()

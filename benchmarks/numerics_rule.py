@@ -16,7 +16,7 @@ spread across BLAS kernels.
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 import numpy as np
 
@@ -44,9 +44,21 @@ def _worst(name, dtype, n, d, draws, rng):
     return rule, bound
 
 
-def main() -> None:
-    draws = int(sys.argv[1]) if len(sys.argv) > 1 else 40
-    dtypes = sys.argv[2:] or ["fp16", "bf16", "fp32"]
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.numerics_rule", description=__doc__.split("\n\n", 1)[0],
+        epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    p.add_argument("draws", nargs="?", type=int, default=40, help="shapes per cell (40)")
+    p.add_argument(
+        "dtypes",
+        nargs="*",
+        default=["fp16", "bf16", "fp32"],
+        choices=["fp16", "bf16", "fp32"],
+        help="dtypes (all three)",
+    )
+    a = p.parse_args(argv)
+    draws, dtypes = a.draws, a.dtypes
     rng = np.random.default_rng(0)
     print(f"{draws} draws per cell; rule ratio / bound ratio (worst); rule not used in fp32")
     print("dtype  N   d  " + "  ".join(f"{n:>13}" for n in NAMES))
