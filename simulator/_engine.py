@@ -45,8 +45,9 @@ LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in 
     C_DURATION,
     C_CTA_LEAD,
     C_CTA_TAIL,
-) = range(16)
-N_CFG = 16
+    C_SM_RED_BW,
+) = range(17)
+N_CFG = 17
 # C_OCCUPY, C_DURATION: an arithmetic event of work w at rate R occupies its SM's pipe for
 # w / R * C_OCCUPY and takes its CTA at least w / R * C_DURATION (docs/model.md)
 # C_CTA_LEAD, C_CTA_TAIL: seconds a CTA spends before its first event and after its last (its
@@ -205,9 +206,11 @@ def _request(mem, cfg, port, op, tensor, offset, rows, row_bytes, stride, nbytes
     (a one-element view): counts its bytes, runs it through the L2 and the bandwidth servers of
     ``mem`` (a Memory), and returns when it completes."""
     l2_on, l2, srv, tstat, busy, cnt = mem.l2_on, mem.l2, mem.srv, mem.tstat, mem.busy, mem.cnt
-    # the SM's own path to the memory system, in parallel with the chip's servers
-    port[0] = max(port[0], t) + nbytes / cfg[C_SM_MEM_BW]
-    busy[B_SM_MEM] += nbytes / cfg[C_SM_MEM_BW]
+    # the SM's own path to the memory system, in parallel with the chip's servers; it sends
+    # reductions at their own rate
+    path = nbytes / (cfg[C_SM_RED_BW] if op == REDUCE else cfg[C_SM_MEM_BW])
+    port[0] = max(port[0], t) + path
+    busy[B_SM_MEM] += path
     if op == LOAD:
         tstat[tensor, T_GLOBAL_READ] += nbytes
     else:

@@ -69,8 +69,9 @@ class GPUSpec:
     """One GPU, real or hypothetical. Counts and sizes are ints, rates are floats.
 
     Every field is positive except ``l2_bytes``, which may be 0 ("no L2", the FlashAttention
-    paper's model where every global access reaches HBM), ``l1_bytes_per_sm``, 0 where not known
-    (the one field a spec file may leave out), and ``description`` (may be empty).
+    paper's model where every global access reaches HBM), ``l1_bytes_per_sm`` and
+    ``sm_reduce_bytes_per_cycle_per_sm``, 0 where not known (the fields a spec file may leave
+    out), and ``description`` (may be empty).
     ``docs/gpus.md`` gives each field's meaning and what the simulator uses it for.
     """
 
@@ -122,6 +123,10 @@ class GPUSpec:
     # carve-out leaves, and holds spilled registers where they fit. 0: not known (no spill
     # reload then hits L1). Last, with a default, so spec files without it still load.
     l1_bytes_per_sm: int = 0
+    # the reductions (atomic adds: red.global) one SM can send per cycle, where they are
+    # slower than its memory path; 0: not measured (they move at the path's rate). Last, with
+    # a default, so spec files without it still load.
+    sm_reduce_bytes_per_cycle_per_sm: float = 0.0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -167,6 +172,13 @@ class GPUSpec:
     def sm_memory_bandwidth_bytes_per_s(self) -> float:
         """What one SM can move to and from the memory system per second."""
         return self.sm_memory_bytes_per_cycle_per_sm * self.clock_hz
+
+    @property
+    def sm_reduce_bandwidth_bytes_per_s(self) -> float:
+        """The reductions one SM can send per second: its measured rate where it is below
+        the memory path's, else the path's."""
+        red = self.sm_reduce_bytes_per_cycle_per_sm or self.sm_memory_bytes_per_cycle_per_sm
+        return min(red, self.sm_memory_bytes_per_cycle_per_sm) * self.clock_hz
 
     def mma_flops_per_s(self, dtype: str) -> float:
         """Matrix-multiply throughput for inputs of ``dtype``, in FLOP/s (dense).
@@ -215,7 +227,7 @@ _FIELD_NAMES: tuple[str, ...] = GPUSpec.field_names()
 OPTIONAL_FIELDS = {
     f.name: f.default for f in dataclasses.fields(GPUSpec) if f.default is not dataclasses.MISSING
 }
-ZERO_ALLOWED = ("l2_bytes", "l1_bytes_per_sm")
+ZERO_ALLOWED = ("l2_bytes", "l1_bytes_per_sm", "sm_reduce_bytes_per_cycle_per_sm")
 _MMA_FIELDS = {
     "fp16": "tensor_fp16_flops_per_cycle_per_sm",
     "bf16": "tensor_bf16_flops_per_cycle_per_sm",
@@ -265,7 +277,7 @@ def _checked(name: str, kind: type, value: Any) -> Any:
             raise GPUSpecError(f"{got} must be {lowest}{_unit(name)}", key=name)
         value = int(value)
         if value < 0 or (value == 0 and not may_be_zero):
-            hint = f" (only {' and '.join(ZERO_ALLOWED)} may be 0)" if value == 0 else ""
+            hint = f" (only {', '.join(ZERO_ALLOWED)} may be 0)" if value == 0 else ""
             raise GPUSpecError(f"{got} must be {lowest}{_unit(name)}{hint}", key=name)
         if value >= 2**62:  # the engine and the outputs hold sizes in 64-bit integers
             raise GPUSpecError(f"{got} is too large: at most 2**62 - 1{_unit(name)}", key=name)
@@ -273,8 +285,9 @@ def _checked(name: str, kind: type, value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise GPUSpecError(f"{got} must be a positive number{_unit(name)}", key=name)
     value = float(value)
-    if not (math.isfinite(value) and value > 0):
-        raise GPUSpecError(f"{got} must be a positive, finite number{_unit(name)}", key=name)
+    if not (math.isfinite(value) and (value > 0 or (value == 0 and may_be_zero))):
+        lowest = "a finite number >= 0" if may_be_zero else "a positive, finite number"
+        raise GPUSpecError(f"{got} must be {lowest}{_unit(name)}", key=name)
     if name == "hbm_efficiency" and value > 1:
         raise GPUSpecError(
             f"{got} must be in (0, 1]: the achievable fraction of hbm_bandwidth_bytes_per_s,"

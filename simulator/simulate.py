@@ -301,6 +301,7 @@ def _config(
     cfg[E.C_L2_BW] = gpu.l2_bandwidth_bytes_per_s
     cfg[E.C_HBM_BW] = gpu.effective_hbm_bandwidth_bytes_per_s
     cfg[E.C_SM_MEM_BW] = gpu.sm_memory_bandwidth_bytes_per_s
+    cfg[E.C_SM_RED_BW] = gpu.sm_reduce_bandwidth_bytes_per_s
     cfg[E.C_L2_LAT] = gpu.cycles_to_s(gpu.l2_latency_cycles)
     cfg[E.C_HBM_LAT] = gpu.cycles_to_s(gpu.hbm_latency_cycles)
     rates = _pipe_rates(gpu, dtype)

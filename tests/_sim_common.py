@@ -68,7 +68,8 @@ def attention_schedules(draw, name, *, max_seq_len=40, max_tiles=5, dtypes=tuple
 
 @st.composite
 def gpu_specs(draw, *, l2=("none", "tiny", "large")):
-    """An H200 with few SMs and an L2 of none, a few granules (evictions), or plenty."""
+    """An H200 with few SMs and an L2 of none, a few granules (evictions), or plenty; its SMs
+    send reductions at their memory path's rate (0: not measured) or slower."""
     line = draw(st.sampled_from([64, 128, 256]))
     kind = draw(st.sampled_from(l2))
     granules = {"none": 0, "tiny": draw(st.integers(1, 6)), "large": 4096}[kind]
@@ -79,6 +80,7 @@ def gpu_specs(draw, *, l2=("none", "tiny", "large")):
         l2_line_bytes=line,
         l2_bytes=(granules * 64 + spare_lines) * line,
         l2_latency_cycles=draw(st.sampled_from([1, 260])),
+        sm_reduce_bytes_per_cycle_per_sm=draw(st.sampled_from([0.0, 2.5, 18.6])),
     )
 
 

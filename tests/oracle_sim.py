@@ -40,10 +40,12 @@ class Server:
         self.free = 0.0
         self.busy = 0.0  # seconds of work served
 
-    def serve(self, t: float, w: float) -> float:
-        finish = max(t, self.free) + w / self.rate
+    def serve(self, t: float, w: float, rate: float | None = None) -> float:
+        """``rate``: this request's own, where it differs (an SM's path sends reductions at
+        theirs)."""
+        finish = max(t, self.free) + w / (rate or self.rate)
         self.free = finish
-        self.busy += w / self.rate
+        self.busy += w / (rate or self.rate)
         return finish
 
 
@@ -127,15 +129,16 @@ def _events_by_cta(trace: Trace, kernel: int, ctas: int) -> list[list[dict]]:
     return out
 
 
-def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic):
+def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic, reduce_rate):
     """A LOAD/STORE/REDUCE of byte ranges of one tensor, issued at the CTA's clock by an SM
     whose path to the memory system is the server ``port``."""
 
     def request(cta, port, op, tensor, ranges, b, early=False):
         traffic[tensor][0 if op == Op.LOAD else 1] += b
         written_back: dict[int, int] = {}
-        # every request passes the SM's own memory path, in parallel with the chip's servers
-        through_sm = port.serve(cta.t, b)
+        # every request passes the SM's own memory path, in parallel with the chip's servers;
+        # "it sends reductions at their own rate"
+        through_sm = port.serve(cta.t, b, reduce_rate if op == Op.REDUCE else None)
         if l2 is not None:
             miss = sum(l2.access(op, tensor, lo, hi, written_back) for lo, hi in ranges)
             # "done = max(finish_L2, finish_SM) + l2_latency"
@@ -249,7 +252,8 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
     local = n_t  # pseudo-tensor of register spills (docs/model.md)
     traffic = [[0, 0, 0, 0] for _ in range(n_t + 1)]  # global read, write, hbm read, write
     counts = {Op.MMA: 0, Op.ELEMENTWISE: 0, Op.EXP: 0, Op.SHARED: 0}
-    request = _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic)
+    request = _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic,
+                            gpu.sm_reduce_bandwidth_bytes_per_s)  # fmt: skip
     kernel_results = []
     t_now = 0.0
 

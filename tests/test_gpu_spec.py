@@ -151,7 +151,7 @@ def test_l2_and_l1_bytes_are_the_only_zeros(h200):
     assert h200.replace(l1_bytes_per_sm=0).l1_bytes_per_sm == 0
     with pytest.raises(GPUSpecError, match=r"l2_bytes = -128 .*integer >= 0"):
         h200.replace(l2_bytes=-128)
-    with pytest.raises(GPUSpecError, match=r"sm_count = 0 .*only l2_bytes and l1_bytes_per_sm"):
+    with pytest.raises(GPUSpecError, match=r"sm_count = 0 .*only l2_bytes, l1_bytes_per_sm"):
         h200.replace(sm_count=0)
     with pytest.raises(GPUSpecError, match=r"kernel_launch_s = 0.0 .*positive"):
         h200.replace(kernel_launch_s=0.0)
