@@ -25,7 +25,9 @@ What is extended is the prefix's steady state: a state reached only late is outs
 sees. Where the L2 is not full at the prefix's last checkpoint but would fill after it, and the
 dirty lines it would keep at the end are too uncertain (over ``L2_FILL_TOLERANCE`` of the HBM
 bytes), the kernel is replayed again with checkpoints from after the L2 has filled, or whole.
-The L2 contents a kernel leaves to the next are those after its replayed prefix.
+Where the grid's footprint says so before any replay, and the second prefix would save too
+little, the kernel is replayed whole at once. The L2 contents a kernel leaves to the next are
+those after its replayed prefix.
 """
 
 from __future__ import annotations
@@ -193,7 +195,7 @@ def simulate_sampled(
     slot = occs[k].ctas_per_sm * gpu.sm_count
     spills = spill_bytes(kinfos[k], occs[k], gpu, comps[k])
     alike, periodic = _grid(source, k, full[k], _period(meta, k))
-    fill = _late_fill(source, k, slot, waves, alike, gpu.l2_bytes)
+    fill = _late_fill(source, k, slot, waves, alike, gpu.l2_bytes) if periodic else None
     # where the first prefix would be replayed again, and the second would be too long to
     # gain, the grid is replayed whole at once (a wrong guess costs time, never accuracy)
     if fill is not None and _too_long(meta, k, math.ceil(fill / slot) + 1, slot, alike, saving,

@@ -222,7 +222,7 @@ TRACE_MEMORY_BYTES = 1 << 30
 
 class _Events:
     """Events of the schedules earlier points replayed. A sweep's points share schedules (a
-    tiling on many GPUs), and making the events is a third to a half of a replay's CPU time:
+    tiling on many GPUs), and making the events is a fifth to two fifths of a replay's CPU time:
     the second point of a schedule keeps them in memory (a ``Trace``; the schedules used
     longest ago give way within ``TRACE_MEMORY_BYTES``), and its later points replay from
     there. The rows are the same: a trace replays as its schedule does."""
