@@ -46,12 +46,15 @@ LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in 
     C_CTA_LEAD,
     C_CTA_TAIL,
     C_SM_RED_BW,
-) = range(17)
-N_CFG = 17
+    C_RED_HOLD,
+) = range(18)
+N_CFG = 18
 # C_OCCUPY, C_DURATION: an arithmetic event of work w at rate R occupies its SM's pipe for
 # w / R * C_OCCUPY and takes its CTA at least w / R * C_DURATION (docs/model.md)
 # C_CTA_LEAD, C_CTA_TAIL: seconds a CTA spends before its first event and after its last (its
 # compiled prologue and epilogue, with the issue model; else 0)
+# C_RED_HOLD: 1 where the kernel's loop sends its reductions after all its tensor-core work,
+# so that its SM waits while they leave at C_SM_RED_BW (docs/model.md, "Reductions")
 # integer slot state columns; S_PF_* mark the LOADs of the next step issued early (prefetch)
 S_CTA, S_PTR, S_END, S_LIVE_SMEM, S_LIVE_REGS, S_STEP, S_PF_STEP, S_PF_LO, S_PF_HI = range(9)
 N_SLOT_INT = 9
@@ -432,6 +435,12 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                     ready = max(ready, done)
                 else:
                     stores = max(stores, done)
+                if op == REDUCE and cfg[C_RED_HOLD] > 0:
+                    # nothing of the step is left to run beside them: the CTA and the SM's
+                    # arithmetic (one server with the issue model) wait while they leave
+                    hold = e.bytes / cfg[C_SM_RED_BW]
+                    units[sm, 0] = max(units[sm, 0], t) + hold
+                    t = max(t + hold, units[sm, 0])
             elif op <= SHARED:  # MMA, ELEMENTWISE, EXP, SHARED
                 if op == MMA:
                     u, rate, work = U_TENSOR, cfg[C_TENSOR], e.flops

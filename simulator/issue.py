@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flashio.simulator.gpu import GPUSpec
-from flashio.simulator.sass import WarpProgram
+from flashio.simulator.sass import CLASS_ID, NO_BARRIER, WarpProgram
 from flashio.simulator.synth import flash_forward_program
 from flashio.simulator.synth_sync import (
     instruction_mix,
@@ -296,6 +296,29 @@ class Compiled:
     # whether its global loads stream data read once (eager PyTorch's elementwise and
     # softmax kernels read each score once), so they wait for HBM, not for an L2 hit
     streams: bool = False
+    # whether the loop sends its global stores and reductions after all its tensor-core work
+    # (``sends_last``): nothing of the step runs beside them while they leave
+    sends_last: bool = False
+
+
+def sends_last(prog: WarpProgram | None) -> bool:
+    """Whether loop ``prog`` issues no tensor-core instruction, and waits for no wgmma group,
+    after its last global store or reduction (a global access that writes no register). This
+    project's mma.sync backward adds dQ last, after dK's products; flash-attn 2's backward
+    multiplies dK after its dQ atomics, and this project's Hopper backward waits for dK's and
+    dV's wgmma after them (docs/model.md, "Reductions")."""
+    if prog is None:
+        return False
+    tensor = {CLASS_ID["hmma"], CLASS_ID["hgmma"]}
+    sends = [
+        i for i, (c, wb) in enumerate(zip(prog.klass, prog.write_barrier, strict=True))
+        if c == CLASS_ID["global"] and wb == NO_BARRIER
+    ]  # fmt: skip
+    if not sends:
+        return False
+    groups = prog.group if prog.group is not None else [0] * len(prog.klass)
+    after = range(sends[-1] + 1, len(prog.klass))
+    return not any(prog.klass[i] in tensor or groups[i] <= -2 for i in after)
 
 
 def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
@@ -353,6 +376,7 @@ def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
         int(d["compiled"].get("stack_bytes", d["compiled"].get("local_bytes", 0))),
         d["compiled"].get("carveout") == "max",
         d.get("copies_overlap"),
+        sends_last=sends_last(_program(key, impl)),
     )
 
 
@@ -474,17 +498,21 @@ def synthetic_sync_step_costs(
 
 def step_costs(
     gpu: GPUSpec, key: str, warps: int, ctas_per_sm: int, impl: str = DEFAULT_IMPL,
-    spills_hit: bool = True, streams: bool = False,
+    spills_hit: bool = True, streams: bool = False, loads_traced: bool = False,
 ) -> StepCost | None:  # fmt: skip
     """The replayed step of census program ``key`` of ``impl`` on ``gpu`` (None: not in the
     census); with ``spills_hit`` False, spill reloads miss L1 and wait the L2's latency; with
-    ``streams``, global loads wait the HBM's latency (data read once: Compiled.streams)."""
+    ``streams``, global loads wait the HBM's latency (data read once: Compiled.streams); with
+    ``loads_traced``, global loads cost their issue only: they are the step's LOAD events,
+    whose latency the engine already waits before the step's arithmetic."""
     model = issue_model(gpu)
     latency = dict(model.latency)
     if not spills_hit:
         latency["local"] = float(gpu.l2_latency_cycles)
     if streams:
         latency["global"] = float(gpu.hbm_latency_cycles)
+    elif loads_traced:
+        latency["global"] = 0.0
     if latency != dict(model.latency):
         model = dataclasses.replace(model, latency=latency)
     st = _replayed(key, impl, model, warps, ctas_per_sm)

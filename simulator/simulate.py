@@ -198,7 +198,10 @@ def arithmetic_cost(
         specialized = kinfo.name in params.get("launch_registers", {})
         producers = int(params.get("warp_roles", {}).get("producer_warps", 0)) * specialized
         warps = kinfo.warps - producers
-        step = step_costs(gpu, comp.key, warps, occ.ctas_per_sm, comp.impl, hit, comp.streams)
+        traced = kinfo.name in TRACED_LOADS
+        step = step_costs(
+            gpu, comp.key, warps, occ.ctas_per_sm, comp.impl, hit, comp.streams, traced
+        )
     elif options.issue_model and kinfo.name in SYNTHESIZED:
         step = _synthetic_step(kinfo, occ, gpu, params, options.written_programs)
     else:
@@ -214,6 +217,16 @@ def arithmetic_cost(
 
 # kernels whose warp program simulator.synth writes when the census lacks them
 SYNTHESIZED = ("flash2_fwd",)
+# kernels whose loop's global loads are rows the trace loads at each step (flash2_bwd's L_i and
+# D_i: kernels/flash2_bwd.py), which the engine waits for before the step's arithmetic
+TRACED_LOADS = ("flash2_bwd",)
+
+
+def holds_reductions(comp: Compiled | None, shared_issue: bool) -> bool:
+    """Whether a kernel's REDUCEs hold its SM while they leave (docs/model.md, "Reductions"):
+    its compiled loop sends them after all its tensor-core work (``Compiled.sends_last``), and
+    its arithmetic queues at one server per SM (the issue model's)."""
+    return comp is not None and comp.sends_last and shared_issue
 
 
 def _synthetic_step(
@@ -296,12 +309,14 @@ def _config(
     cost: ArithmeticCost,
     shared_issue: bool = False,
     prefetch: bool = False,
+    hold_reductions: bool = False,
 ) -> np.ndarray:
     cfg = np.zeros(E.N_CFG)
     cfg[E.C_L2_BW] = gpu.l2_bandwidth_bytes_per_s
     cfg[E.C_HBM_BW] = gpu.effective_hbm_bandwidth_bytes_per_s
     cfg[E.C_SM_MEM_BW] = gpu.sm_memory_bandwidth_bytes_per_s
     cfg[E.C_SM_RED_BW] = gpu.sm_reduce_bandwidth_bytes_per_s
+    cfg[E.C_RED_HOLD] = float(hold_reductions)
     cfg[E.C_L2_LAT] = gpu.cycles_to_s(gpu.l2_latency_cycles)
     cfg[E.C_HBM_LAT] = gpu.cycles_to_s(gpu.hbm_latency_cycles)
     rates = _pipe_rates(gpu, dtype)
@@ -454,7 +469,10 @@ def replay(
         srv[:] = np.maximum(srv, start)
         cost = arithmetic_cost(source, k, kinfo, occ, gpu, options, comp)
         shared = options.shared_issue or cost.step is not None  # the replay priced all pipes
-        cfg = _config(gpu, dtype, cost, shared, prefetches(kinfo, options, comp))
+        cfg = _config(
+            gpu, dtype, cost, shared, prefetches(kinfo, options, comp),
+            holds_reductions(comp, shared),
+        )  # fmt: skip
         mem = E.Memory(l2_on, l2, srv, local, space, tstat, busy, cnt)
         end_s, span = _replay_kernel(
             source, k, kinfo, occ, gpu, cfg, start, mem, window_events, timeline, progress,

@@ -19,6 +19,7 @@ from flashio.simulator.simulate import (
     arithmetic_cost,
     as_compiled,
     compiled_kernels,
+    holds_reductions,
     launched,
     prefetches,
     spill_bytes,
@@ -280,6 +281,10 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
         for port in ports:
             port.free = start
         prefetch = prefetches(kinfo, options, comp)
+        shared = options.shared_issue or cost.step is not None
+        # reductions "hold the SM for h = B / sm_reduce_bandwidth_bytes_per_s" where the loop
+        # sends them after all its tensor-core work
+        hold = holds_reductions(comp, shared)
         spill_first, spill_store, spill_load = spill_bytes(kinfo, occ, gpu, comp)
         spill = max(spill_first + spill_store, spill_load)
         slots = min(kinfo.ctas, occ.ctas_per_sm * sms)
@@ -341,6 +346,13 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                 if op in (Op.LOAD, Op.STORE, Op.REDUCE):
                     b = e["rows"] * e["row_bytes"]
                     request(cta, ports[sm], op, e["tensor"], _ranges(e), b)
+                    if op == Op.REDUCE and hold:
+                        # "the SM's one arithmetic server ... becomes max(free, t) + h and the
+                        # CTA's clock max(t + h, free)"
+                        h = b / gpu.sm_reduce_bandwidth_bytes_per_s
+                        server = pipes[sm]["tensor"]
+                        server.free = max(server.free, cta.t) + h
+                        cta.t = max(cta.t + h, server.free)
                 elif op in PIPE_OF:
                     w = e["bytes"] if op == Op.SHARED else e["flops"]
                     counts[op] += w

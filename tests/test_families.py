@@ -20,9 +20,12 @@ def test_flash_attn2_forward_and_backward_within_their_bounds(fa2):
     fwd = fa2["summary"]["flash-attn2 flash2"]
     bwd = fa2["summary"]["flash-attn2 flash2_bwd"]
     assert fwd["n"] == 20 and bwd["n"] == 20
-    # achieved: forward 9.1% (max 21.1%), nearly every row too fast; backward 1.6% (max 3.4%)
+    # achieved: forward 9.1% (max 21.1%), nearly every row too fast; backward 4.8% (max 9.3%),
+    # every row too slow: 1.6% before the loop's L and D loads stopped waiting the L2 twice
+    # and the reductions took the SM's measured rate, two errors that had cancelled
+    # (docs/model.md, "Reductions")
     assert fwd["mape"] <= 0.10 and fwd["max_error"] <= 0.22
-    assert bwd["mape"] <= 0.02 and bwd["max_error"] <= 0.04
+    assert bwd["mape"] <= 0.05 and bwd["max_error"] <= 0.10
 
 
 def test_rows_say_what_was_compared(fa2):
@@ -135,14 +138,13 @@ def test_hopper_backward_of_this_project_from_its_compiled_code():
     """This project's Hopper backward (kernels/cuda/hopper_bwd.cu between flash2_bwd.cu's first
     and last kernels), timed beside PyTorch's backward (data/gpu/hopper/hopper_bwd_measure.json),
     each build (tiling, Q and dO buffers) priced by its consumer warps' compiled loop.
-    Achieved: 16.2%, every row too fast (max 22.4%; 16.9% before the consumers' named barrier
-    was replayed as one): cutting the loop from 1,066 to 720
-    instructions made the model 31% faster and the GPU 7%, so the step is bound by something
-    the replay does not see (docs/gpu.md, "The Hopper backward"). The d = 64 tilings ranked at
-    Spearman 0.8 or more, the model's pick within 1.4% of the best."""
+    Achieved: 5.8% (bias +5.7%, max 14.4%) since its dQ reductions pass the SM's path at the
+    rate one SM was measured to send them (docs/model.md, "Reductions"); 16.2% before, every
+    row too fast. The d = 64 tilings ranked at Spearman 0.8 or more, the model's pick within
+    1.4% of the best."""
     rep = families.report(families=("flashio-hopper",), jobs=2)
     s = rep["summary"]["flashio-hopper flash2_bwd"]
-    assert s["n"] == 36 and s["mape"] <= 0.17 and s["bias"] < 0 and s["max_error"] <= 0.23
+    assert s["n"] == 36 and s["mape"] <= 0.06 and s["max_error"] <= 0.15
     ranked = [r for r in rep["ranking"] if r["schedule"] == "flash2_bwd"]
     assert len(ranked) == 6 and all(r["spearman"] >= 0.8 for r in ranked)
     assert all(r["picked_slower_than_best"] <= 0.015 for r in ranked)

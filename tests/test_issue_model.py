@@ -18,7 +18,12 @@ from flashio import simulator
 from flashio.kernels import AttentionShape, BlockMask, schedule
 from flashio.simulator import issue, sass, sass_paths
 from flashio.simulator.sass import CLASS_ID, NO_BARRIER, WarpProgram
-from flashio.simulator.simulate import LOCAL_NAME, ModelOptions
+from flashio.simulator.simulate import (
+    LOCAL_NAME,
+    ModelOptions,
+    arithmetic_cost,
+    launch_resources,
+)
 from flashio.simulator.warp_replay import PIPES, IssueModel, once, replay
 from tests._sim_common import REL
 from tests.oracle_sim import simulate_oracle
@@ -915,3 +920,130 @@ def test_sparse_ffma_beside_wgmma_is_a_documented_limit():
     assert res["split_ffma_c1"] < 1.02 * max(res["mma_1wg"], res["ffma_c1_1wg"])
     assert res["split_ffma"] > 0.95 * (res["mma_1wg"] + res["ffma_1wg"])
     assert overlap.replayed("split_ffma_c1", doc, programs, model) > 1.5 * res["split_ffma_c1"]
+
+
+# ------------------------------------------------------------- reductions (docs/model.md)
+def test_loops_that_end_with_their_reductions_are_told_from_the_census():
+    """This project's mma.sync backward adds dQ last, after dK's products; flash-attn 2's
+    multiplies dK after its dQ atomics, and this project's Hopper backward waits for dK's and
+    dV's wgmma after its reductions (the sources' comments; read here from the machine code)."""
+    for impl, want in (("flashio", True), ("flash-attn2", False), ("flashio-hopper", False)):
+        keys = [k for k in issue.census(impl) if k.startswith("flash2_bwd ")]
+        assert keys, impl
+        for key in keys:
+            assert issue.sends_last(issue._program(key, impl)) is want, (impl, key)
+    # the forwards send nothing in their loops
+    assert not issue.sends_last(issue._program("flash2_fwd d=64 128x128 w=8 bf16", "flashio"))
+
+
+def _program(classes, write_barriers, group=None):
+    n = len(classes)
+    return WarpProgram(
+        "hand", np.array([CLASS_ID[c] for c in classes]), np.zeros(n, np.int64),
+        np.array(write_barriers), np.full(n, NO_BARRIER), np.zeros(n, np.int64),
+        np.zeros(n, np.int64), np.zeros(n), None if group is None else np.array(group),
+    )  # fmt: skip
+
+
+def test_sends_last_reads_the_instructions_after_the_last_send():
+    nb = NO_BARRIER
+    assert issue.sends_last(_program(["hmma", "global", "alu"], [nb, nb, nb]))
+    assert not issue.sends_last(_program(["global", "hmma"], [nb, nb]))
+    # a global load (it writes a register: a write barrier) is not a send
+    assert not issue.sends_last(_program(["hmma", "global"], [nb, 0]))
+    # a wgmma group waited for after the send still runs beside it
+    assert not issue.sends_last(_program(["hgmma", "global", "other"], [nb, nb, nb], [1, 0, -2]))
+    assert issue.sends_last(_program(["hgmma", "other", "global"], [nb, nb, nb], [1, -2, 0]))
+
+
+def _small_backward():
+    shape = AttentionShape(batch=1, heads=2, seq_len=256, head_dim=64, dtype="bf16")
+    return schedule("flash2_bwd", shape, block_q=64, block_kv=64, warps=4)
+
+
+def test_reductions_that_end_the_loop_hold_the_sm_in_engine_and_oracle():
+    """The backward's reductions hold its SM at the spec's reduction rate: the engine agrees
+    with the oracle, and the backward takes longer the slower one SM sends them, by at least
+    its CTAs' reduction bytes at that rate on the SMs they share (forwards: unchanged)."""
+    sched = _small_backward()
+    comp = issue.lookup(sched.meta.params, "flash2_bwd", 4)
+    assert comp.sends_last
+    opts = ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
+    times = {}
+    for rate in (79.8, 20.7, 5.0):
+        gpu = simulator.load_gpu("h200-measured").replace(sm_reduce_bytes_per_cycle_per_sm=rate)
+        res = simulator.simulate(sched, gpu, options=opts)
+        assert_agrees(res, simulate_oracle(sched.trace(), gpu, opts))
+        times[rate] = res.kernels[1].time_s
+    gpu = simulator.load_gpu("h200-measured")
+    per_sm = sched.trace().events
+    red = per_sm[(per_sm["kernel"] == 1) & (per_sm["op"] == int(simulator.Op.REDUCE))]
+    # 8 CTAs on 8 of the SMs, one each: every CTA's reductions are held on its own SM
+    per_cta = red["bytes"].sum() / sched.meta.kernels[1].ctas
+    extra = per_cta / (5.0 * gpu.clock_hz) - per_cta / (20.7 * gpu.clock_hz)
+    assert times[79.8] < times[20.7] < times[5.0]
+    assert times[5.0] - times[20.7] >= extra * (1 - 1e-9)
+
+
+def test_the_backwards_l_and_d_loads_cost_their_issue_only():
+    """The loop's global loads are the rows the trace loads each step (L_i, D_i), which the
+    engine waits for: the replay does not wait the L2's latency for them a second time."""
+    gpu = simulator.load_gpu("h200-measured")
+    key = issue.program_key("flash2_bwd", 64, 64, 64, 4, "bf16")
+    waited = issue.step_costs(gpu, key, 4, 2)
+    traced = issue.step_costs(gpu, key, 4, 2, loads_traced=True)
+    assert traced.duration_s < waited.duration_s
+    sched = _small_backward()
+    opts = ModelOptions(issue_model=True)
+    comps, kinfos, occs = launch_resources(sched.meta, gpu, opts)
+    assert occs[1].ctas_per_sm == 2
+    cost = arithmetic_cost(sched, 1, kinfos[1], occs[1], gpu, opts, comps[1])
+    assert cost.step.key == key and cost.step.duration_s == traced.duration_s
+
+
+REDUCTIONS = Path(__file__).resolve().parents[1] / "data" / "gpu" / "probe" / "reductions.json"
+
+
+def test_the_reductions_cost_what_the_rule_charges_on_the_gpu():
+    """data/gpu/probe/reductions.py: this project's backward with dQ's sums sent by its
+    reductions (target 0) and nowhere (target 3). The difference is about what the rule
+    charges, the reduction bytes at one SM's measured rate (h200's), where two CTAs share an
+    SM (the 4-warp builds: 0.89-1.14 of it on 8 and 132 SMs), and a share of the time that
+    holds on every SM count (9-28%, as the rule's per-SM charge does)."""
+    doc = json.loads(REDUCTIONS.read_text())
+    rate = simulator.load_gpu("h200").sm_reduce_bandwidth_bytes_per_s
+    times = {
+        (c["context_sms"], k["config"], k["target"]): k["main_ms"] * 1e-3
+        for c in doc["contexts"]
+        for k in c["kernels"]
+    }
+    configs = sorted({k[1] for k in times})
+    assert len(configs) == 4 and {k[0] for k in times} == {8, 16, 32, 64, 96, 132}
+    for config in configs:
+        d = int(config.split()[0][2:])
+        block_kv = int(config.split()[2].split("x")[1])
+        ctas, steps = 16 * 8192 // block_kv, 8192 // 64
+        red_bytes = ctas * steps * 64 * d * 4  # a 64 x d fp32 block of dQ per step
+        for n in (8, 132):
+            sent, none = times[(n, config, 0)], times[(n, config, 3)]
+            assert 0.05 < (sent - none) / sent < 0.30, (config, n)
+            if config.endswith("w4"):  # two CTAs an SM
+                assert 0.85 < (sent - none) / (red_bytes / n / rate) < 1.2, (config, n)
+
+
+@pytest.mark.skipif(
+    not sass_census.have_tools(),
+    reason="needs NVRTC 13.0 and cuobjdump (pip install -e '.[census]')",
+)
+def test_the_probes_dq_target_0_is_the_kernel_as_it_runs():
+    """reductions.py's shared build (DQ_TARGET=0) compiles to the backward's own cubin."""
+    from benchmarks import nvrtc
+    from flashio.kernels import gpu as kgpu
+
+    sched = _small_backward()
+    defs = kgpu.defines(sched)
+    plain, _ = nvrtc.compile_cubin(kgpu.source(sched), kgpu.nvrtc_options(defs))
+    probe, _ = nvrtc.compile_cubin(
+        kgpu.source(sched), kgpu.nvrtc_options((*defs, ("DQ_TARGET", 0)))
+    )
+    assert plain == probe

@@ -91,8 +91,9 @@ def add_crosscheck_command(subparsers) -> argparse.ArgumentParser:
         "--sm-scaling",
         action="store_true",
         help="instead: this project's kernels timed on n of the H200's SMs (CUDA green "
-        "contexts; FILES: an sm_scaling.json, default data/gpu/probe/) against the built-in "
-        "h200 with sm_count=n; scaling t(n)/t(132) and absolute times",
+        "contexts; FILES: sm_scaling.json runs, their median taken, default the three full "
+        "runs in data/gpu/probe/) against h200-measured with sm_count=n; scaling t(n)/t(132), "
+        "absolute times and the runs' spread",
     )
     p.add_argument(
         "--by-implementation",
@@ -184,14 +185,15 @@ def _parsed(path: Path, read):
 
 def cmd_sm_scaling(a) -> int:
     """``flashio crosscheck --sm-scaling``: measured and predicted scaling with the SM count."""
-    if len(a.files) > 1 or a.fit or a.schedule:
-        raise UsageError("--sm-scaling takes at most one FILE (an sm_scaling.json), no --fit")
+    if a.fit or a.schedule:
+        raise UsageError("--sm-scaling takes FILES (sm_scaling.json runs), no --fit")
     if a.update_doc and a.files:
         raise UsageError("--update-doc renders the committed measurements: give no FILES")
-    path = Path(a.files[0]) if a.files else sm_scaling.PROBE
-    if not path.is_file():
-        raise FileError(f"{path}: no such measurement file")
-    rows = sm_scaling.scaling_report(path)
+    paths = [Path(f) for f in a.files] or list(sm_scaling.PROBES)
+    for path in paths:
+        if not path.is_file():
+            raise FileError(f"{path}: no such measurement file")
+    rows = sm_scaling.scaling_report(paths)
     if a.update_doc:
         sm_scaling.update_doc(rows)
     if a.plot:

@@ -187,7 +187,7 @@ def _resident_ctas(jobs: int) -> Rendered:
 def _sm_scaling(jobs: int) -> Rendered:
     from flashio.analysis.validation import sm_scaling
 
-    rows = sm_scaling.scaling_report(sm_scaling.PROBE)
+    rows = sm_scaling.scaling_report(sm_scaling.PROBES)
     return Rendered(sm_scaling.markdown(rows), lambda: [sm_scaling.plot(rows, sm_scaling.FIGURE)])
 
 

@@ -1,30 +1,37 @@
 """Hypothetical GPUs checked against a real one: the H200 run on n of its SMs.
 
-``data/gpu/probe/sm_scaling_run2.json`` (written by ``data/gpu/probe/sm_scaling.py``; run 1,
-``sm_scaling.json``, timed the kernels before their copy loop was unrolled and is kept as the
-source of the SM's memory-path rate) holds this project's flash2 forward and backward kernels
-timed inside CUDA green contexts of n SMs, which keep the whole L2 and HBM. Each is
-re-simulated with the cross-check's model of the H200 (``analysis/validation/calibration.toml``:
-``h200-measured`` with the issue model, nothing fitted to an attention kernel) on
-``replace(sm_count=n)``, and its timing loop is modelled by the measured launch harness there
-(host-side launch costs, read off tiny kernels). The figure of merit is the scaling curve
-t(n) / t(132), measured against predicted; absolute times are reported beside it (they carry
-the time model's own error, docs/validation.md).
+``data/gpu/probe/sm_scaling_run{2,4,5}.json`` (written by ``data/gpu/probe/sm_scaling.py``)
+are three full runs of this project's flash2 forward and backward kernels timed inside CUDA
+green contexts of n SMs, which keep the whole L2 and HBM; the measured time of a configuration
+on n SMs is the median of the three runs' (each a median of launches). Run 1 (``sm_scaling.json``)
+timed the kernels before their copy loop was unrolled and is kept as the source of the SM's
+memory-path rate; run 3 re-timed only the configurations that missed then, so it is left out
+of the median. Each configuration is re-simulated with the cross-check's model of the H200
+(``analysis/validation/calibration.toml``: ``h200-measured`` with the issue model, nothing
+fitted to an attention kernel) on ``replace(sm_count=n)``, and its timing loop is modelled by
+the measured launch harness there (host-side launch costs, read off tiny kernels). The figure
+of merit is the scaling curve t(n) / t(132), measured against predicted; absolute times are
+reported beside it (they carry the time model's own error, docs/validation.md), and so is how
+far the runs' own curves lie apart.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 from flashio import kernels, simulator
 from flashio.analysis.paths import DATA, DOCS
 from flashio.analysis.validation.calibration import Harness, load_calibration
 
-__all__ = ["PROBE", "ScalingRow", "load_measurements", "scaling_report"]
+__all__ = ["PROBE", "PROBES", "ScalingRow", "load_measurements", "scaling_report"]
 
-PROBE = DATA / "gpu" / "probe" / "sm_scaling_run2.json"
+# the full runs of the current kernels (docs/hypothetical-gpus.md)
+PROBES = tuple(DATA / "gpu" / "probe" / f"sm_scaling_run{k}.json" for k in (2, 4, 5))
+PROBE = PROBES[0]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -38,6 +45,8 @@ class ScalingRow:
     predicted_s: float
     measured_ratio: float
     predicted_ratio: float
+    # (largest - smallest) / median of the runs' own t(n) / t(132): the measurement's spread
+    ratio_spread: float = 0.0
 
     @property
     def ratio_error(self) -> float:
@@ -49,9 +58,9 @@ class ScalingRow:
         return self.predicted_s / self.measured_s - 1
 
 
-def load_measurements(path: Path = PROBE) -> dict:
-    """The probe's kernel timings: ``{label: {"schedule", "shape", "tiles", "times": {SMs:
-    median seconds}}}``, labels such as ``"flash2 d=64 N=8192 128x128 w8"``."""
+def _one_run(path: Path) -> dict:
+    """One sm_scaling.json: ``{label: {"schedule", "shape", "tiles", "times": {SMs: median
+    seconds}}}``, labels such as ``"flash2 d=64 N=8192 128x128 w8"``."""
     try:
         doc = json.loads(Path(path).read_text())
         out: dict[str, dict] = {}
@@ -75,15 +84,36 @@ def load_measurements(path: Path = PROBE) -> dict:
     return out
 
 
+def load_measurements(paths: Path | Sequence[Path] = PROBES) -> dict:
+    """The probe's kernel timings, over one run or the median of several: ``{label:
+    {"schedule", "shape", "tiles", "times": {SMs: seconds}, "runs": [{SMs: seconds}, ...]}}``,
+    each configuration at the SM counts every run timed it at."""
+    runs = [_one_run(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)]
+    out = {}
+    for label, first in runs[0].items():
+        per_run = [r[label]["times"] for r in runs if label in r]
+        sms = sorted(set.intersection(*(set(t) for t in per_run)))
+        times = {n: statistics.median(t[n] for t in per_run) for n in sms}
+        out[label] = {**first, "times": times, "runs": per_run}
+    return out
+
+
+def _spread(runs: list[dict], n: int, full: int) -> float:
+    ratios = sorted(t[n] / t[full] for t in runs)
+    return (ratios[-1] - ratios[0]) / statistics.median(ratios)
+
+
 def scaling_report(
-    path: Path = PROBE, gpu: simulator.GPUSpec | None = None, harness: Harness | None = None
+    paths: Path | Sequence[Path] = PROBES,
+    gpu: simulator.GPUSpec | None = None,
+    harness: Harness | None = None,
 ) -> list[ScalingRow]:
-    """Measured and predicted scaling rows, in the order of the file (see the module doc)."""
+    """Measured and predicted scaling rows, in the order of the first file (module doc)."""
     cal = load_calibration()
     gpu = gpu or cal.gpu
     harness = harness or cal.harness  # measured launch costs, nothing fitted
     rows = []
-    for label, m in load_measurements(path).items():
+    for label, m in load_measurements(paths).items():
         sched = kernels.schedule(m["schedule"], m["shape"], *m["tiles"])
         full = max(m["times"])
         pred = {}
@@ -91,9 +121,9 @@ def scaling_report(
             res = simulator.simulate(sched, gpu.replace(sm_count=n), options=cal.options)
             pred[n] = harness.event_time([k.time_s for k in res.kernels])
         for n, t in sorted(m["times"].items()):
-            rows.append(
-                ScalingRow(label, n, t, pred[n], t / m["times"][full], pred[n] / pred[full])
-            )
+            ratios = (t / m["times"][full], pred[n] / pred[full])
+            spread = _spread(m["runs"], n, full)
+            rows.append(ScalingRow(label, n, t, pred[n], *ratios, spread))
     return rows
 
 
@@ -121,12 +151,12 @@ def summary(rows: list[ScalingRow]) -> dict:
 
 def text_table(rows: list[ScalingRow]) -> str:
     head = f"{'configuration':34s} {'SMs':>4s} {'measured':>10s} {'predicted':>10s} "
-    lines = [head + f"{'t/t132':>7s} {'pred':>7s} {'error':>7s} {'abs err':>8s}"]
+    lines = [head + f"{'t/t132':>7s} {'pred':>7s} {'error':>7s} {'abs err':>8s} {'spread':>7s}"]
     for r in rows:
         lines.append(
             f"{r.label:34s} {r.sms:4d} {r.measured_s * 1e3:8.3f}ms {r.predicted_s * 1e3:8.3f}ms "
             f"{r.measured_ratio:7.2f} {r.predicted_ratio:7.2f} {100 * r.ratio_error:+6.1f}% "
-            f"{100 * r.time_error:+7.1f}%"
+            f"{100 * r.time_error:+7.1f}% {100 * r.ratio_spread:6.1f}%"
         )
     s = summary(rows)
     lines.append(
@@ -143,15 +173,17 @@ def markdown(rows: list[ScalingRow]) -> str:
     out = [
         BEGIN,
         "",
-        "| configuration | SMs | measured | predicted | t(n)/t(132) | predicted | error |",
-        "|---|---|---|---|---|---|---|",
+        "| configuration | SMs | measured | predicted | t(n)/t(132) | predicted | error | runs' "
+        "spread |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r.measured_ratio == 1.0:
             continue
         out.append(
             f"| {r.label} | {r.sms} | {r.measured_s * 1e3:.3f} ms | {r.predicted_s * 1e3:.3f} ms "
-            f"| {r.measured_ratio:.2f} | {r.predicted_ratio:.2f} | {100 * r.ratio_error:+.1f}% |"
+            f"| {r.measured_ratio:.2f} | {r.predicted_ratio:.2f} | {100 * r.ratio_error:+.1f}% "
+            f"| {100 * r.ratio_spread:.1f}% |"
         )
     out += [
         "",

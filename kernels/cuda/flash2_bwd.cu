@@ -43,6 +43,13 @@
 #ifndef BLOCK_SPARSE
 #define BLOCK_SPARSE 0
 #endif
+// DQ_TARGET (data/gpu/probe/reductions.py only; its default 0 is the kernel): where the
+// partial dQ_i of a step goes. 1: red.global.add into a tile of the CTA's own (no other CTA
+// adds to its addresses), 2: plain st.global into that tile, 3: nowhere (summed into one
+// register, written once if it ever equals a sentinel). dQ is wrong for all but 0.
+#ifndef DQ_TARGET
+#define DQ_TARGET 0
+#endif
 #if BLOCK_SPARSE && !MASKED
 #error "BLOCK_SPARSE needs MASKED = 1"
 #endif
@@ -230,6 +237,9 @@ extern "C" __global__ void __launch_bounds__(NT)
 #pragma unroll
             for (int e = 0; e < 4; ++e) dk[mk][nd][e] = dv[mk][nd][e] = 0.f;
     const int wk = warp * WK;  // first key of this warp within the block
+#if DQ_TARGET == 3
+    float dq_sink = 0.f;
+#endif
     const int wm = warp / WARPS_N, wn = warp % WARPS_N;
 #if !MASKED
     const int i_start = causal ? k0 / BLOCK_Q : 0;
@@ -431,18 +441,36 @@ extern "C" __global__ void __launch_bounds__(NT)
                     for (int hf = 0; hf < 2; ++hf) {
                         const int row = qr0 + qm * 16 + (lane >> 2) + 8 * hf;
                         if (row < r) {
+#if DQ_TARGET == 0
                             float* dst =
                                 dQacc + qbase + (long)row * HEAD_DIM + qc0 + 2 * (lane & 3);
+#else
+                            float* dst = dQacc + (long)blockIdx.x * BLOCK_Q * HEAD_DIM +
+                                         (long)row * HEAD_DIM + qc0 + 2 * (lane & 3);
+#endif
 #pragma unroll
-                            for (int qn = 0; qn < QCH; ++qn)
+                            for (int qn = 0; qn < QCH; ++qn) {
+#if DQ_TARGET <= 1
                                 red_add_v2(dst + qn * 8, acc[qm][qn][2 * hf] * scale,
                                            acc[qm][qn][2 * hf + 1] * scale);
+#elif DQ_TARGET == 2
+                                *reinterpret_cast<float2*>(dst + qn * 8) =
+                                    make_float2(acc[qm][qn][2 * hf] * scale,
+                                                acc[qm][qn][2 * hf + 1] * scale);
+#else
+                                dq_sink += acc[qm][qn][2 * hf] * scale;
+                                dq_sink += acc[qm][qn][2 * hf + 1] * scale;
+#endif
+                            }
                         }
                     }
             }
         }
     }
 
+#if DQ_TARGET == 3
+    if (dq_sink == 1234.5f) dQacc[blockIdx.x] = dq_sink;  // keeps dQ's products
+#endif
     // dK_j (times the softmax scale), dV_j: registers -> HBM once per CTA
 #pragma unroll
     for (int mk = 0; mk < MK; ++mk)
