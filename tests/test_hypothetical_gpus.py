@@ -203,3 +203,31 @@ def test_first_waves_fill_every_sm_as_the_model_places_them():
         first = np.array(launch["smid"][: c * n])
         counts = np.bincount(first)
         assert (counts[counts > 0] == c).all() and (counts > 0).sum() == n
+
+
+def test_the_forwards_last_wave_spreads_over_the_sms_on_the_gpu():
+    """data/gpu/probe/cta_placement.py recorded this project's 64x64, 4-warp forward (3 CTAs
+    an SM): every CTA ran, at most 3 at once on an SM, the last partial wave one CTA an SM
+    where it could (68 of 2048 on 132 SMs, 32 on 96, 128 on 64: two each), and the three
+    CTAs of one SM's first wave ended apart by over 10 us in the median (docs/hypothetical-
+    gpus.md, "Where the CTAs go": what the model's lockstep CTAs do not do)."""
+    doc = json.loads(
+        gzip.decompress((sm_scaling.PROBE.parent / "cta_placement.json.gz").read_bytes())
+    )
+    seen = set()
+    for ctx in doc["contexts"]:
+        n = ctx["context_sms"]
+        k = next(k for k in ctx["kernels"] if k["config"] == "d=64 N=8192 (64, 64, 4)")
+        assert k["ctas_per_sm"] == 3 and len(k["launches"]) == 3
+        for launch in k["launches"]:
+            sm, start, end = (np.array(launch[x]) for x in ("sm", "start_ns", "end_ns"))
+            assert len(sm) == 2048 and (end > start).all() and sm.max() < 132
+            order = np.argsort(start, kind="stable")
+            tail = len(sm) % (3 * n)
+            last = sm[order[len(sm) - tail :]]
+            assert len(np.unique(last)) == min(tail, n)
+            first = order[: 3 * n]
+            apart = [np.ptp(end[first][sm[first] == s]) for s in np.unique(sm[first])]
+            assert np.median(apart) > 10_000
+            seen.add(n)
+    assert seen == {64, 96, 132}

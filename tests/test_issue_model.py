@@ -1035,15 +1035,17 @@ def test_the_reductions_cost_what_the_rule_charges_on_the_gpu():
     not sass_census.have_tools(),
     reason="needs NVRTC 13.0 and cuobjdump (pip install -e '.[census]')",
 )
-def test_the_probes_dq_target_0_is_the_kernel_as_it_runs():
-    """reductions.py's shared build (DQ_TARGET=0) compiles to the backward's own cubin."""
+def test_the_probes_switches_off_are_the_kernels_as_they_run():
+    """reductions.py's shared build (flash2_bwd.cu's DQ_TARGET=0) and cta_placement.py's
+    switch left off (flash2_fwd.cu's RECORD_CTAS=0) compile to the kernels' own cubins."""
     from benchmarks import nvrtc
     from flashio.kernels import gpu as kgpu
 
-    sched = _small_backward()
-    defs = kgpu.defines(sched)
-    plain, _ = nvrtc.compile_cubin(kgpu.source(sched), kgpu.nvrtc_options(defs))
-    probe, _ = nvrtc.compile_cubin(
-        kgpu.source(sched), kgpu.nvrtc_options((*defs, ("DQ_TARGET", 0)))
-    )
-    assert plain == probe
+    fwd = schedule("flash2", _small_backward().shape, block_q=64, block_kv=64, warps=4)
+    for sched, switch in ((_small_backward(), "DQ_TARGET"), (fwd, "RECORD_CTAS")):
+        defs = kgpu.defines(sched)
+        plain, _ = nvrtc.compile_cubin(kgpu.source(sched), kgpu.nvrtc_options(defs))
+        probe, _ = nvrtc.compile_cubin(
+            kgpu.source(sched), kgpu.nvrtc_options((*defs, (switch, 0)))
+        )
+        assert plain == probe, switch

@@ -57,6 +57,12 @@
 #ifndef PAGED
 #define PAGED 0
 #endif
+// RECORD_CTAS (data/gpu/probe/cta_placement.py only; the kernel builds without it): thread 0
+// of each CTA writes its SM (%smid) and %globaltimer at its start and end to cta_log, three
+// 64-bit words a CTA
+#ifndef RECORD_CTAS
+#define RECORD_CTAS 0
+#endif
 #if SPLIT_KV && !MASKED
 #error "SPLIT_KV needs MASKED = 1 (a decoding step's queries sit at the end of its keys)"
 #endif
@@ -180,7 +186,14 @@ extern "C" __global__ void __launch_bounds__(NT)
 #if PAGED
                , const int* __restrict__ table, int pages_per_seq
 #endif
+#if RECORD_CTAS
+               , unsigned long long* __restrict__ cta_log
+#endif
                ) {
+#if RECORD_CTAS
+    unsigned long long t_start = 0;
+    if (threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_start));
+#endif
     extern __shared__ __align__(128) unsigned char smem[];
     u16* sQ = reinterpret_cast<u16*>(smem);
     u16* sK = sQ + BLOCK_Q * HEAD_DIM;
@@ -517,6 +530,17 @@ extern "C" __global__ void __launch_bounds__(NT)
             *reinterpret_cast<uint4*>(gO + rr * HEAD_DIM + c * 8) =
                 *reinterpret_cast<const uint4*>(sQ + swz<HEAD_DIM>(wr + rr, c));
     }
+#if RECORD_CTAS
+    if (threadIdx.x == 0) {
+        unsigned int sm;
+        unsigned long long t_end;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_end));
+        cta_log[3 * blockIdx.x] = sm;
+        cta_log[3 * blockIdx.x + 1] = t_start;
+        cta_log[3 * blockIdx.x + 2] = t_end;
+    }
+#endif
 }
 
 #if SPLIT_KV
