@@ -964,7 +964,7 @@ def _small_backward():
 def test_reductions_that_end_the_loop_hold_the_sm_in_engine_and_oracle():
     """The backward's reductions hold its SM at the spec's reduction rate: the engine agrees
     with the oracle, and the backward takes longer the slower one SM sends them, by at least
-    its CTAs' reduction bytes at that rate on the SMs they share (forwards: unchanged)."""
+    a CTA's reduction bytes at that rate (one CTA an SM here)."""
     sched = _small_backward()
     comp = issue.lookup(sched.meta.params, "flash2_bwd", 4)
     assert comp.sends_last
@@ -976,8 +976,8 @@ def test_reductions_that_end_the_loop_hold_the_sm_in_engine_and_oracle():
         assert_agrees(res, simulate_oracle(sched.trace(), gpu, opts))
         times[rate] = res.kernels[1].time_s
     gpu = simulator.load_gpu("h200-measured")
-    per_sm = sched.trace().events
-    red = per_sm[(per_sm["kernel"] == 1) & (per_sm["op"] == int(simulator.Op.REDUCE))]
+    ev = sched.trace().events
+    red = ev[(ev["kernel"] == 1) & (ev["op"] == int(simulator.Op.REDUCE))]
     # 8 CTAs on 8 of the SMs, one each: every CTA's reductions are held on its own SM
     per_cta = red["bytes"].sum() / sched.meta.kernels[1].ctas
     extra = per_cta / (5.0 * gpu.clock_hz) - per_cta / (20.7 * gpu.clock_hz)
