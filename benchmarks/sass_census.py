@@ -117,16 +117,18 @@ HOPPER_CENSUS_PATH = CENSUS_DIR / "flashio-hopper.json.gz"
 HOPPER_PRESET = implementation("flashio-hopper")
 
 
-def compile_sass(sched, workdir: Path) -> tuple[str, dict]:
+def compile_sass(sched, workdir: Path, extra: tuple = ()) -> tuple[str, dict]:
     """The SASS listing and ptxas report of ``sched``'s kernels, compiled as CuPy compiles
-    them on the H200 (sm_90; the Hopper forward for sm_90a)."""
+    them on the H200 (sm_90; the Hopper forward for sm_90a); ``extra``: more (name, value)
+    defines (a probe's build of the mma.sync kernels)."""
     if hopper.uses_hopper(sched):
         name = "hopper_bwd.cu" if sched.name == "flash2_bwd" else "hopper_fwd.cu"
         code = (CUDA_DIR / name).read_text()
         options = (*hopper.compile_options(hopper.defines(sched)), *CUPY_NVRTC_OPTIONS)
         options += ("--ptxas-options=-v",)
     else:
-        code, options = source(sched), (*nvrtc_options(defines(sched)), "--ptxas-options=-v")
+        defs = (*defines(sched), *extra)
+        code, options = source(sched), (*nvrtc_options(defs), "--ptxas-options=-v")
     cubin, log = nvrtc.compile_cubin(code, options)
     path = workdir / "k.cubin"
     path.write_bytes(cubin)

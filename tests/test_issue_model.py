@@ -1049,3 +1049,45 @@ def test_the_probes_switches_off_are_the_kernels_as_they_run():
             kgpu.source(sched), kgpu.nvrtc_options((*defs, (switch, 0)))
         )
         assert plain == probe, switch
+
+
+@pytest.mark.skipif(
+    not sass_census.have_tools(),
+    reason="needs NVRTC 13.0 and cuobjdump (pip install -e '.[census]')",
+)
+def test_the_backward_without_reductions_is_replayed_within_its_gpu_time(tmp_path):
+    """docs/model.md, "Issue model" item 6: the backward built to send dQ nowhere
+    (reductions.py's DQ_TARGET=3), its loop replayed, against that build on 8 SMs: 8-30% too
+    slow while the loop's L and D loads wait the L2's latency, -3.2% to +9.8% when they cost
+    their issue (as the engine waits for them)."""
+    import dataclasses
+
+    from flashio.simulator.warp_replay import first_turn
+
+    gpu = simulator.load_gpu("h200-measured")
+    doc = json.loads(REDUCTIONS.read_text())
+    none = {k["config"]: k["main_ms"] * 1e-3 for c in doc["contexts"] if c["context_sms"] == 8
+            for k in c["kernels"] if k["target"] == 3}  # fmt: skip
+    waited = issue.issue_model(gpu)
+    traced = dataclasses.replace(waited, latency={**dict(waited.latency), "global": 0.0})
+    for d, bq, bk, w in ((64, 64, 64, 4), (64, 64, 128, 8), (128, 64, 64, 4), (128, 64, 128, 8)):
+        sched = schedule("flash2_bwd", AttentionShape(1, 16, 8192, d, "bf16"), bq, bk, w)
+        text, _ = sass_census.compile_sass(sched, tmp_path, extra=(("DQ_TARGET", 3),))
+        loop = sass_paths.parts(text, "flash2_bwd", name="none")["loop"]
+        ctas_per_sm = 2 if w == 4 else 1
+        steps_per_sm = 16 * 8192 // bk * (8192 // bq) / 8  # the grid's CTA steps on 8 SMs
+        measured = none[f"d={d} N=8192 {bq}x{bk} w{w}"]
+        for model, lo, hi in ((waited, 1.08, 1.31), (traced, 0.96, 1.11)):
+            st = replay(loop, model, w, ctas_per_sm, turns=first_turn(loop))
+            predicted = steps_per_sm * st.together / st.ctas / gpu.clock_hz
+            assert lo < predicted / measured < hi, (d, bk, predicted / measured)
+
+
+def test_the_h200_spec_takes_the_reduction_rate_one_sm_was_measured_at():
+    """h200's sm_reduce_bytes_per_cycle_per_sm: the median of atomics.json's one-SM rows
+    (128-1024 threads) at the 1.98 GHz nvidia-smi read under that load."""
+    rows = json.loads((REDUCTIONS.parent / "atomics.json").read_text())["rows"]
+    rate = float(np.median([r["bytes_per_s"] for r in rows if r.get("one_sm")
+                            and r["threads"] >= 128]))  # fmt: skip
+    h200 = simulator.load_gpu("h200")
+    assert h200.sm_reduce_bandwidth_bytes_per_s == pytest.approx(rate, rel=2e-3)

@@ -55,7 +55,10 @@ def probe_constants(probe_dir: Path = PROBE_DIR) -> dict:
         if w["kernel"] == "write_bw" and w["write_bytes"] >= 32 << 20
     ]
     granule = 64 * 128
+    atomics = json.loads((probe_dir / "atomics.json").read_text())["rows"]
+    red = [r["bytes_per_s"] for r in atomics if r.get("one_sm") and r["threads"] >= 128]
     return {
+        "sm_reduce_bytes_per_cycle_per_sm": float(np.median(red)) / clock,
         "clock_hz": clock,
         "l2_bandwidth_bytes_per_cycle_per_partition": float(l2_bw) / (gpu.l2_partitions * clock),
         "l2_bytes": int(np.median(kept)) // granule * granule,
@@ -81,6 +84,8 @@ CALIBRATION_HEADER = """\
 
 
 SPEC_SOURCES = {  # where probe_constants' values come from
+    "sm_reduce_bytes_per_cycle_per_sm": "red.global.add.v2.f32 one SM sends, 128-1024 threads, "
+    "median (atomics.json one_sm rows), bytes/s / clock",
     "clock_hz": "SM clock Nsight Compute read while flash2_fwd / flash2_bwd ran, median "
     "(ncu_metrics.csv)",
     "l2_bandwidth_bytes_per_cycle_per_partition": "cp.async reads of an L2-resident buffer, "

@@ -29,9 +29,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sm_scaling import GreenContext, compiled, time_kernel
+from sm_scaling import GreenContext, compiled, new_doc, time_kernel
 
-from benchmarks.gpu_measure import provenance
 from flashio.kernels import gpu
 
 # (head_dim, seq_len, (block_q, block_kv, warps)): the forward configurations of sm_scaling.py
@@ -122,10 +121,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"provenance": provenance(), "contexts": []}
-    doc["provenance"]["command"] = "python " + " ".join(
-        ["data/gpu/probe/cta_placement.py", *sys.argv[1:]]
-    )
+    doc = new_doc("cta_placement.py")
     l2 = doc["provenance"]["l2_bytes"]
     start = time.monotonic()
     for n in args.sms:

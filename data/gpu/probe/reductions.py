@@ -34,9 +34,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sm_scaling import GreenContext, compiled, distinct_sms
+from sm_scaling import GreenContext, compiled, distinct_sms, new_doc
 
-from benchmarks.gpu_measure import provenance, time_events
+from benchmarks.gpu_measure import time_events
 from flashio.kernels import gpu
 
 SMS = (8, 16, 32, 64, 96, 132)
@@ -68,10 +68,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"provenance": provenance(), "targets": TARGETS, "contexts": [], "builds": {}}
-    doc["provenance"]["command"] = "python " + " ".join(
-        ["data/gpu/probe/reductions.py", *sys.argv[1:]]
-    )
+    doc = new_doc("reductions.py", targets=TARGETS, builds={})
     l2 = doc["provenance"]["l2_bytes"]
     start = time.monotonic()
     for n in args.sms:

@@ -204,6 +204,14 @@ def time_kernel(ctx, name, d, n, tiles, reps, l2):
     return t
 
 
+def new_doc(script: str, **fields) -> dict:
+    """A probe's output: provenance with the repo-relative command that ran ``script`` (a file of
+    data/gpu/probe), no contexts yet, and ``fields``."""
+    prov = provenance()
+    prov["command"] = "python " + " ".join([f"data/gpu/probe/{script}", *sys.argv[1:]])
+    return {"provenance": prov, "contexts": [], **fields}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -215,10 +223,7 @@ def main(argv=None) -> None:
     configs = CONFIGS if args.configs is None else [CONFIGS[i] for i in args.configs]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"provenance": provenance(), "contexts": [], "errors": []}
-    doc["provenance"]["command"] = "python " + " ".join(
-        ["data/gpu/probe/sm_scaling.py", *sys.argv[1:]]
-    )
+    doc = new_doc("sm_scaling.py", errors=[])
     l2 = doc["provenance"]["l2_bytes"]
     start = time.monotonic()
     for n in args.sms:
