@@ -282,6 +282,25 @@ def unseen_grid():
             yield "flash2", kernels.AttentionShape(b, h, n, d, "bf16"), tiles
 
 
+# The forward's tilings the instruction census holds (data/sass/flashio.json.gz; a test checks
+# the list against it), at shapes none of them was timed at: the candidates `flashio tiling
+# --search` prices by their compiled loops. The model's ranking is committed before they run
+# (benchmarks/unseen_predict.py --grid search, data/gpu/search/predicted.json).
+SEARCH_TILES = (
+    (128, 128, 4), (128, 128, 8), (128, 64, 4), (128, 64, 8), (128, 32, 4), (128, 32, 8),
+    (64, 128, 4), (64, 64, 4), (64, 32, 4),
+)  # fmt: skip
+SEARCH_SHAPES = ((1, 16, 16384, False), (1, 16, 16384, True), (2, 16, 2048, False))  # bf16
+
+
+def search_grid():
+    """(schedule name, shape, tiles) of SEARCH_TILES at head dims 64 and 128."""
+    for d in (64, 128):
+        for b, h, n, causal in SEARCH_SHAPES:
+            for tiles in SEARCH_TILES:
+                yield "flash2", kernels.AttentionShape(b, h, n, d, "bf16", causal=causal), tiles
+
+
 def measure_ours(name, shape, tiles, reps, l2, variants):
     sched = kernels.schedule(name, shape, *tiles)
     c = gpu.compile_schedule(sched)
@@ -368,7 +387,12 @@ def main_time(args) -> None:
     l2 = doc["provenance"]["l2_bytes"]
     doc["ceilings"] = ceilings(args.reps)
     save(out, doc)
-    grids = {"validation": grid, "heldout": heldout_grid, "unseen": unseen_grid}
+    grids = {
+        "validation": grid,
+        "heldout": heldout_grid,
+        "unseen": unseen_grid,
+        "search": search_grid,
+    }
     for name, shape, tiles in grids[args.grid]():
         if time.monotonic() - start > args.budget_s:
             doc["errors"].append(f"budget of {args.budget_s} s spent; later configs not run")
@@ -526,9 +550,9 @@ def main(argv=None) -> None:
     ap.add_argument("--budget-s", type=float, default=300.0)
     ap.add_argument(
         "--grid",
-        choices=("validation", "heldout", "unseen"),
+        choices=("validation", "heldout", "unseen", "search"),
         default="validation",
-        help="--mode time: the validation grid, HELDOUT_TILES or UNSEEN_TILES "
+        help="--mode time: the validation grid, HELDOUT_TILES, UNSEEN_TILES or SEARCH_TILES "
         "(default: validation)",
     )
     ap.add_argument(

@@ -1,15 +1,20 @@
-"""Predict this project's forward at tilings the instruction census never held, before they run.
+"""Predict this project's forward at tilings or shapes never timed, before they run.
 
-For each configuration of ``benchmarks.gpu_measure``'s unseen grid (``UNSEEN_TILES`` x
-``UNSEEN_SHAPES``) it writes the cross-check model's time (analysis.validation.families: the
-measured H200, the issue model, the launch harness), which prices these tilings by written
-programs (simulator.synth_sync), and the registers per thread the program's register line
-gives. With NVRTC installed (``pip install nvidia-cuda-nvrtc==13.0.*``: no GPU needed) it adds
-what the compiler makes of each tiling (registers, stack, spills), the build that will run.
-Run it, commit the file, then time the kernels on the GPU (data/gpu/runs/unseen_run.sh) and
-compare (``flashio crosscheck --by-implementation`` reads the timings):
+For each configuration of a grid of ``benchmarks.gpu_measure`` it writes the cross-check
+model's time (analysis.validation.families: the measured H200, the issue model, the launch
+harness) and the registers per thread the written program's register line gives:
+- ``unseen`` (``UNSEEN_TILES`` x ``UNSEEN_SHAPES``): tilings the instruction census never held,
+  priced by written programs (simulator.synth_sync);
+- ``search`` (``SEARCH_TILES`` x ``SEARCH_SHAPES``): the census's forward tilings, priced by
+  their compiled loops, at shapes none was timed at: the candidates of `flashio tiling
+  --search`, whose ranking per shape the file then holds.
+With NVRTC installed (``pip install nvidia-cuda-nvrtc==13.0.*``: no GPU needed) it adds what the
+compiler makes of each tiling (registers, stack, spills), the build that will run. Run it,
+commit the file, then time the kernels on the GPU (data/gpu/runs/unseen_run.sh,
+search_run.sh) and compare (``flashio crosscheck --by-implementation`` reads the timings):
 
-    python -m benchmarks.unseen_predict            # writes data/gpu/unseen/predicted.json
+    python -m benchmarks.unseen_predict                 # writes data/gpu/unseen/predicted.json
+    python -m benchmarks.unseen_predict --grid search   # writes data/gpu/search/predicted.json
 """
 
 from __future__ import annotations
@@ -21,13 +26,13 @@ import subprocess
 from pathlib import Path
 
 from benchmarks import nvrtc
-from benchmarks.gpu_measure import parse_ptxas, unseen_grid
+from benchmarks.gpu_measure import parse_ptxas, search_grid, unseen_grid
 from flashio import kernels
 from flashio.analysis.validation import families
 from flashio.kernels.gpu import defines, nvrtc_options, source
 from flashio.simulator import issue
 
-OUT = Path("data/gpu/unseen/predicted.json")
+GRIDS = {"unseen": unseen_grid, "search": search_grid}
 
 
 def compiled_registers(sched) -> dict | None:
@@ -39,13 +44,14 @@ def compiled_registers(sched) -> dict | None:
     return parse_ptxas(log).get("flash2_fwd")
 
 
-def predictions() -> list[dict]:
+def predictions(grid: str) -> list[dict]:
     rows, compiled = [], {}
-    for name, shape, (bq, bkv, w) in unseen_grid():
+    for name, shape, (bq, bkv, w) in GRIDS[grid]():
         sched = kernels.schedule(name, shape, bq, bkv, w)
         d = shape.head_dim
-        if issue.lookup(sched.meta.params, "flash2_fwd", w) is not None:
-            raise SystemExit(f"{name} d={d} {bq}x{bkv} w{w} is in the census: not unseen")
+        in_census = issue.lookup(sched.meta.params, "flash2_fwd", w) is not None
+        if in_census != (grid == "search"):
+            raise SystemExit(f"{name} d={d} {bq}x{bkv} w{w}: in the census {in_census}")
         m = families.Measured("flashio", name, shape, bq, bkv, w, 0.0, True)
         if (d, bq, bkv, w) not in compiled:
             compiled[d, bq, bkv, w] = compiled_registers(sched)
@@ -59,32 +65,56 @@ def predictions() -> list[dict]:
                 "nvrtc_ptxas": compiled[d, bq, bkv, w],
             }
         )
-        print(f"d={d:3d} {bq}x{bkv} w{w:<2d} {shape.batch}x{shape.heads} N={shape.seq_len:5d}: "
+        print(f"d={d:3d} {bq}x{bkv} w{w:<2d} {shape.batch}x{shape.heads} N={shape.seq_len:5d}"
+              f"{' causal' if shape.causal else ''}: "
               f"{rows[-1]['predicted_ms']:8.3f} ms, line {rows[-1]['register_line']} registers, "
               f"compiled {compiled[d, bq, bkv, w]}", flush=True)  # fmt: skip
     return rows
 
 
+def ranking(rows: list[dict]) -> list[dict]:
+    """Per shape, the tilings fastest first as predicted."""
+    by: dict[str, list] = {}
+    for r in rows:
+        by.setdefault(json.dumps(r["shape"], sort_keys=True), []).append(r)
+    return [
+        {
+            "shape": json.loads(k),
+            "order": [r["tiles"] for r in sorted(v, key=lambda r: r["predicted_ms"])],
+        }
+        for k, v in by.items()
+    ]
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=OUT, help=f"output file (default {OUT})")
+    ap.add_argument("--grid", choices=sorted(GRIDS), default="unseen", help="default unseen")
+    ap.add_argument("--out", type=Path, help="output file (default data/gpu/GRID/predicted.json)")
     args = ap.parse_args(argv)
+    out = args.out or Path(f"data/gpu/{args.grid}/predicted.json")
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
+    what = {
+        "unseen": "UNSEEN_TILES (written programs: tilings outside the census)",
+        "search": "SEARCH_TILES (compiled loops) at SEARCH_SHAPES",
+    }[args.grid]
+    rows = predictions(args.grid)
     doc = {
         "note": (
-            "the cross-check model's predictions (analysis.validation.families, written "
-            "programs for tilings outside the census) for benchmarks.gpu_measure's "
-            "UNSEEN_TILES, made and committed before they were timed"
+            "the cross-check model's predictions (analysis.validation.families) for "
+            f"benchmarks.gpu_measure's {what}, made and committed before they were timed"
         ),
-        "command": "python -m benchmarks.unseen_predict",
+        "command": "python -m benchmarks.unseen_predict"
+        + (f" --grid {args.grid}" if args.grid != "unseen" else ""),
         "date": datetime.date.today().isoformat(),
         "git_head": head.stdout.strip(),
         "nvrtc": list(nvrtc.version()) if nvrtc.available() else None,
-        "rows": predictions(),
+        "rows": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    if args.grid == "search":
+        doc["ranking"] = ranking(rows)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
