@@ -6,6 +6,10 @@ fixed order, the replay in whole cycles), so they hold on any machine, and they 
 change that makes these predictions worse.
 """
 
+import json
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 from flashio.analysis.validation import families
@@ -95,16 +99,77 @@ def test_forwards_priced_by_written_programs(fa2, triton):
     assert "Forwards priced by written programs" in families.markdown(fa2)
 
 
-def test_flashio_forwards_priced_by_written_programs():
+@pytest.fixture(scope="module")
+def flashio_rep():
+    return families.report(families=("flashio",), jobs=2)
+
+
+def test_flashio_forwards_priced_by_written_programs(flashio_rep):
     """This project's forwards, each tiling's program written from the other compiled
-    tilings' mix, occupancy from the program's register line (49 rows of compiled tilings,
-    and the 30 of tilings never compiled, data/gpu/unseen). Achieved 9.6% (max 58.5%):
-    128-row tiles with 8 warps that keep their registers within 5%, the tilings the compiler
-    spills (d = 128 at 128x128; 4 warps at 128-row tiles) 15-58% too fast, as the written
-    program keeps every register (docs/model.md)."""
-    rep = families.report(families=("flashio",), jobs=2)
-    w = rep["written"]["flashio flash2"]
-    assert w["n"] == 79 and w["mape"] <= 0.10 and w["bias"] < 0
+    tilings' mix, occupancy from the program's register line (103 rows of compiled tilings,
+    54 of them the search grid's, data/gpu/search, and the 30 of tilings never compiled,
+    data/gpu/unseen). Achieved 10.3% (max 58.5%): 128-row tiles with 8 warps that keep their
+    registers within 5%, the tilings the compiler spills (d = 128 at 128x128; 4 warps at
+    128-row tiles) 15-58% too fast, as the written program keeps every register
+    (docs/model.md); 9.6% over the 79 rows before the search grid, whose nine tilings
+    include every spilling one."""
+    w = flashio_rep["written"]["flashio flash2"]
+    assert w["n"] == 133 and w["mape"] <= 0.11 and w["bias"] < 0
+
+
+SEARCH = Path("data/gpu/search")
+
+
+def _search_shapes(rows, time_of):
+    """Per shape of the search grid: the tilings (block_q, block_kv, warps) and a time."""
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        sh = r.get("shape", r)
+        key = (sh["batch"], sh["seq_len"], sh["head_dim"], sh["causal"])
+        tiles = tuple(r["tiles"]) if "tiles" in r else (r["block_q"], r["block_kv"], r["warps"])
+        out.setdefault(key, {})[tiles] = time_of(r)
+    return out
+
+
+def test_compiled_tile_search_as_predicted_before_the_gpu_ran_it(flashio_rep):
+    """The nine forward tilings the census holds at six shapes none had been timed at (d = 64
+    and 128; 1 x 16 x 16384, causal and not, and 2 x 16 x 2048; data/gpu/search), the
+    model's times committed before the GPU ran them (predicted.json): at every shape its
+    first choice, 128x64 with 4 warps, ran fastest, and its order of the nine had a Spearman
+    correlation of 0.83 to 0.95 with the measured one. The model as it is now ranks these
+    shapes, with the tilings of data/gpu/unseen where they share one, at 0.80 or more and
+    picks the fastest."""
+    measured = _search_shapes(
+        json.loads((SEARCH / "gpu_measure.json").read_text())["results"],
+        lambda r: r["median_ms"],
+    )
+    predicted = _search_shapes(
+        json.loads((SEARCH / "predicted.json").read_text())["rows"], lambda r: r["predicted_ms"]
+    )
+    assert len(measured) == 6 and measured.keys() == predicted.keys()
+    for key, meas in measured.items():
+        pred = predicted[key]
+        assert len(meas) == 9 and meas.keys() == pred.keys()
+        tiles = list(meas)
+        m_rank = np.argsort(np.argsort([meas[t] for t in tiles]))
+        p_rank = np.argsort(np.argsort([pred[t] for t in tiles]))
+        rho = 1 - 6 * float(((m_rank - p_rank) ** 2).sum()) / (9 * 80)
+        assert rho >= 0.83, key
+        assert min(pred, key=pred.get) == min(meas, key=meas.get) == (128, 64, 4), key
+    ranked = {
+        (
+            r["shape"]["batch"],
+            r["shape"]["seq_len"],
+            r["shape"]["head_dim"],
+            r["shape"]["causal"],
+        ): r
+        for r in flashio_rep["ranking"]
+        if r["schedule"] == "flash2"
+    }
+    for key in measured:
+        assert (
+            ranked[key]["spearman"] >= 0.8 - 1e-9 and ranked[key]["picked_slower_than_best"] == 0
+        )
 
 
 def test_hopper_forward_of_this_project_from_its_compiled_code():

@@ -7,8 +7,10 @@ this model comes from an attention kernel's timing, so every row is held out:
 
 - ``flashio``: this project's kernels, event-timed (data/gpu/gpu_measure.json, the held-out
   tilings of data/gpu/heldout/gpu_measure.json, and the forwards at tilings the census never
-  held of data/gpu/unseen/gpu_measure.json, priced by written programs), through the launch
-  harness of ``analysis/validation/calibration.toml`` (host-side costs of that timing loop);
+  held of data/gpu/unseen/gpu_measure.json, priced by written programs, and the census's
+  forward tilings at the shapes of data/gpu/search/gpu_measure.json, the candidates of the
+  compiled tile search), through the launch harness of ``analysis/validation/calibration.toml``
+  (host-side costs of that timing loop);
 - ``flash-attn2``: PyTorch's SDPA flash kernels (flash-attn 2), forward and backward;
 - ``triton``: a Triton FlashAttention-2 forward (benchmarks/triton_attention.py) at five
   tilings (data/impl/impl_measure.json). For these two the measured time is the sum of the

@@ -84,7 +84,12 @@ def measurements(families=FAMILIES) -> tuple[list[Measured], dict]:
     """Every measured configuration of ``families``, and counts of the rows left out."""
     out, skipped = [], {}
     flashio = "flashio" in families
-    runs = ("gpu_measure.json", "heldout/gpu_measure.json", "unseen/gpu_measure.json")
+    runs = (
+        "gpu_measure.json",
+        "heldout/gpu_measure.json",
+        "unseen/gpu_measure.json",
+        "search/gpu_measure.json",
+    )
     runs = runs if flashio else ()
     timed = [row for run in runs for row in read_timings(DATA / "gpu" / run)]
     for cfg, measured in timed:  # this project's kernels (PyTorch's rows are left to im below)
