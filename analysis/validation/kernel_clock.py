@@ -1,0 +1,70 @@
+"""The replay's cycles against the H200's, for kernels the GPU runs at different clocks.
+
+data/gpu/probe/kernel_clock.py ran this project's mma.sync forwards, its Hopper forward at four
+builds, flash-attn 2 and cuDNN (B = 1, H = 16, N = 16384, bf16) alone under Nsight Compute (SM
+clock and duration: cycles) and back to back for 1.5 s (launch times, board power). A kernel's
+cycles do not depend on the clock it ran at, so they compare the replay with the GPU where
+times mix in the clock (docs/model.md, "One SM clock for every kernel").
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+from flashio import kernels, simulator
+from flashio.analysis.paths import DATA
+from flashio.analysis.validation import families
+from flashio.analysis.validation.family_rows import CUDNN_TILING, Measured
+from flashio.analysis.validation.gpu_data import parse_ncu_csv
+
+PROBE = DATA / "gpu" / "probe"
+CLOCK = "sm__cycles_elapsed.avg.per_second"
+LAUNCHES = 3  # per kernel under Nsight Compute (the probe's --launches)
+
+
+def _row(label: str, d: int) -> Measured:
+    """The probe's kernel ``label`` at head dim ``d`` as the cross-check prices it."""
+    sh = kernels.AttentionShape(1, 16, 16384, d, "bf16")
+    if label == "sdpa-flash":
+        tiling = kernels.implementation("flash-attn2").tiling("flash2", sh)
+        return Measured("flash-attn2", "flash2", sh, *tiling, 0.0, False)
+    if label == "sdpa-cudnn":
+        return Measured("cudnn", "flash2", sh, *CUDNN_TILING, 0.0, False)
+    impl, tiles, extra = label.split(" ", 2)
+    bq, bkv = map(int, tiles.split("x"))
+    if impl == "flashio":  # "flashio 128x64 w8"
+        return Measured("flashio", "flash2", sh, bq, bkv, int(extra[1:]), 0.0, False)
+    warps = 4 * (bq // 64 + 1)  # "hopper 128x176 both": a producer and bq / 64 consumers
+    return Measured("flashio-hopper", "flash2", sh, bq, bkv, warps, 0.0, False, overlap=extra)
+
+
+def rows() -> list[dict]:
+    """Per kernel of the probe: the GPU's clock and cycles alone, its time and power back to
+    back, the clock those cycles imply back to back, and the replay's cycles."""
+    sustained = json.loads((PROBE / "kernel_clock.json").read_text())["kernels"]
+    profiled = parse_ncu_csv((PROBE / "kernel_clock_ncu.csv").read_text())
+    if len(profiled) != LAUNCHES * len(sustained):
+        raise ValueError(f"kernel_clock_ncu.csv: {len(profiled)} launches, not 3 a kernel")
+    hz = simulator.load_gpu(families.GPU).clock_hz
+    out = []
+    for i, k in enumerate(sustained):
+        runs = [p["metrics"] for p in profiled[LAUNCHES * i : LAUNCHES * (i + 1)]]
+        clock = statistics.median(m[CLOCK] for m in runs)
+        cycles = statistics.median(m[CLOCK] * m["gpu__time_duration.sum"] * 1e-9 for m in runs)
+        model = families.predict(_row(k["label"], k["head_dim"])) * hz
+        out.append(
+            {
+                "label": k["label"],
+                "head_dim": k["head_dim"],
+                "kernel": profiled[LAUNCHES * i]["kernel"],
+                "clock_alone_hz": clock,
+                "cycles": cycles,
+                "sustained_s": k["median_ms_last_half"] * 1e-3,
+                "sustained_watts": k["median_watts_last_half"],
+                "sustained_clock_hz": cycles / (k["median_ms_last_half"] * 1e-3),
+                "model_cycles": model,
+                "cycles_error": model / cycles - 1,
+            }
+        )
+    return out
