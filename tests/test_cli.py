@@ -168,6 +168,7 @@ def test_compare_reports_a_schedule_that_does_not_fit(capsys):
             "shared memory",
         ),
         (["compare", "--heads", "6", "--kv-heads", "4"], "kv_heads"),
+        (["tiling", "--search", "--compiled", "--pipe-rates"], "not allowed with argument"),
     ],
 )
 def test_bad_input_exits_2_with_message(capsys, argv, needle):
@@ -209,19 +210,36 @@ def test_demo_writes_json_and_plots(tmp_path, capsys):
     assert "long context" in out and "decoding" in out
 
 
-def test_simulate_compiled_prices_the_census_kernel(capsys):
-    """--compiled: the kernel the census holds at this tiling is priced by its compiled main
-    loop (and says so); without it, the pipe rates; bytes are the same either way."""
+def test_simulate_prices_the_census_kernel_by_its_compiled_loop(capsys):
+    """By default (and with --compiled) the kernel the census holds at this tiling is priced
+    by its compiled main loop, and the report says so; --pipe-rates prices it at the pipe
+    rates, faster; bytes are the same either way; the two flags exclude each other."""
     argv = "simulate flash2 --batch 1 --heads 2 --seq-len 512 --head-dim 64 --dtype bf16"
     argv += " --block-q 64 --block-kv 64 --warps 4 --json"
+    default = _json(capsys, argv.split())["result"]
     on = _json(capsys, [*argv.split(), "--compiled"])["result"]
-    off = _json(capsys, argv.split())["result"]
+    off = _json(capsys, [*argv.split(), "--pipe-rates"])["result"]
+    assert default == on
     assert on["kernels"][0]["census_key"] == "flash2_fwd d=64 64x64 w=4 bf16"
     assert off["kernels"][0]["census_key"] == ""
-    assert on["time_s"] != off["time_s"]
+    assert off["time_s"] < on["time_s"]
     assert on["global_read_bytes"] == off["global_read_bytes"]
-    assert main([*argv.split()[:-1], "--compiled"]) == 0
+    assert main(argv.split()[:-1]) == 0
     assert "compiled loop (flash2_fwd d=64 64x64 w=4 bf16)" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main([*argv.split(), "--compiled", "--pipe-rates"])
+    assert exc.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_compare_keeps_one_model_for_the_three_schedules(capsys):
+    """compare prices standard, flash1 and flash2 at the pipe rates unless --compiled: flash1
+    has no compiled kernel, so the default keeps the three comparable."""
+    argv = "compare --batch 1 --heads 2 --seq-len 256 --head-dim 64 --json".split()
+    rows = _json(capsys, argv)["rows"]
+    assert rows and not any(r["compiled_kernels"] for r in rows)
+    rows = _json(capsys, [*argv, "--compiled"])["rows"]
+    priced = {r["schedule"]: r["compiled_kernels"] for r in rows}
+    assert priced["flash2"] == ["flash2_fwd"] and not priced["flash1"]
 
 
 def test_sweep_writes_csv_and_plot(tmp_path, capsys):

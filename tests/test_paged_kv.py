@@ -289,16 +289,23 @@ def test_page_order_moves_no_byte_through_the_sms_and_sharing_never_adds_hbm_byt
 
 
 def test_tiling_search_over_a_paged_gqa_cache(capsys):
-    """`flashio tiling --search` takes the decoding step's GQA heads and paged cache."""
+    """`flashio tiling --search` takes the decoding step's GQA heads and paged cache: at the
+    pipe rates every tiling ranks; by default the one the census holds for the paged build
+    (flash-attn's 64 x 256 split tiles, the schedule's default) is priced by its loop and the
+    rest are left out."""
     from flashio.analysis.cli.main import main
 
     argv = ["tiling", "--schedule", "flash_decode", "--seq-len", "1", "--kv-seq-len", "4096",
             "--heads", "8", "--kv-heads", "2", "--paged-kv", "16", "--search",
             "--block-sizes", "16", "64", "--warps", "4"]  # fmt: skip
-    assert main(argv) == 0
+    assert main([*argv, "--pipe-rates"]) == 0
     out = capsys.readouterr().out
     # 2 x 2 block sizes, the seed's and the paper's tilings
     assert "Fastest:" in out and re.search(r"rank \d of 6", out)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "rank 1 of 1" in out and "5 left out" in out
+    assert "each priced by its compiled or written main loop" in out
 
 
 def test_the_issue_model_prices_the_paged_build_where_the_census_has_it():

@@ -175,6 +175,7 @@ def small_search():
         block_sizes=(32, 64, 128, 256),
         warps=(4, 8),
         progress=lambda done, total, r: calls.append((done, total)),
+        compiled=False,  # every tiling, at the pipe rates: the search's own mechanics
     )
     return results, calls
 
@@ -231,7 +232,9 @@ def test_search_marks_the_rules_choice(small_search):
 def test_search_explains_a_slower_bigger_block():
     # h200, N = 512, d = 64: 256 x 256 leaves SMs idle and spills, 64 x 64 does not
     shape = kernels.AttentionShape(1, 4, 512, 64)
-    results = search_tiles("flash2", shape, H200, (64, 256), (4,), include_rule=False)
+    results = search_tiles(
+        "flash2", shape, H200, (64, 256), (4,), include_rule=False, compiled=False
+    )
     big = next(r for r in results if (r.block_q, r.block_kv) == (256, 256))
     best = results[0]
     assert big.time_s > best.time_s and big.resident_warps_per_sm < best.resident_warps_per_sm
@@ -240,12 +243,39 @@ def test_search_explains_a_slower_bigger_block():
 
 
 def test_plan_estimates_events_without_simulating():
+    """A plan counts the events of the candidates its search would simulate: every feasible
+    one at the pipe rates; by default those the issue model prices (at d = 128, 4 warps: the
+    census's 64-row tilings; 32-row tiles, 8 rows a warp, it prices neither way)."""
     plan = plan_search("flash2", SMALL, A100, (32, 64), (4,), include_rule=False)
-    total = sum(
-        kernels.schedule("flash2", SMALL, c.block_q, c.block_kv, 4).n_events()
-        for c in plan.candidates
-    )
-    assert plan.events == total and len(plan.candidates) == 4 and plan.estimated_s > 0
+    events = {
+        (c.block_q, c.block_kv): kernels.schedule("flash2", SMALL, c.block_q, c.block_kv, 4)
+        .n_events() for c in plan.candidates
+    }  # fmt: skip
+    assert plan.priced == ("", "", "compiled", "compiled") and plan.compiled
+    assert [(c.block_q, c.block_kv) for c in plan.simulated()] == [(64, 32), (64, 64)]
+    assert plan.events == events[64, 32] + events[64, 64] and plan.estimated_s > 0
+    assert sum(c.events for c in plan.simulated(False)) == sum(events.values())
+
+
+def test_search_prices_by_the_issue_model_by_default():
+    """Without ``compiled`` the search prices by the kernels' main loops wherever the issue
+    model prices a candidate (flash2: this project's census), leaving out what it cannot
+    price, and at the pipe rates where it prices none (flash1); ``compiled=False`` gives the
+    pipe rates for every tiling."""
+    shape = kernels.AttentionShape(1, 2, 512, 64, "bf16")
+    auto = search_tiles("flash2", shape, "h200-measured", (16, 64), (4,), include_rule=False)
+    pipe = search_tiles("flash2", shape, "h200-measured", (16, 64), (4,), include_rule=False,
+                        compiled=False)  # fmt: skip
+    by = {(r.block_q, r.block_kv): r for r in auto}
+    assert by[64, 64].priced_by == "compiled" and (16, 16) not in by  # 4 rows a warp: unpriced
+    assert {(r.block_q, r.block_kv) for r in pipe} == {(16, 16), (16, 64), (64, 16), (64, 64)}
+    assert all(r.priced_by == "" for r in pipe)
+    slow = {(r.block_q, r.block_kv): r.time_s for r in pipe}
+    assert by[64, 64].time_s > slow[64, 64]  # the compiled loop is slower than the pipe rates
+    flash1 = search_tiles("flash1", shape, "h200-measured", (64,), (4,), include_rule=False)
+    assert flash1 and all(r.priced_by == "" for r in flash1)
+    assert not plan_search("flash1", shape, simulator.load_gpu("h200-measured"), (64,), (4,),
+                           include_rule=False).compiled  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -316,8 +346,9 @@ def test_search_keeps_blocks_larger_than_seq_len():
     the same global bytes, the whole tiles' shared memory."""
     shape = kernels.AttentionShape(1, 2, 1, 64, "fp16")
     results = search_tiles(
-        "flash2", shape, A100, block_sizes=(64, 128), warps=(4,), include_rule=False
-    )
+        "flash2", shape, A100, block_sizes=(64, 128), warps=(4,), include_rule=False,
+        compiled=False,
+    )  # fmt: skip
     assert {(r.block_q, r.block_kv) for r in results} == {
         (64, 64),
         (64, 128),

@@ -24,8 +24,8 @@ EPILOG = """examples:
   flashio tiling --gpu h200 --head-dim 64        B = M/(4d) in both forms, capacity; --search
   flashio crosscheck                             predictions vs the committed H200 measurements
   flashio simulate flash2 --seq-len 8192 --head-dim 128 --block-q 128 --block-kv 64
-  flashio simulate flash2 --head-dim 128 --block-q 128 --block-kv 64 --warps 8 --compiled
-  flashio simulate flash2 --head-dim 128 --seq-len 16384 --dtype bf16 --impl fa3 --compiled
+  flashio simulate flash2 --head-dim 128 --block-q 128 --block-kv 64 --warps 8 --pipe-rates
+  flashio simulate flash2 --head-dim 128 --seq-len 16384 --dtype bf16 --impl fa3
   flashio simulate standard --gpu my_gpu.toml --json
   flashio compare --seq-len 1024 --batch 64 --backward --gpu a100-40gb
 Every command takes --json for machine-readable output.
@@ -36,18 +36,30 @@ traceback on anything else, which is a bug in flashio: please report it. Files a
 whole or not at all: a command that fails leaves no half-written output."""
 
 
-def _shape_args(p: argparse.ArgumentParser) -> None:
+def _shape_args(p: argparse.ArgumentParser, compiled: bool) -> None:
+    """Shape and tiling options, and the pricing pair (``compiled``: the default)."""
     opts.add_shape(p)
     opts.add_tiling(p)
-    p.add_argument(
+    pricing = p.add_mutually_exclusive_group()
+    pricing.add_argument(
         "--compiled",
         action="store_true",
+        default=compiled,
         help="price each kernel the instruction census holds at this tiling (this project's "
         "CUDA kernels, and other implementations' where measured) by its compiled main loop, "
         "and a forward outside it by a written program (an mma.sync forward from the "
         "instruction mix of the compiled tilings, a wgmma forward from its description): the "
         "issue model, validated against the H200 (docs/validation.md); the others keep the "
-        "pipe rates (default: the pipe rates)",
+        "pipe rates; the report says which priced each kernel"
+        + (" (the default)" if compiled else ""),
+    )
+    pricing.add_argument(
+        "--pipe-rates",
+        action="store_false",
+        dest="compiled",
+        help="price every kernel at the pipe rates: one idealized model for all (times 2-3x "
+        "below what the kernels run)"
+        + (" (default: --compiled)" if compiled else " (the default)"),
     )
 
 
@@ -78,8 +90,8 @@ def _gpu(a) -> simulator.GPUSpec:
 
 
 def _options(a) -> dict:
-    """simulate()'s keyword for --compiled (none without it: the default model)."""
-    return {"options": COMPILED} if getattr(a, "compiled", False) else {}
+    """simulate()'s keyword for --compiled (none for --pipe-rates: the library's default)."""
+    return {"options": COMPILED} if a.compiled else {}
 
 
 def _progress(enabled: bool):
@@ -221,14 +233,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SCHEDULE",
         help="one of: " + ", ".join(kernels.SCHEDULES),
     )
-    _shape_args(p)
+    _shape_args(p, compiled=True)
     _common(p)
     opts.add_impl(
         p,
         "the implementation that runs the schedule; block sizes and warps not given are its "
-        "own for the shape. With --compiled its kernels are priced by their compiled code where "
-        "the census has it, by a written program for a forward (mma.sync or wgmma), else by "
-        "the pipe rates",
+        "own for the shape. Its kernels are priced by their compiled code where the census "
+        "has it, by a written program for a forward (mma.sync or wgmma), else by the pipe "
+        "rates (--pipe-rates: all by the pipe rates)",
     )
     p.add_argument(
         "--num-splits", type=int, default=None, metavar="S",
@@ -257,9 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="standard vs flash1 vs flash2 side by side",
         description="FLOPs, global GB, HBM GB and time of standard attention, "
         "FlashAttention-1 and -2 on one shape (the FlashAttention paper's Fig. 2, "
-        "left).",
+        "left), all at the pipe rates by default: one model for the three, as FlashAttention-1 "
+        "has no compiled kernel here (--compiled prices the others by their kernels).",
     )
-    _shape_args(p)
+    _shape_args(p, compiled=False)
     _common(p)
     p.add_argument("--backward", action="store_true", help="include the backward passes")
     p.set_defaults(func=cmd_compare)

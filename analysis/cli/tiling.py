@@ -14,7 +14,12 @@ import textwrap
 from flashio import kernels, simulator
 from flashio.analysis.cli import options as opts
 from flashio.analysis.closed_form.tiling import TilingRule, tiling_rule
-from flashio.analysis.explore.search import plan_search, search_notes, search_tiles
+from flashio.analysis.explore.search import (
+    EVENTS_PER_S,
+    plan_search,
+    search_notes,
+    search_tiles,
+)
 from flashio.simulator import Space
 
 __all__ = ["add_tiling_command", "cmd_tiling", "main"]
@@ -33,7 +38,10 @@ Prints both forms, the capacity table (elements and bytes of Q_i, K_j, V_j, O_i,
 l_i, m_i against M, with and without double-buffered K_j, V_j), what the project's kernels
 (--schedule) need at those blocks, and whether they fit the GPU. With --search it also
 simulates every (block_q, block_kv, warps) on a --batch x --heads x --seq-len shape and
-ranks them by time and by HBM traffic, marking where the rule lands."""
+ranks them by time and by HBM traffic, marking where the rule lands. Each tiling is priced by
+its kernel's main loop (the issue model, validated against the H200: docs/validation.md)
+wherever the issue model prices the schedule; --pipe-rates ranks every tiling at the pipe
+rates instead."""
 
 EPILOG = """\
 examples:
@@ -41,6 +49,8 @@ examples:
   flashio tiling --head-dim 64 --sram-bytes 196608   M = 98,304 fp16 elements: Bc 384, Br 64
   flashio tiling --gpu a100-40gb --head-dim 128 --json
   flashio tiling --search --seq-len 2048 --heads 16  rank every tiling (a few seconds)
+  flashio tiling --search --head-dim 128 --seq-len 16384 --dtype bf16   as the H200 ran them
+  flashio tiling --search --pipe-rates --block-sizes 64 128 256 --warps 4 8   idealized
   flashio tiling --search --block-sizes 64 128 --warps 4 --schedule flash1
 Progress of a search goes to stderr; bad input exits with status 2."""
 
@@ -88,14 +98,27 @@ def add_tiling_command(subparsers) -> argparse.ArgumentParser:
     s.add_argument(
         "--top", type=int, default=15, help="rows of the ranking to print (default 15; 0 = all)"
     )
-    s.add_argument(
+    pricing = s.add_mutually_exclusive_group()
+    pricing.add_argument(
         "--compiled",
-        action="store_true",
+        action="store_const",
+        const=True,
+        dest="compiled",
         help="price each tiling by its kernel's main loop (the issue model, validated against "
         "the H200 in docs/validation.md): the compiled loop where the instruction census holds "
         "it, else a forward's written program ('priced by' says which, and whether its "
-        "registers would spill); tilings neither prices are left out. Default: every tiling, "
-        "at the pipe rates",
+        "registers would spill); tilings neither prices are left out. This is the default "
+        "wherever the issue model prices at least one candidate of the schedule",
+    )
+    pricing.add_argument(
+        "--pipe-rates",
+        action="store_const",
+        const=False,
+        dest="compiled",
+        help="price every tiling at the pipe rates instead: one idealized model for all, "
+        "whether or not a kernel exists for the tiling (faster for big searches, useful for "
+        "kernels not yet written; times 2-3x below what the kernels run). The default for a "
+        "schedule the issue model prices at no tiling",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=cmd_tiling)
@@ -195,7 +218,10 @@ def rule_text(rule: TilingRule) -> str:
     return "\n".join(lines)
 
 
-def search_text(results, shape, name, gpu, top: int, compiled: bool = False) -> str:
+def search_text(
+    results, shape, name, gpu, top: int, compiled: bool = False, left_out: int = 0,
+    chosen: bool = True,
+) -> str:  # fmt: skip
     """The ranking by time (top rows and every rule row), by HBM traffic, and the notes."""
     ok = [r for r in results if r.feasible]
     shown = ok if top <= 0 else [r for r in ok if r.rank_time <= top or r.rule]
@@ -241,9 +267,21 @@ def search_text(results, shape, name, gpu, top: int, compiled: bool = False) -> 
         header.append("priced by")
     lines = [
         f"Tile search: {name} on {gpu.name}, {shape.describe()}; {len(ok)} tilings ran, "
-        f"{len(results) - len(ok)} do not fit",
+        f"{len(results) - len(ok)} do not fit"
+        + (
+            f", {left_out} left out (the issue model has neither their compiled loop nor a "
+            "written program: --pipe-rates ranks them too)"
+            if left_out
+            else ""
+        ),
         f"(ranked by simulated time; {'all' if top <= 0 else f'top {top} and the rule rows'}"
-        + ("; each priced by its compiled or written main loop)" if compiled else ")"),
+        + (
+            "; each priced by its compiled or written main loop)"
+            if compiled
+            else "; at the pipe rates, as --pipe-rates asks)"
+            if chosen
+            else f"; at the pipe rates: the issue model prices no candidate of {name})"
+        ),
         table(header, rows, left=(4, 11, 14, 15)) if rows else "(no tiling fits)",
     ]
     bad = [r for r in results if not r.feasible]
@@ -288,9 +326,13 @@ def cmd_tiling(a) -> int:
         shape = opts.shape_of(a)
         kw = {"include_rule": True, "sram_bytes": a.sram_bytes}
         plan = plan_search(a.schedule, shape, gpu, a.block_sizes, a.warps, **kw)
+        compiled = plan.compiled if a.compiled is None else a.compiled
+        todo = plan.simulated(compiled)
+        events = sum(c.events for c in todo)
         print(
-            f"flashio tiling: simulating {len(plan.candidates)} tilings, "
-            f"{plan.events / 1e6:.1f} M events, about {plan.estimated_s:.0f} s",
+            f"flashio tiling: simulating {len(todo)} tilings, {events / 1e6:.1f} M events, "
+            f"about {events / EVENTS_PER_S:.0f} s, "
+            + ("priced by their kernels' main loops" if compiled else "at the pipe rates"),
             file=sys.stderr,
         )
         results = search_tiles(
@@ -299,9 +341,9 @@ def cmd_tiling(a) -> int:
             gpu,
             a.block_sizes,
             a.warps,
-            _progress(plan.events),
+            _progress(events),
             plan=plan,
-            compiled=a.compiled,
+            compiled=compiled,
             **kw,
         )
         out["search"] = {
@@ -310,9 +352,14 @@ def cmd_tiling(a) -> int:
             "shape": shape.to_dict(),
             "results": [r.to_dict() for r in results],
             "notes": list(search_notes(results)),
-            "compiled": a.compiled,
+            "compiled": compiled,
         }
-        text.append(search_text(results, shape, a.schedule, gpu, a.top, a.compiled))
+        left_out = sum(c.feasible for c in plan.candidates) - len(todo)
+        out["search"]["left_out"] = left_out
+        chosen = a.compiled is not None
+        text.append(
+            search_text(results, shape, a.schedule, gpu, a.top, compiled, left_out, chosen)
+        )
     print(json.dumps(out, indent=2) if a.json else "\n\n".join(text))
     return 0
 

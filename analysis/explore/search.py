@@ -116,17 +116,35 @@ class TileResult:
 
 @dataclass(frozen=True, slots=True)
 class SearchPlan:
-    """Candidates of a search before anything is simulated, with their event counts."""
+    """Candidates of a search before anything is simulated, with their event counts and how
+    the issue model would price each (``issue_priced``: "compiled", "written" or "")."""
 
     candidates: tuple[TileResult, ...]  # feasible ones not yet simulated (time_s == 0)
+    priced: tuple[str, ...]  # per candidate; "" for one that does not fit
+
+    @property
+    def compiled(self) -> bool:
+        """What ``search_tiles(compiled=None)`` does: price by the issue model where it prices
+        at least one candidate, else at the pipe rates."""
+        return any(self.priced)
+
+    def simulated(self, compiled: bool | None = None) -> list[TileResult]:
+        """The candidates a search with ``compiled`` simulates."""
+        compiled = self.compiled if compiled is None else compiled
+        return [
+            c
+            for c, p in zip(self.candidates, self.priced, strict=True)
+            if c.feasible and (p or not compiled)
+        ]
 
     @property
     def events(self) -> int:
-        return sum(c.events for c in self.candidates if c.feasible)
+        """Events of the candidates the default search simulates."""
+        return sum(c.events for c in self.simulated())
 
     @property
     def estimated_s(self) -> float:
-        """Rough replay time at EVENTS_PER_S."""
+        """Rough replay time of the default search at EVENTS_PER_S."""
         return self.events / EVENTS_PER_S
 
 
@@ -160,7 +178,7 @@ def _rule_blocks(name, shape, gpu, sram_bytes) -> dict[tuple[int, int], list[str
     return out
 
 
-def _candidate(name, shape, gpu, bq, bkv, w, rule) -> TileResult:
+def _candidate(name, shape, gpu, bq, bkv, w, rule) -> tuple[TileResult, str]:
     sched = kernels.schedule(name, shape, bq, bkv, w)
     infos = sched.kernels
     on_chip = tuple(t for t in sched.tensors if t.space != Space.GLOBAL)
@@ -182,8 +200,8 @@ def _candidate(name, shape, gpu, bq, bkv, w, rule) -> TileResult:
         for k in infos:
             simulator.occupancy(k, gpu, on_chip)
     except simulator.CapacityError as exc:
-        return replace(base, error=str(exc))
-    return replace(base, events=sched.n_events())
+        return replace(base, error=str(exc)), ""
+    return replace(base, events=sched.n_events()), issue_priced(sched)
 
 
 def plan_search(
@@ -215,7 +233,7 @@ def plan_search(
         for (bq, bkv) in sorted(pairs)
         for w in ws
     ]
-    return SearchPlan(tuple(out))
+    return SearchPlan(tuple(c for c, _ in out), tuple(p for _, p in out))
 
 
 def search_tiles(
@@ -229,7 +247,7 @@ def search_tiles(
     include_rule: bool = True,
     sram_bytes: int | None = None,
     plan: SearchPlan | None = None,
-    compiled: bool = False,
+    compiled: bool | None = None,
 ) -> list[TileResult]:
     """Simulate every feasible (block_q, block_kv, warps) of schedule ``name`` on ``gpu``.
 
@@ -253,12 +271,14 @@ def search_tiles(
         M in bytes for the rule (default ``gpu.smem_per_cta_bytes``).
     plan : SearchPlan, optional
         The result of ``plan_search`` with the same arguments, to avoid planning twice.
-    compiled : bool
-        Price each tiling by its kernel's main loop (``COMPILED``, the issue model): the
-        compiled loop where the instruction census holds it, else a forward's written program
-        (``issue_priced``; ``TileResult.priced_by`` says which): the time of the kernels
-        rather than of the schedule at the pipe rates. Tilings neither can price (a backward
-        the census lacks) are left out.
+    compiled : bool, optional
+        True: price each tiling by its kernel's main loop (``COMPILED``, the issue model
+        validated against the H200): the compiled loop where the instruction census holds
+        it, else a forward's written program (``issue_priced``; ``TileResult.priced_by`` says
+        which): the time of the kernels. Tilings neither can price (a backward the census
+        lacks) are left out. False: every tiling at the pipe rates, one model whether or not a
+        kernel exists for it. None (default): True where the issue model prices at least one
+        candidate (``SearchPlan.compiled``), else False.
 
     Returns
     -------
@@ -278,13 +298,14 @@ def search_tiles(
         plan = plan_search(
             name, shape, gpu, block_sizes, warps, include_rule=include_rule, sram_bytes=sram_bytes
         )
+    compiled = plan.compiled if compiled is None else compiled
     done, total, ran = 0, len(plan.candidates), []
-    for c in plan.candidates:
+    for c, priced in zip(plan.candidates, plan.priced, strict=True):
         sched = (
             kernels.schedule(name, shape, c.block_q, c.block_kv, c.warps) if c.feasible else None
         )
-        priced = issue_priced(sched) if compiled and sched is not None else ""
-        if compiled and not priced:
+        priced = priced if compiled else ""
+        if compiled and c.feasible and not priced:
             done += 1  # neither compiled nor writable: left out of the ranking
             continue
         if sched is not None:
