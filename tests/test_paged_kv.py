@@ -291,8 +291,8 @@ def test_page_order_moves_no_byte_through_the_sms_and_sharing_never_adds_hbm_byt
 def test_tiling_search_over_a_paged_gqa_cache(capsys):
     """`flashio tiling --search` takes the decoding step's GQA heads and paged cache: at the
     pipe rates every tiling ranks; by default the one the census holds for the paged build
-    (flash-attn's 64 x 256 split tiles, the schedule's default) is priced by its loop and the
-    rest are left out."""
+    (flash-attn's 64 x 256 split tiles, the schedule's default) is priced by its loop, the
+    rule's block stays at the pipe rates, and the rest are left out."""
     from flashio.analysis.cli.main import main
 
     argv = ["tiling", "--schedule", "flash_decode", "--seq-len", "1", "--kv-seq-len", "4096",
@@ -304,7 +304,7 @@ def test_tiling_search_over_a_paged_gqa_cache(capsys):
     assert "Fastest:" in out and re.search(r"rank \d of 6", out)
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "rank 1 of 1" in out and "5 left out" in out
+    assert "rank 1 of 2" in out and "4 left out" in out  # and the rule's 1 x 454, at pipe rates
     assert "each priced by its compiled or written main loop" in out
 
 

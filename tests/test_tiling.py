@@ -449,3 +449,22 @@ def test_search_grid_is_the_censuss_forward_tilings():
             if (m := re.fullmatch(rf"flash2_fwd d={d} (\d+)x(\d+) w=(\d+) bf16( masked)?", k))
         }
         assert held == set(SEARCH_TILES), d
+
+
+def test_compiled_search_keeps_the_rules_blocks_at_the_pipe_rates():
+    """The rule's blocks are what the search is about: where the issue model prices no kernel
+    at them (454 rows at d = 64 on the H200), a compiled search still simulates them, at the
+    pipe rates, says so, and ranks them after every priced tiling as lower bounds."""
+    from flashio.analysis.explore.search import PIPE_RATES_BOUND
+
+    shape = kernels.AttentionShape(1, 2, 1024, 64, "fp16")
+    res = search_tiles("flash2", shape, "h200-measured", (64, 128), (4, 8))
+    ok = [r for r in res if r.feasible]
+    rule = [r for r in ok if {"seed", "paper"} & set(r.rule.split(", "))]
+    assert rule and all(r.priced_by == PIPE_RATES_BOUND for r in rule)
+    assert all("no kernel: at the pipe rates" in r.why for r in rule)
+    priced = [r for r in ok if r.priced_by in ("compiled", "written")]
+    assert priced and max(r.rank_time for r in priced) < min(r.rank_time for r in rule)
+    notes = " ".join(search_notes(res))
+    assert "of the rule's tilings have no kernel the issue model prices" in notes
+    assert "The seed's B = floor(M/(4d))" in notes

@@ -19,6 +19,7 @@ from flashio.simulator import Space, TilingError, issue
 __all__ = [
     "COMPILED",
     "EVENTS_PER_S",
+    "PIPE_RATES_BOUND",
     "SearchPlan",
     "TileResult",
     "compiled_tiling",
@@ -38,6 +39,9 @@ EVENTS_PER_S = 8e6
 # The time model of a compiled search: each kernel priced by its compiled main loop, as the
 # cross-check against this project's kernels does (analysis/validation/calibration.toml, [model]).
 COMPILED = simulator.ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
+# ``priced_by`` of a rule's block that a compiled search keeps although the issue model prices
+# no kernel at it: simulated at the pipe rates, a lower bound ranked after every priced tiling
+PIPE_RATES_BOUND = "pipe rates (no kernel)"
 
 
 def issue_priced(sched) -> str:
@@ -129,12 +133,13 @@ class SearchPlan:
         return any(self.priced)
 
     def simulated(self, compiled: bool | None = None) -> list[TileResult]:
-        """The candidates a search with ``compiled`` simulates."""
+        """The candidates a search with ``compiled`` simulates: with the issue model, those it
+        prices and the rule's blocks (at the pipe rates where it prices them not)."""
         compiled = self.compiled if compiled is None else compiled
         return [
             c
             for c, p in zip(self.candidates, self.priced, strict=True)
-            if c.feasible and (p or not compiled)
+            if c.feasible and (p or c.rule or not compiled)
         ]
 
     @property
@@ -306,10 +311,12 @@ def search_tiles(
         )
         priced = priced if compiled else ""
         if compiled and c.feasible and not priced:
-            done += 1  # neither compiled nor writable: left out of the ranking
-            continue
+            if not c.rule:
+                done += 1  # neither compiled nor writable: left out of the ranking
+                continue
+            priced = PIPE_RATES_BOUND  # the rule's blocks stay, at the pipe rates
         if sched is not None:
-            opts = {"options": COMPILED} if compiled else {}
+            opts = {"options": COMPILED} if compiled and priced != PIPE_RATES_BOUND else {}
             res = simulator.simulate(sched, gpu, **opts)
             main = max(res.kernels, key=lambda k: k.time_s)
             occ = main.occupancy

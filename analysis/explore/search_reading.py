@@ -11,14 +11,14 @@ __all__ = ["bound_only", "search_notes", "why_slower"]
 def why_slower(r, best, sm_count: int, kv_seq_len: int) -> str:
     """Where tiling ``r`` is worse than ``best`` (a ``TileResult`` each), in words."""
     spill = f"{r.regs_per_thread} regs/thread, {r.spilled_regs_per_thread} spilled to local memory"
-    if bound_only(r):
+    if issue.would_spill(r.priced_by):
         spill = (
             f"would need {r.regs_per_thread} regs/thread: a lower bound, the written program "
             "keeps them all"
         )
     if r is best:
         return "fastest" + (f"; {spill}" if r.spilled_regs_per_thread else "")
-    out = []
+    out = ["no kernel: at the pipe rates, a lower bound"] if _piped(r) else []
     if r.resident_warps_per_sm < best.resident_warps_per_sm:
         causes = []
         if r.warps < best.warps:
@@ -52,9 +52,15 @@ def why_slower(r, best, sm_count: int, kv_seq_len: int) -> str:
     return f"{alike}, same tiles; {r.warps} warps per CTA vs {best.warps}"
 
 
+def _piped(r) -> bool:
+    """A rule's block that a compiled search simulated at the pipe rates (no kernel)."""
+    return r.priced_by.startswith("pipe rates")
+
+
 def bound_only(r) -> bool:
-    """Whether ``r``'s time is only a lower bound (a written program that would spill)."""
-    return issue.would_spill(r.priced_by)
+    """Whether ``r``'s time is only a lower bound: a written program that would spill, or, in
+    a compiled search, a rule's block no kernel prices, simulated at the pipe rates."""
+    return issue.would_spill(r.priced_by) or _piped(r)
 
 
 def _label(r) -> str:
@@ -70,7 +76,17 @@ def search_notes(results: list) -> tuple[str, ...]:
         return (f"No tiling fits: {first}",)
     best = min(ok, key=lambda r: r.rank_time)
     out = [f"Fastest: {_label(best)}, {best.time_s * 1e6:.1f} us, {best.bound}-bound."]
-    bounds = [r for r in ok if bound_only(r)]
+    bounds = [r for r in ok if issue.would_spill(r.priced_by)]
+    piped = [r for r in ok if _piped(r)]
+    if piped:
+        out.append(
+            f"{len(piped)} of the rule's tilings {'has' if len(piped) == 1 else 'have'} no "
+            "kernel the issue model prices "
+            f"({', '.join(_label(r) for r in piped[:3])}{', ...' if len(piped) > 3 else ''}): "
+            "they are simulated at the pipe rates, a lower bound (the kernels the issue model "
+            "prices run 2-3x slower than their pipe rates), and ranked after every priced "
+            "tiling."
+        )
     if bounds:
         out.append(
             f"{len(bounds)} tilings are priced by written programs whose registers would spill "
