@@ -68,3 +68,33 @@ def rows() -> list[dict]:
             }
         )
     return out
+
+
+def hopper_cycles(jobs: int = 1) -> list[dict]:
+    """Every non-persistent build of the Hopper forward at every validation shape, launched
+    alone under Nsight Compute (data/gpu/probe/hopper_cycles.py: the second of two launches):
+    the GPU's cycles and clock beside the replay's cycles."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    order = json.loads((PROBE / "hopper_cycles_launches.json").read_text())["launches"]
+    profiled = parse_ncu_csv((PROBE / "hopper_cycles_ncu.csv").read_text())
+    if len(profiled) != sum(o["launches"] for o in order):
+        raise ValueError(
+            "hopper_cycles_ncu.csv: not the launches hopper_cycles_launches.json lists"
+        )
+    ms, out, at = [], [], 0
+    for o in order:
+        at += o["launches"]
+        m = profiled[at - 1]["metrics"]  # the last launch of each build and shape
+        sh = kernels.AttentionShape(1, 16, o["seq_len"], o["head_dim"], "bf16", causal=o["causal"])
+        warps = 4 * (o["block_q"] // 64 + 1)
+        ms.append(Measured("flashio-hopper", "flash2", sh, o["block_q"], o["block_kv"], warps,
+                           0.0, False, o["overlap"], o["stages"]))  # fmt: skip
+        out.append({**o, "cycles": m["sm__cycles_elapsed.max"], "clock_hz": m[CLOCK]})
+    with ProcessPoolExecutor(jobs) as ex:
+        times = list(ex.map(families.predict, ms))
+    hz = simulator.load_gpu(families.GPU).clock_hz
+    for row, t in zip(out, times, strict=True):
+        row["model_cycles"] = t * hz
+        row["cycles_error"] = row["model_cycles"] / row["cycles"] - 1
+    return out

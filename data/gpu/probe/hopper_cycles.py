@@ -1,0 +1,69 @@
+"""The Hopper forward's builds launched one at a time, for Nsight Compute: their cycles.
+
+The H200 runs the Hopper forward at the board's power limit once it has run back to back for
+about 50 ms, at a clock that differs between builds (kernel_clock.py), so the validation's
+timings (benchmarks/hopper_measure.py) mix each build's cycles with its clock. Cycles do not
+depend on the clock: each build of hopper_measure.VARIANTS (not the persistent ones) at every
+shape of its head dims (B = 1, H = 16, bf16, N = 1024..16384, causal and not) is launched
+twice, the second launch the one read, so that Nsight Compute's sm__cycles_elapsed gives the
+cycles of each row of docs/validation.md's flashio-hopper family.
+
+    ncu --clock-control none --csv --metrics ... -k regex:hopper_fwd \\
+        python data/gpu/probe/hopper_cycles.py --order DIR/hopper_cycles_launches.json
+
+Writes the launch order (build, head dim, N, causal; two launches each) to --order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from benchmarks.hopper_measure import VARIANTS
+from flashio import kernels
+from flashio.kernels import gpu, hopper
+
+SEQ_LENS = (1024, 2048, 4096, 8192, 16384)
+LAUNCHES = 2  # the first warms the caches and the clock; the second is read
+
+
+def main(argv=None) -> None:
+    import cupy
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--order", type=Path, required=True, help="where to write the launch order")
+    args = ap.parse_args(argv)
+    order = []
+    rng = np.random.default_rng(0)
+    for b in (v for v in VARIANTS if not v.persistent):
+        for d in b.dims:
+            for causal in (False, True):
+                for n in SEQ_LENS:
+                    sh = kernels.AttentionShape(1, 16, n, d, "bf16", causal=causal)
+                    impl = hopper.description(b.block_q, b.overlap, b.stages, False)
+                    warps = 4 * (b.block_q // 64 + 1)
+                    sched = kernels.Schedule("flash2", sh, b.block_q, b.block_kv, warps, impl=impl)
+                    comp = gpu.compile_schedule(sched)
+                    x = rng.standard_normal((3, 1, 16, n, d)).astype(np.float32)
+                    bits = [cupy.asarray(a.view(np.uint32) >> 16).astype(cupy.uint16) for a in x]
+                    bufs = comp.alloc(*bits)
+                    for _ in range(LAUNCHES):
+                        comp.launch(bufs)
+                    cupy.cuda.runtime.deviceSynchronize()
+                    row = {"label": b.label, "block_q": b.block_q, "block_kv": b.block_kv,
+                           "overlap": b.overlap, "stages": b.stages, "head_dim": d,
+                           "seq_len": n, "causal": causal, "launches": LAUNCHES}  # fmt: skip
+                    order.append(row)
+                    del bufs
+                    cupy.get_default_memory_pool().free_all_blocks()
+    args.order.write_text(json.dumps({"launches": order}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
