@@ -43,10 +43,13 @@ def test_simulate_json_matches_library(capsys):
     ]
     out = _json(capsys, argv)
     shape = kernels.AttentionShape(1, 2, 300, 64, "fp16")
-    res = simulator.simulate(kernels.schedule("flash2", shape, 64, 32), "h200")
+    sched = kernels.schedule("flash2", shape, 64, 32)
+    res = simulator.simulate(sched, DEFAULT_GPU, options=COMPILED)  # the CLI's defaults
     assert out["result"]["global_read_bytes"] == res.global_read_bytes
     assert out["result"]["hbm_write_bytes"] == res.hbm_write_bytes
-    assert out["result"]["bound"] == res.bound
+    assert (out["result"]["bound"], out["result"]["time_s"]) == (res.bound, res.time_s)
+    pipe = _json(capsys, [*argv, "--pipe-rates"])["result"]
+    assert pipe["time_s"] == simulator.simulate(sched, DEFAULT_GPU).time_s != res.time_s
 
 
 def test_simulate_table_and_saved_trace(capsys, tmp_path):

@@ -263,7 +263,10 @@ def test_search_prices_by_the_issue_model_by_default():
     price, and at the pipe rates where it prices none (flash1); ``compiled=False`` gives the
     pipe rates for every tiling."""
     shape = kernels.AttentionShape(1, 2, 512, 64, "bf16")
-    auto = search_tiles("flash2", shape, "h200-measured", (16, 64), (4,), include_rule=False)
+    calls = []
+    auto = search_tiles("flash2", shape, "h200-measured", (16, 64), (4,), include_rule=False,
+                        progress=lambda done, total, r: calls.append((done, total)))  # fmt: skip
+    assert calls == [(i, len(auto)) for i in range(1, len(auto) + 1)]  # what ran, not 4
     pipe = search_tiles("flash2", shape, "h200-measured", (16, 64), (4,), include_rule=False,
                         compiled=False)  # fmt: skip
     by = {(r.block_q, r.block_kv): r for r in auto}
@@ -389,6 +392,67 @@ def test_cli_search_json_and_progress(capsys):
     assert "tiling" in captured.err and "M events" in captured.err
 
 
+SMALL_SEARCH = ["--heads", "2", "--seq-len", "256", "--search", "--block-sizes", "16,64"]
+SMALL_SEARCH += ["--warps", "4", "--json"]
+
+
+def _search(capsys, argv):
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    return json.loads(captured.out)["search"], captured.err
+
+
+def _estimate(err: str) -> tuple[int, float]:
+    """Tilings and M events of the stderr line 'simulating N tilings, M M events, ...'."""
+    m = re.search(r"simulating (\d+) tilings, ([\d.]+) M events", err)
+    return int(m[1]), float(m[2])
+
+
+def test_cli_search_prices_by_the_issue_model_where_it_prices_a_tiling(capsys):
+    """flash2 by default: the issue model, the tilings it cannot price (16 rows, 4 a warp)
+    left out, and the stderr estimate counts only what ran; flash1 has no kernel the issue
+    model prices, so the default falls back to the pipe rates and says so."""
+    auto, err = _search(capsys, SMALL_SEARCH)
+    ran = [r for r in auto["results"] if r["feasible"]]
+    assert auto["compiled"] is True and auto["left_out"] == 2
+    assert {r["priced_by"].split(",")[0] for r in ran} == {"compiled", "written"}
+    assert not any(r["block_q"] == 16 for r in ran)
+    gpu, shape = simulator.load_gpu(auto["gpu"]), kernels.AttentionShape(1, 2, 256, 64)
+    plan = plan_search("flash2", shape, gpu, (16, 64), (4,))
+    events = sum(c.events for c in plan.simulated())
+    assert _estimate(err) == (len(ran), round(events / 1e6, 1)) and len(ran) == 5
+    assert "priced by their kernels' main loops" in err
+
+    pipe, err = _search(capsys, [*SMALL_SEARCH, "--pipe-rates"])
+    assert pipe["compiled"] is False and pipe["left_out"] == 0
+    assert _estimate(err)[0] == len(plan.candidates) == 7 and "at the pipe rates" in err
+
+    flash1, _ = _search(capsys, [*SMALL_SEARCH, "--schedule", "flash1"])
+    assert flash1["compiled"] is False and flash1["results"]
+    assert all(r["priced_by"] == "" for r in flash1["results"])
+    assert cli.main([*SMALL_SEARCH[:-1], "--schedule", "flash1"]) == 0
+    out = capsys.readouterr().out
+    assert "at the pipe rates: the issue model prices no candidate of flash1" in out
+
+
+def test_cli_pipe_rates_gives_the_librarys_pipe_rate_ranking(capsys):
+    """--pipe-rates is the ranking of search_tiles(..., compiled=False), row for row; the
+    default differs from it (times and which tilings rank)."""
+    pipe, _ = _search(capsys, [*SMALL_SEARCH, "--pipe-rates"])
+    gpu, shape = simulator.load_gpu(pipe["gpu"]), kernels.AttentionShape(1, 2, 256, 64)
+    want = search_tiles("flash2", shape, gpu, (16, 64), (4,), compiled=False)
+    assert pipe["results"] == [r.to_dict() for r in want]
+    auto, _ = _search(capsys, SMALL_SEARCH)
+    assert auto["results"] != pipe["results"]
+
+
+def test_cli_compiled_and_pipe_rates_exclude_each_other(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main([*SMALL_SEARCH, "--compiled", "--pipe-rates"])
+    assert exc.value.code == 2
+    assert "argument --pipe-rates: not allowed with argument --compiled" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "argv, needle",
     [
@@ -468,3 +532,6 @@ def test_compiled_search_keeps_the_rules_blocks_at_the_pipe_rates():
     notes = " ".join(search_notes(res))
     assert "of the rule's tilings have no kernel the issue model prices" in notes
     assert "The seed's B = floor(M/(4d))" in notes
+    gpu = simulator.load_gpu("h200-measured")
+    header = cli.search_text(res, shape, "flash2", gpu, 0, compiled=True).splitlines()[1]
+    assert header.endswith("main loop, the rule's blocks without one at the pipe rates)")

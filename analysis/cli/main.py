@@ -51,7 +51,7 @@ def _shape_args(p: argparse.ArgumentParser, compiled: bool) -> None:
         "instruction mix of the compiled tilings, a wgmma forward from its description): the "
         "issue model, validated against the H200 (docs/validation.md); the others keep the "
         "pipe rates; the report says which priced each kernel"
-        + (" (the default)" if compiled else ""),
+        + (". This is the default" if compiled else ""),
     )
     pricing.add_argument(
         "--pipe-rates",

@@ -16,6 +16,7 @@ from flashio.analysis.cli import options as opts
 from flashio.analysis.closed_form.tiling import TilingRule, tiling_rule
 from flashio.analysis.explore.search import (
     EVENTS_PER_S,
+    PIPE_RATES_BOUND,
     plan_search,
     search_notes,
     search_tiles,
@@ -48,7 +49,7 @@ examples:
   flashio tiling --gpu h200 --head-dim 64            both forms and the capacity table
   flashio tiling --head-dim 64 --sram-bytes 196608   M = 98,304 fp16 elements: Bc 384, Br 64
   flashio tiling --gpu a100-40gb --head-dim 128 --json
-  flashio tiling --search --seq-len 2048 --heads 16  rank every tiling (a few seconds)
+  flashio tiling --search --seq-len 2048 --heads 16  rank the tilings (a few seconds)
   flashio tiling --search --head-dim 128 --seq-len 16384 --dtype bf16   as the H200 ran them
   flashio tiling --search --pipe-rates --block-sizes 64 128 256 --warps 4 8   idealized
   flashio tiling --search --block-sizes 64 128 --warps 4 --schedule flash1
@@ -107,8 +108,9 @@ def add_tiling_command(subparsers) -> argparse.ArgumentParser:
         help="price each tiling by its kernel's main loop (the issue model, validated against "
         "the H200 in docs/validation.md): the compiled loop where the instruction census holds "
         "it, else a forward's written program ('priced by' says which, and whether its "
-        "registers would spill); tilings neither prices are left out. This is the default "
-        "wherever the issue model prices at least one candidate of the schedule",
+        "registers would spill); tilings neither prices are left out, but for the rule's "
+        "blocks, kept at the pipe rates as lower bounds. This is the default wherever the "
+        "issue model prices at least one candidate of the schedule",
     )
     pricing.add_argument(
         "--pipe-rates",
@@ -116,9 +118,9 @@ def add_tiling_command(subparsers) -> argparse.ArgumentParser:
         const=False,
         dest="compiled",
         help="price every tiling at the pipe rates instead: one idealized model for all, "
-        "whether or not a kernel exists for the tiling (faster for big searches, useful for "
-        "kernels not yet written; times 2-3x below what the kernels run). The default for a "
-        "schedule the issue model prices at no tiling",
+        "whether or not a kernel exists for the tiling (useful for kernels not yet written; "
+        "times 2-3x below what the kernels run). The default for a schedule the issue model "
+        "prices at no tiling",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=cmd_tiling)
@@ -276,7 +278,12 @@ def search_text(
         ),
         f"(ranked by simulated time; {'all' if top <= 0 else f'top {top} and the rule rows'}"
         + (
-            "; each priced by its compiled or written main loop)"
+            "; each priced by its compiled or written main loop"
+            + (
+                ", the rule's blocks without one at the pipe rates)"
+                if any(r.priced_by == PIPE_RATES_BOUND for r in ok)
+                else ")"
+            )
             if compiled
             else "; at the pipe rates, as --pipe-rates asks)"
             if chosen

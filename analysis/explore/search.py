@@ -105,7 +105,8 @@ class TileResult:
     slowdown: float = 0.0
     why: str = ""
     # how a compiled search priced the main loop: "compiled", "written", "written, would
-    # spill" (its spills not written: a lower bound); empty at the pipe rates
+    # spill" (its spills not written: a lower bound), PIPE_RATES_BOUND (a rule's block no
+    # kernel prices); empty in a search at the pipe rates
     priced_by: str = ""
 
     @property
@@ -254,7 +255,8 @@ def search_tiles(
     plan: SearchPlan | None = None,
     compiled: bool | None = None,
 ) -> list[TileResult]:
-    """Simulate every feasible (block_q, block_kv, warps) of schedule ``name`` on ``gpu``.
+    """Simulate and rank the feasible (block_q, block_kv, warps) of schedule ``name`` on ``gpu``,
+    by default each priced by its kernel's main loop where the issue model prices the schedule.
 
     Parameters
     ----------
@@ -268,7 +270,8 @@ def search_tiles(
     warps : sequence of int
         Candidate warps per CTA.
     progress : callable, optional
-        ``progress(done, total, result)`` after each candidate.
+        ``progress(done, total, result)`` after each candidate the search simulates or finds
+        does not fit.
     include_rule : bool
         Also try the blocks of B = M/(4d) (``analysis.tiling_rule``, both forms, clipped to
         ``seq_len``) and mark them in ``TileResult.rule``.
@@ -281,9 +284,11 @@ def search_tiles(
         validated against the H200): the compiled loop where the instruction census holds
         it, else a forward's written program (``issue_priced``; ``TileResult.priced_by`` says
         which): the time of the kernels. Tilings neither can price (a backward the census
-        lacks) are left out. False: every tiling at the pipe rates, one model whether or not a
-        kernel exists for it. None (default): True where the issue model prices at least one
-        candidate (``SearchPlan.compiled``), else False.
+        lacks) are left out, but for the rule's blocks: those are simulated at the pipe rates
+        (``PIPE_RATES_BOUND``) and ranked after every priced tiling, as lower bounds. False:
+        every tiling at the pipe rates, one model whether or not a kernel exists for it. None
+        (default): True where the issue model prices at least one candidate
+        (``SearchPlan.compiled``), else False.
 
     Returns
     -------
@@ -304,7 +309,9 @@ def search_tiles(
             name, shape, gpu, block_sizes, warps, include_rule=include_rule, sram_bytes=sram_bytes
         )
     compiled = plan.compiled if compiled is None else compiled
-    done, total, ran = 0, len(plan.candidates), []
+    # progress counts what the search reports: the tilings it simulates and those that do not fit
+    total = len(plan.simulated(compiled)) + sum(not c.feasible for c in plan.candidates)
+    done, ran = 0, []
     for c, priced in zip(plan.candidates, plan.priced, strict=True):
         sched = (
             kernels.schedule(name, shape, c.block_q, c.block_kv, c.warps) if c.feasible else None
@@ -312,8 +319,7 @@ def search_tiles(
         priced = priced if compiled else ""
         if compiled and c.feasible and not priced:
             if not c.rule:
-                done += 1  # neither compiled nor writable: left out of the ranking
-                continue
+                continue  # neither compiled nor writable: left out of the ranking
             priced = PIPE_RATES_BOUND  # the rule's blocks stay, at the pipe rates
         if sched is not None:
             opts = {"options": COMPILED} if compiled and priced != PIPE_RATES_BOUND else {}
