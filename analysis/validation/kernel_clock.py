@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from concurrent.futures import ProcessPoolExecutor
 
 from flashio import kernels, simulator
 from flashio.analysis.paths import DATA
@@ -45,7 +46,9 @@ def rows() -> list[dict]:
     sustained = json.loads((PROBE / "kernel_clock.json").read_text())["kernels"]
     profiled = parse_ncu_csv((PROBE / "kernel_clock_ncu.csv").read_text())
     if len(profiled) != LAUNCHES * len(sustained):
-        raise ValueError(f"kernel_clock_ncu.csv: {len(profiled)} launches, not 3 a kernel")
+        raise ValueError(
+            f"kernel_clock_ncu.csv: {len(profiled)} launches, not {LAUNCHES} a kernel"
+        )
     hz = simulator.load_gpu(families.GPU).clock_hz
     out = []
     for i, k in enumerate(sustained):
@@ -74,8 +77,6 @@ def hopper_cycles(jobs: int = 1) -> list[dict]:
     """Every non-persistent build of the Hopper forward at every validation shape, launched
     alone under Nsight Compute (data/gpu/probe/hopper_cycles.py: the second of two launches):
     the GPU's cycles and clock beside the replay's cycles."""
-    from concurrent.futures import ProcessPoolExecutor
-
     order = json.loads((PROBE / "hopper_cycles_launches.json").read_text())["launches"]
     profiled = parse_ncu_csv((PROBE / "hopper_cycles_ncu.csv").read_text())
     if len(profiled) != sum(o["launches"] for o in order):
