@@ -180,7 +180,9 @@ def add_sweep_command(sub) -> None:
         "lengths, head dims and square block sizes; write one CSV row per point (points that do "
         "not fit say why), the same rows as Parquet where pyarrow is installed, and a plot "
         "beside the CSV: time against the scaled resource (each one, when several are scaled), "
-        "or traffic against N.",
+        "or traffic against N. Every point is priced at the pipe rates, one idealized model for "
+        "every GPU and tiling (flashio simulate and flashio tiling --search price this "
+        "project's kernels by their compiled loops, the model validated on the H200).",
     )
     opts.add_gpu(p, repeatable=True)
     p.add_argument(
