@@ -28,6 +28,7 @@ import json
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from sm_clock import Clock
 from sm_scaling import new_doc
 
 from benchmarks.hopper_measure import torch_runners
@@ -57,21 +59,32 @@ KERNELS = (
 )
 
 
-class Power:
-    """The board power through NVML (libnvidia-ml, the driver's library)."""
-
-    def __init__(self):
-        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
-        if self.lib.nvmlInit_v2() != 0:
-            raise RuntimeError("nvmlInit failed")
-        self.handle = ctypes.c_void_p()
-        if self.lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.handle)) != 0:
-            raise RuntimeError("nvmlDeviceGetHandleByIndex failed")
+class Power(Clock):
+    """The board power through NVML (sm_clock.py's handle on the driver's library)."""
 
     def watts(self) -> float:
         mw = ctypes.c_uint()
         self.lib.nvmlDeviceGetPowerUsage(self.handle, ctypes.byref(mw))
         return mw.value / 1e3
+
+
+@contextmanager
+def sampled(power: Power):
+    """(monotonic time, watts) every 5 ms while the block runs, in a list it yields."""
+    watts, done = [], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            watts.append((time.monotonic(), power.watts()))
+            time.sleep(0.005)
+
+    th = threading.Thread(target=sample)
+    th.start()
+    try:
+        yield watts
+    finally:
+        done.set()
+        th.join()
 
 
 def runner(d: int, how):
@@ -102,28 +115,18 @@ def sustain(run, seconds: float, power: Power) -> dict:
 
     run()
     torch.cuda.synchronize()
-    watts, done = [], threading.Event()
-
-    def sample():
-        while not done.is_set():
-            watts.append((time.monotonic(), power.watts()))
-            time.sleep(0.005)
-
-    th = threading.Thread(target=sample)
-    th.start()
-    t0, events = time.monotonic(), []
-    while time.monotonic() - t0 < seconds:
-        batch = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                 for _ in range(20)]  # fmt: skip
-        for a, b in batch:
-            a.record()
-            run()
-            b.record()
-        batch[-1][1].synchronize()
-        events += batch
-    t1 = time.monotonic()
-    done.set()
-    th.join()
+    with sampled(power) as watts:
+        t0, events = time.monotonic(), []
+        while time.monotonic() - t0 < seconds:
+            batch = [(torch.cuda.Event(enable_timing=True),
+                      torch.cuda.Event(enable_timing=True)) for _ in range(20)]  # fmt: skip
+            for a, b in batch:
+                a.record()
+                run()
+                b.record()
+            batch[-1][1].synchronize()
+            events += batch
+        t1 = time.monotonic()
     ms = [a.elapsed_time(b) for a, b in events]
     half = ms[len(ms) // 2 :]
     late = [w for t, w in watts if t >= t0 + (t1 - t0) / 2]

@@ -25,7 +25,6 @@ import functools
 import json
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -33,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import overlap
-from kernel_clock import Power
+from kernel_clock import Power, sampled
 from sm_scaling import new_doc
 
 # overlap.py's loops: dense wgmma in both warpgroups, dense mma.sync (operands changing), FFMA,
@@ -116,27 +115,17 @@ def run_kind(launch, cycles_of, bytes_read: int, seconds: float, power: Power) -
 
     launch()
     cupy.cuda.runtime.deviceSynchronize()
-    watts, done = [], threading.Event()
-
-    def sample():
-        while not done.is_set():
-            watts.append((time.monotonic(), power.watts()))
-            time.sleep(0.005)
-
-    th = threading.Thread(target=sample)
-    th.start()
-    t0, times, cycles = time.monotonic(), [], []
-    while time.monotonic() - t0 < seconds:
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        launch()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-        cycles.append(cycles_of())
-    t1 = time.monotonic()
-    done.set()
-    th.join()
+    with sampled(power) as watts:
+        t0, times, cycles = time.monotonic(), [], []
+        while time.monotonic() - t0 < seconds:
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
+            launch()
+            stop.record()
+            stop.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
+            cycles.append(cycles_of())
+        t1 = time.monotonic()
     half = len(times) // 2
     clocks = [c / t for c, t in zip(cycles[half:], times[half:], strict=True)]
     late = [w for t, w in watts if t >= t0 + 0.75 * (t1 - t0)]
