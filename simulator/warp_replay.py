@@ -220,6 +220,7 @@ def _run(
     tensor_until = 0.0  # when the tensor pipe finishes the last instruction queued on it
     tensor_class = async_class  # and that instruction's class
     tensor_warp = -1  # and the warp that issued it
+    warp_end = np.zeros(n_w)  # when each warp issued the last instruction of its last step
     pipe_free = np.zeros(len(interval))
     pipe_busy = np.zeros(len(interval))
     port_free = 0.0
@@ -270,7 +271,7 @@ def _run(
                 soonest = t
         if best < 0:
             if soonest == np.inf:  # every warp waits at a barrier: cannot happen
-                return np.inf, pipe_busy
+                return np.inf, pipe_busy, warp_end
             now = max(now + 1.0, math.ceil(soonest))
             continue
         w = best
@@ -344,8 +345,9 @@ def _run(
         if pc[w] == end[slot_of[w]]:
             pc[w] = first[slot_of[w]]
             step[w] += 1
+            warp_end[w] = now + 1.0
         now += 1.0
-    return now, pipe_busy
+    return now, pipe_busy, warp_end
 
 
 # the replay's named barriers: ids 0-15, then one a warpgroup for ids held in registers
@@ -392,14 +394,15 @@ def first_turn(loop: WarpProgram) -> int:
 def execute_roles(
     progs: list[WarpProgram], model: IssueModel, warps_per_cta: int, ctas: int, steps: int,
     cta_of: np.ndarray | None = None, group_of: np.ndarray | None = None, turns: int = 0,
+    warp_ends: bool = False,
 ):  # fmt: skip
-    """(end cycle, pipe busy cycles) of ``ctas`` CTAs whose warps on one SMSP run ``progs``,
-    one program per warp (warp roles: a producer beside consumers, or warpgroups doing
-    different work), each ``steps`` times; ``warps_per_cta`` counts all of the CTA's warps
-    (for its barriers). ``cta_of``: the CTA of each warp on the SMSP, all running ``progs[0]``
-    (``smsp_warps``), and ``group_of`` each one's warpgroup (default 0); by default each CTA
-    has one warp per program. ``turns``: arrivals on warpgroup 0's turn barrier before the
-    first step (``first_turn``)."""
+    """(end cycle, pipe busy cycles[, the cycle each warp ended where ``warp_ends``]) of
+    ``ctas`` CTAs whose warps on one SMSP run ``progs``, one program per warp (warp roles: a
+    producer beside consumers, or warpgroups doing different work), each ``steps`` times;
+    ``warps_per_cta`` counts all of the CTA's warps (for its barriers). ``cta_of``: the CTA of
+    each warp on the SMSP, all running ``progs[0]`` (``smsp_warps``), and ``group_of`` each
+    one's warpgroup (default 0); by default each CTA has one warp per program. ``turns``:
+    arrivals on warpgroup 0's turn barrier before the first step (``first_turn``)."""
     pipe_of, interval, latency, rate, overlap = model.arrays()
     port = model.smem_bytes_per_cycle_per_sm / model.sub_partitions
     ends = np.cumsum([len(p) for p in progs])
@@ -418,7 +421,7 @@ def execute_roles(
     named = cat("named").reshape(-1, 3).copy()
     # a named barrier completes on this SMSP when its share of the count has arrived
     named[:, 0] = np.where(named[:, 0] > 0, np.maximum(1, named[:, 0] // model.sub_partitions), 0)
-    return _run(
+    out = _run(
         cat("klass"), cat("stall"), cat("write_barrier"), cat("read_barrier"), cat("wait_mask"),
         cat("shared_bytes"), cat("tensor_flops"), cat("group"), cat("fresh"), pipe_of, interval,
         latency, rate, float(model.read_latency), port, model.smem_bytes_per_cycle_per_sm,
@@ -426,6 +429,7 @@ def execute_roles(
         end, steps, CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue), overlap, named,
         group_of.astype(np.int64), int(turns),
     )  # fmt: skip
+    return out if warp_ends else out[:2]
 
 
 def replay(

@@ -38,13 +38,17 @@ def main(argv=None) -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--order", type=Path, required=True, help="where to write the launch order")
+    ap.add_argument("--head-dim", type=int, nargs="*", help="only these head dims")
+    ap.add_argument("--seq-len", type=int, nargs="*", default=SEQ_LENS, help="only these N")
+    ap.add_argument("--causal", choices=("no", "yes", "both"), default="both")
     args = ap.parse_args(argv)
+    masks = {"no": (False,), "yes": (True,), "both": (False, True)}[args.causal]
     order = []
     rng = np.random.default_rng(0)
     for b in (v for v in VARIANTS if not v.persistent):
-        for d in b.dims:
-            for causal in (False, True):
-                for n in SEQ_LENS:
+        for d in (d for d in b.dims if not args.head_dim or d in args.head_dim):
+            for causal in masks:
+                for n in args.seq_len:
                     sh = kernels.AttentionShape(1, 16, n, d, "bf16", causal=causal)
                     impl = hopper.description(b.block_q, b.overlap, b.stages, False)
                     warps = 4 * (b.block_q // 64 + 1)

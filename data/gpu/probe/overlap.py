@@ -45,11 +45,14 @@ G = 16  # wgmma per iteration of an mma warpgroup
 # instructions per warp per iteration of an alu warpgroup: about 1000 cycles each alone
 E = {"mufu": 128, "ffma": 1024, "fmnmx": 512, "imad": 512, "f2fp": 512, "lds": 256,
      "shfl": 512, "fadd": 1024, "fmul": 1024, "ffma_c1": 256, "ffma_c2": 512, "ffma_c3": 768,
-     "fmnmx_c1": 256, "imad_c1": 256, "mufu_c1": 64}  # fmt: skip
+     "fmnmx_c1": 256, "imad_c1": 256, "mufu_c1": 64, "soft": 128, "soft_nomax": 128,
+     "soft_noadd": 128, "exp": 128, "ex2_add": 128, "soft_ind": 128}  # fmt: skip
 SASS = {"mufu": "MUFU.EX2", "ffma": "FFMA", "fmnmx": "FMNMX", "imad": "IMAD", "f2fp": "F2FP",
         "lds": "LDS", "shfl": "SHFL", "fadd": "FADD", "fmul": "FMUL", "ffma_c1": "FFMA",
         "ffma_c2": "FFMA", "ffma_c3": "FFMA", "fmnmx_c1": "FMNMX", "imad_c1": "IMAD",
-        "mufu_c1": "MUFU.EX2"}  # fmt: skip
+        "mufu_c1": "MUFU.EX2", "soft": "MUFU.EX2",
+        "soft_nomax": "MUFU.EX2", "soft_noadd": "MUFU.EX2", "exp": "MUFU.EX2",
+        "ex2_add": "MUFU.EX2", "soft_ind": "MUFU.EX2"}  # fmt: skip
 OPTIONS = ("-std=c++17", "-arch=sm_90a")
 THREADS = 256
 
@@ -114,6 +117,23 @@ KERNELS = {
     # FFMA in two chains interleaved with its own warp's wgmma: does intra-warpgroup overlap
     # keep more of a sparser stream's rate too?
     "intra_ffma_c2": ((0,), (0,), "ffma_c2"),
+    # a softmax's mix, a check no rate is fitted on: per element a running max (FMNMX), the
+    # scaled exponent (FFMA), its exponential (MUFU.EX2) and the row sum (FADD)
+    "soft_1wg": ((), (1,), "soft"),
+    "split_soft": ((0,), (1,), "soft"),
+    "intra_soft": ((0,), (0,), "soft"),
+    "both_soft": ((0, 1), (0, 1), "soft"),
+    # the softmax mix taken apart (alone): which of its dependencies costs more than the
+    # replay gives; and a softmax whose exponentials are independent (a running max and a
+    # running sum per chain, as a row's are), alone and beside wgmma
+    "soft_nomax_1wg": ((), (1,), "soft_nomax"),
+    "soft_noadd_1wg": ((), (1,), "soft_noadd"),
+    "exp_1wg": ((), (1,), "exp"),
+    "ex2_add_1wg": ((), (1,), "ex2_add"),
+    "soft_ind_1wg": ((), (1,), "soft_ind"),
+    "split_soft_ind": ((0,), (1,), "soft_ind"),
+    "intra_soft_ind": ((0,), (0,), "soft_ind"),
+    "both_soft_ind": ((0, 1), (0, 1), "soft_ind"),
 }
 # only the RS kernels declare their A fragments (the other kernels compile as in runs 1-9)
 RS_DECL = """\
@@ -219,7 +239,42 @@ ALU_STEP = {
         ': "=r"(z[k][0]), "=r"(z[k][1]), "=r"(z[k][2]), "=r"(z[k][3]) : "r"(zb + 512u * k));'
     ),
     "shfl": 'asm volatile("shfl.sync.bfly.b32 %0, %0, 1, 0x1f, 0xffffffff;" : "+r"(y[k]));',
+    "soft": (
+        'asm volatile("{ .reg .f32 t; max.f32 %0, %0, %1; fma.rn.f32 t, %0, %2, %3; '
+        'ex2.approx.ftz.f32 t, t; add.rn.f32 %0, %0, t; }" '
+        ': "+f"(x[k]) : "f"(1e-7f), "f"(0.9999f), "f"(-8.0f));'
+    ),
 }
+ALU_STEP["soft_nomax"] = (
+    'asm volatile("{ .reg .f32 t; fma.rn.f32 t, %0, %1, %2; ex2.approx.ftz.f32 t, t; '
+    'add.rn.f32 %0, %0, t; }" : "+f"(x[k]) : "f"(0.9999f), "f"(-8.0f));'
+)
+ALU_STEP["soft_noadd"] = (
+    'asm volatile("{ .reg .f32 t; max.f32 %0, %0, %1; fma.rn.f32 t, %0, %2, %3; '
+    'ex2.approx.ftz.f32 %0, t; }" : "+f"(x[k]) : "f"(1e-7f), "f"(-0.9999f), "f"(0.001f));'
+)
+ALU_STEP["exp"] = (
+    'asm volatile("{ .reg .f32 t; fma.rn.f32 t, %0, %1, %2; ex2.approx.ftz.f32 %0, t; }" '
+    ': "+f"(x[k]) : "f"(-0.9999f), "f"(0.001f));'
+)
+ALU_STEP["ex2_add"] = (
+    'asm volatile("{ .reg .f32 t; ex2.approx.ftz.f32 t, %1; add.rn.f32 %0, %0, t; }" '
+    ': "+f"(x[k]) : "f"(-x[k]));'
+)
+ALU_STEP["soft_ind"] = (  # the exponent reads the running max, so ptxas cannot hoist it
+    'asm volatile("{ .reg .f32 t; max.f32 %1, %1, %0; fma.rn.f32 t, %1, %3, %0; '
+    'ex2.approx.ftz.f32 t, t; add.rn.f32 %2, %2, t; }" '
+    ': "+f"(x[k]), "+f"(c[k][0]), "+f"(c[k][3]) : "f"(-0.9999f));'
+)
+# the same mixes in 1, 2 and 4 chains: a chain's latency (1) against the pipes' rate (8)
+MIXES = ("soft", "soft_nomax", "soft_noadd", "exp", "ex2_add", "mufu")
+for _m in MIXES:
+    for _c in (1, 2, 4):
+        ALU_STEP[f"{_m}_n{_c}"] = ALU_STEP[_m]
+        CHAINS[f"{_m}_n{_c}"] = _c
+        E[f"{_m}_n{_c}"] = E[_m]
+        SASS[f"{_m}_n{_c}"] = "MUFU.EX2"
+        KERNELS[f"{_m}_n{_c}_1wg"] = ((), (1,), f"{_m}_n{_c}")
 ALU_STEP["ffma_c1"] = ALU_STEP["ffma_c2"] = ALU_STEP["ffma_c3"] = ALU_STEP["ffma"]
 ALU_STEP["fmnmx_c1"], ALU_STEP["imad_c1"] = ALU_STEP["fmnmx"], ALU_STEP["imad"]
 ALU_STEP["mufu_c1"] = ALU_STEP["mufu"]
@@ -483,6 +538,17 @@ def replayed(name: str, doc: dict, programs: dict, model) -> float:
     return (long - short) / 4
 
 
+def spans(name: str, doc: dict, programs: dict, model, iters: int = ITERS) -> list[float]:
+    """Cycles per iteration of each of kernel ``name``'s warps on one SMSP (a warpgroup
+    each) in the warp replay under ``model``, run as the probe runs them: ``iters``
+    iterations from the start, each warp ending when its own are done."""
+    from flashio.simulator.warp_replay import execute_roles
+
+    progs = [programs[k] for k in roles(name, doc)]
+    _, _, ends = execute_roles(progs, model, 4 * len(progs), 1, iters, warp_ends=True)
+    return [float(e) / iters for e in ends]
+
+
 def fit(doc: dict, sass_doc: dict, model) -> dict:
     """Each ``FITS`` rate: the one (bisection, to 0.001) with which the replay under
     ``model`` (its other interference rates off) gives the measured cycles per iteration of
@@ -507,8 +573,38 @@ def fit(doc: dict, sass_doc: dict, model) -> dict:
     return {**out, **dict.fromkeys(EXCLUSIVE, 0.0)}
 
 
+# Run 11 times each warpgroup apart: FFMA in one to three chains beside another warp's wgmma
+# is what slows (the wgmma warpgroup within 6% of alone), so its rate is fitted on the FFMA
+# warpgroup's own span (role 1) rather than on the CTA's time.
+ROLE_FITS = {"hgmma/fma": (("split_ffma_c1", "split_ffma_c2", "split_ffma_c3"), 1)}
+
+
+def fit_roles(doc: dict, programs: dict, model) -> dict:
+    """Each ``ROLE_FITS`` rate: the one (bisection, to 0.001) with which the replay under
+    ``model`` gives the measured span of the named warpgroup (``spans``; ``doc``: a run with
+    ``warpgroup_median_cycles_per_iter``), averaged over the kernels."""
+    import dataclasses
+
+    out = {}
+    for key, (names, role) in ROLE_FITS.items():
+        rates = []
+        for name in names:
+            target = doc["results"][name]["warpgroup_median_cycles_per_iter"][role]
+            lo, hi = 0.001, 1.0
+            while hi - lo > 1e-4:
+                r = (lo + hi) / 2
+                m = dataclasses.replace(
+                    model, tensor_overlap={**dict(model.tensor_overlap), key: r}
+                )
+                lo, hi = (r, hi) if spans(name, doc, programs, m)[role] > target else (lo, r)
+            rates.append((lo + hi) / 2)
+        out[key] = round(sum(rates) / len(rates), 3)
+    return out
+
+
 def run(out_dir: Path, only=None) -> dict:
     import cupy
+    import numpy as np
     from isa import nvidia_smi, provenance
 
     prov = provenance()
@@ -520,16 +616,29 @@ def run(out_dir: Path, only=None) -> dict:
     rows, results = [], {}
     for name, src in sources(only).items():
         fn = cupy.RawModule(code=src, options=OPTIONS).get_function(name)
-        per_launch = []
+        per_launch, per_wg = [], []
         for launch in range(LAUNCHES):
             fn((sms,), (THREADS,), (cyc, sink, cupy.int32(0), cupy.uint32(launch + 1)))
             c = cyc.get().reshape(sms, warps, 2).astype("int64")
             per_cta = (c[:, :, 1].max(axis=1) - c[:, :, 0].min(axis=1)) / ITERS
             per_launch.append([float(v) for v in per_cta])
-        rows.append({"kernel": name, "cycles_per_iter": per_launch})
+            # each warpgroup's own span: which role the other slows (the CTA's time is the
+            # slower role's; the roles share no barrier in the loop)
+            wgs = c.reshape(sms, warps // 4, 4, 2)
+            per_wg.append((wgs[..., 1].max(axis=2) - wgs[..., 0].min(axis=2)) / ITERS)
+        rows.append(
+            {
+                "kernel": name,
+                "cycles_per_iter": per_launch,
+                "warpgroup_cycles_per_iter": [w.tolist() for w in per_wg],
+            }
+        )
         flat = [v for launch in per_launch[1:] for v in launch]  # the first warms up
+        wg_flat = np.concatenate(per_wg[1:])
         results[name] = {"median_cycles_per_iter": statistics.median(flat),
-                         "min": min(flat), "max": max(flat)}  # fmt: skip
+                         "min": min(flat), "max": max(flat),
+                         "warpgroup_median_cycles_per_iter":
+                             [float(v) for v in np.median(wg_flat, axis=0)]}  # fmt: skip
         print(name, results[name], flush=True)
     prov["nvidia_smi_after"] = nvidia_smi()
     doc = {
