@@ -266,6 +266,24 @@ ALU_STEP["soft_ind"] = (  # the exponent reads the running max, so ptxas cannot 
     'ex2.approx.ftz.f32 t, t; add.rn.f32 %2, %2, t; }" '
     ': "+f"(x[k]), "+f"(c[k][0]), "+f"(c[k][3]) : "f"(-0.9999f));'
 )
+# MUFU.EX2 beside independent FFMA, FMNMX or FADD (no dependency between them): does
+# interleaving other instructions cost the exponentials' rate, or only depending on them?
+ALU_STEP["ex2_ind_ffma"] = (
+    'asm volatile("{ ex2.approx.ftz.f32 %0, %2; fma.rn.f32 %1, %1, %3, %4; }" '
+    ': "+f"(x[k]), "+f"(c[k][0]) : "f"(-x[k]), "f"(0.9999f), "f"(1e-4f));'
+)
+ALU_STEP["ex2_ind_fmnmx"] = (
+    'asm volatile("{ ex2.approx.ftz.f32 %0, %2; max.f32 %1, %1, %3; }" '
+    ': "+f"(x[k]), "+f"(c[k][0]) : "f"(-x[k]), "f"(1e-7f));'
+)
+ALU_STEP["ex2_ind_three"] = (
+    'asm volatile("{ ex2.approx.ftz.f32 %0, %3; fma.rn.f32 %1, %1, %4, %5; '
+    'max.f32 %2, %2, %6; }" : "+f"(x[k]), "+f"(c[k][0]), "+f"(c[k][3]) '
+    ': "f"(-x[k]), "f"(0.9999f), "f"(1e-4f), "f"(1e-7f));'
+)
+for _m in ("ex2_ind_ffma", "ex2_ind_fmnmx", "ex2_ind_three"):
+    E[_m], SASS[_m] = 128, "MUFU.EX2"
+    KERNELS[f"{_m}_1wg"] = ((), (1,), _m)
 # the same mixes in 1, 2 and 4 chains: a chain's latency (1) against the pipes' rate (8)
 MIXES = ("soft", "soft_nomax", "soft_noadd", "exp", "ex2_add", "mufu")
 for _m in MIXES:
