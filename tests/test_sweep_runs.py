@@ -142,3 +142,53 @@ def test_a_sampled_sweep_says_so_and_keeps_its_rows_apart(tmp_path, capsys):
     assert [r.time_s for r in rows_e] == [r.time_s for r in rows_s]
     both = _run(tmp_path, "exact", "--sampled", "--resume")  # the exact rows kept beside
     assert {r.mode for r in sweep.read_rows(both)} == {"exact", "sampled"}
+
+
+def test_a_sweep_prices_as_simulate_does_and_says_how(tmp_path, capsys):
+    """By default a sweep prices each kernel the issue model can by its compiled loop, as
+    ``flashio simulate`` does (its rows equal simulate() with search.COMPILED on the same
+    GPU, the unscaled and a scaled one); --pipe-rates prices every kernel at the pipe rates.
+    The pricing is part of a point's key: a resumed sweep at the other pricing keeps the
+    earlier rows and adds its own."""
+    from flashio.analysis.explore.search import COMPILED
+
+    out = tmp_path / "p.csv"
+    grid = "sweep --seq-len 1024 --heads 2 --schedule flash2 --block 128 --sm-scale 0.25 1"
+    assert main([*grid.split(), "--out", str(out)]) == 0
+    compiled = sweep.read_rows(out)
+    assert [r.pricing for r in compiled] == ["compiled"] * 2
+    assert all(r.compiled_kernels == "flash2_fwd" for r in compiled)
+    base = flashio.load_gpu("h200-measured")
+    for row, gpu in zip(compiled, sweep.gpu_variants(base, sm_scales=(0.25, 1)), strict=True):
+        sched = flashio.schedule("flash2", flashio.AttentionShape(1, 2, 1024, 64),
+                                 block_q=128, block_kv=128, warps=row.warps)  # fmt: skip
+        assert row.gpu == gpu.name
+        assert row.time_s == flashio.simulate(sched, gpu, options=COMPILED).time_s
+        assert row.time_s != flashio.simulate(sched, gpu).time_s
+    assert main([*grid.split(), "--out", str(out), "--pipe-rates", "--resume"]) == 0
+    rows = sweep.read_rows(out)
+    assert [r.pricing for r in rows] == ["pipe rates"] * 2 + ["compiled"] * 2
+    assert rows[2:] == compiled and all(r.compiled_kernels == "" for r in rows[:2])
+    assert "2 kept from the earlier run" in capsys.readouterr().out
+
+
+def test_a_sweep_csv_of_an_earlier_flashio_reads_as_priced_at_the_pipe_rates(tmp_path):
+    """Rows written before sweeps had the pricing columns were priced at the pipe rates: they
+    read back so, under the key of a point at the pipe rates."""
+    import csv
+
+    shape = flashio.AttentionShape(1, 2, 256, 64)
+    (p,) = sweep.sweep_points([flashio.load_gpu("h200")], ["flash2"], [shape], [(64, 64)])
+    row = sweep.simulate_point(p)
+    path = tmp_path / "old.csv"
+    sweep.write_csv([row], path)
+    with path.open(newline="") as f:
+        (d,) = list(csv.DictReader(f))
+    old = {k: v for k, v in d.items() if k not in sweep.LEGACY_COLUMNS}
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(old))
+        w.writeheader()
+        w.writerow(old)
+    (back,) = sweep.read_rows(path)
+    assert back == row and back.pricing == "pipe rates"
+    assert sweep.row_key(old) == p.key() != sweep.row_key({**old, "pricing": "compiled"})

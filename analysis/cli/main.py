@@ -40,27 +40,7 @@ def _shape_args(p: argparse.ArgumentParser, compiled: bool) -> None:
     """Shape and tiling options, and the pricing pair (``compiled``: the default)."""
     opts.add_shape(p)
     opts.add_tiling(p)
-    pricing = p.add_mutually_exclusive_group()
-    pricing.add_argument(
-        "--compiled",
-        action="store_true",
-        default=compiled,
-        help="price each kernel the instruction census holds at this tiling (this project's "
-        "CUDA kernels, and other implementations' where measured) by its compiled main loop, "
-        "and a forward outside it by a written program (an mma.sync forward from the "
-        "instruction mix of the compiled tilings, a wgmma forward from its description): the "
-        "issue model, validated against the H200 (docs/validation.md); the others keep the "
-        "pipe rates; the report says which priced each kernel"
-        + (". This is the default" if compiled else ""),
-    )
-    pricing.add_argument(
-        "--pipe-rates",
-        action="store_false",
-        dest="compiled",
-        help="price every kernel at the pipe rates: one idealized model for all (times 2-3x "
-        "below what the kernels run)"
-        + (" (default: --compiled)" if compiled else " (the default)"),
-    )
+    opts.add_pricing(p, compiled)
 
 
 def _common(p: argparse.ArgumentParser) -> None:

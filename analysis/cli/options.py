@@ -208,3 +208,28 @@ def add_tiling(p: argparse.ArgumentParser) -> None:
 def default_block(shape: kernels.AttentionShape, gpu) -> int:
     """Br = Bc when none is given: the seed's rule on ``gpu``'s shared memory per CTA."""
     return kernels.default_block(shape, gpu.smem_per_cta_bytes)
+
+
+def add_pricing(p: argparse.ArgumentParser, compiled: bool) -> None:
+    """The pricing pair, --compiled and --pipe-rates (``compiled``: the default)."""
+    pricing = p.add_mutually_exclusive_group()
+    pricing.add_argument(
+        "--compiled",
+        action="store_true",
+        default=compiled,
+        help="price each kernel the instruction census holds at this tiling (this project's "
+        "CUDA kernels, and other implementations' where measured) by its compiled main loop, "
+        "and a forward outside it by a written program (an mma.sync forward from the "
+        "instruction mix of the compiled tilings, a wgmma forward from its description): the "
+        "issue model, validated against the H200 (docs/validation.md); the others keep the "
+        "pipe rates; the report says which priced each kernel"
+        + (". This is the default" if compiled else ""),
+    )
+    pricing.add_argument(
+        "--pipe-rates",
+        action="store_false",
+        dest="compiled",
+        help="price every kernel at the pipe rates: one idealized model for all (times 2-3x "
+        "below what the kernels run)"
+        + (" (default: --compiled)" if compiled else " (the default)"),
+    )

@@ -87,15 +87,17 @@ def cmd_sweep(a) -> int:
     old = {}
     if a.resume:
         old = {sweep.row_key(asdict(r)): r for f in (out, partial) for r in sweep.read_rows(f)}
+        if partial.exists():  # an earlier flashio's columns: appended rows need this one's
+            sweep.write_csv(sweep.read_rows(partial), partial)
     elif partial.exists():
         partial.unlink()  # a fresh sweep: an interrupted one's points are not reused
     mode = "sampled" if a.sampled else "exact"
-    points = sweep.sweep_points(gpus, a.schedule, shapes, blocks, [a.warps], mode)
+    points = sweep.sweep_points(gpus, a.schedule, shapes, blocks, [a.warps], mode, a.compiled)
     with _dask_client(a) as client:
         new = sweep.run_sweep(
             gpus, a.schedule, shapes, blocks, [a.warps], progress=None if a.json else _bar,
             client=client, skip=frozenset(old), on_row=lambda r: sweep.append_csv(r, partial),
-            mode=mode,
+            mode=mode, compiled=a.compiled,
         )  # fmt: skip
     by_key = old | {sweep.row_key(asdict(r)): r for r in new}
     grid = [p.key() for p in points]
@@ -180,9 +182,10 @@ def add_sweep_command(sub) -> None:
         "lengths, head dims and square block sizes; write one CSV row per point (points that do "
         "not fit say why), the same rows as Parquet where pyarrow is installed, and a plot "
         "beside the CSV: time against the scaled resource (each one, when several are scaled), "
-        "or traffic against N. Every point is priced at the pipe rates, one idealized model for "
-        "every GPU and tiling (flashio simulate and flashio tiling --search price this "
-        "project's kernels by their compiled loops, the model validated on the H200).",
+        "or traffic against N. As flashio simulate does, each point's kernels are priced by "
+        "their compiled loops wherever the issue model can (the model validated on the H200, "
+        "and on fewer of its SMs: docs/hypothetical-gpus.md), the others at the pipe rates; "
+        "the rows say which (pricing, compiled_kernels).",
     )
     opts.add_gpu(p, repeatable=True)
     p.add_argument(
@@ -193,6 +196,7 @@ def add_sweep_command(sub) -> None:
         help="repeatable (default: standard and flash2)",
     )
     opts.add_shape(p, lists=True)
+    opts.add_pricing(p, compiled=True)
     t = p.add_argument_group("tiling")
     t.add_argument(
         "--block", type=opts.listed(int), nargs="+", metavar="B",

@@ -25,6 +25,7 @@ from flashio.analysis.closed_form.flops import recompute_ratios
 from flashio.analysis.closed_form.tiling import tiling_rule
 from flashio.analysis.explore import comparison as cmp
 from flashio.analysis.explore import sweep
+from flashio.analysis.explore.search import COMPILED
 from flashio.analysis.present import plots, report
 from flashio.analysis.validation import sm_scaling
 
@@ -35,11 +36,10 @@ SCALING_HEADS = 4
 BLOCKS = (16, 32, 64, 128, 256)  # block sizes of the Fig. 2 (middle) picture
 SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)  # hypothetical GPUs: shared memory or HBM bandwidth scaled
 SM_SCALES = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)  # hypothetical GPUs: fewer SMs
-# The time model validated against this project's kernels (validation/calibration.toml [model]):
-# each kernel the instruction census holds is priced by its compiled main loop. The table's
-# headline time is this model's where it prices a schedule; the pictures and the claims use the
-# pipe rates throughout, so every curve and ratio compares schedules under one model.
-COMPILED = simulator.ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
+# The table's headline time is the validated model's (search.COMPILED: each kernel the
+# instruction census holds priced by its compiled main loop) where it prices a schedule; the
+# pictures and the claims use the pipe rates throughout, so every curve and ratio compares
+# schedules under one model.
 # Long context: FA2's forward under each mask (docs/io.md, "Masks"), 128 x 128 tiles, 4 warps,
 # priced by this project's compiled loop (COMPILED)
 LONG = kernels.AttentionShape(batch=1, heads=16, seq_len=16384, head_dim=64, dtype="fp16")

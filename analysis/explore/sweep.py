@@ -13,6 +13,7 @@ from pathlib import Path
 
 from flashio import kernels, simulator
 from flashio.analysis.explore.comparison import result_figures
+from flashio.analysis.explore.search import COMPILED
 from flashio.kernels.registry import spec
 from flashio.simulator.simulate import cta_events_mean
 
@@ -50,6 +51,7 @@ class SweepRow:
     warps: int
     options: str  # the schedule's options as built, "key=value;...", e.g. flash_decode's splits
     mode: str  # simulate()'s mode: "exact", or "sampled" (a prefix replayed, the rest extended)
+    pricing: str  # "compiled" (the issue model wherever it prices a kernel) or "pipe rates"
     sm_count: int
     smem_per_cta_bytes: int
     hbm_bandwidth_bytes_per_s: float
@@ -61,7 +63,13 @@ class SweepRow:
     bound: str
     ctas_per_sm: int
     occupancy_limiter: str
+    compiled_kernels: str  # the kernels their compiled main loops priced, ";"-separated
     error: str
+
+
+PRICING = {False: "pipe rates", True: "compiled"}
+# columns a sweep CSV of an earlier flashio lacks, and what its rows meant by them
+LEGACY_COLUMNS = {"pricing": PRICING[False], "compiled_kernels": ""}
 
 
 def gpu_variants(
@@ -125,13 +133,14 @@ class SweepPoint:
     warps: int | None
     options: tuple[tuple[str, int], ...] = ()  # given to kernels.schedule (flash_decode: SMs)
     mode: str = "exact"  # simulate()'s mode
+    compiled: bool = False  # priced by the issue model (search.COMPILED), else the pipe rates
 
     def key(self) -> tuple:
         """What identifies the point's row in an output (:func:`row_key`)."""
         s = self.shape
         return (self.gpu.name, self.schedule, s.batch, s.heads, s.seq_len, s.head_dim,
                 s.dtype, s.causal, mask_text(s), self.block_q, self.block_kv,
-                self.warps, self.mode)  # fmt: skip
+                self.warps, self.mode, PRICING[self.compiled])  # fmt: skip
 
 
 RESOURCES = ("sm_count", "smem_per_cta_bytes", "hbm_bandwidth_bytes_per_s", "l2_bytes")
@@ -190,14 +199,16 @@ def row_key(row: dict) -> tuple:
     return (row["gpu"], row["schedule"], int(row["batch"]), int(row["heads"]),
             int(row["seq_len"]), int(row["head_dim"]), row["dtype"], causal, row["mask"],
             int(row["block_q"]), int(row["block_kv"]), int(row["warps"]),
-            row["mode"])  # fmt: skip
+            row["mode"], row.get("pricing", LEGACY_COLUMNS["pricing"]))  # fmt: skip
 
 
-def sweep_points(gpus, names, shapes, blocks, warps=(None,), mode="exact") -> list[SweepPoint]:
+def sweep_points(
+    gpus, names, shapes, blocks, warps=(None,), mode="exact", compiled=False
+) -> list[SweepPoint]:
     """Every combination; blocks larger than a shape's sequence are clipped to it, and a block
     of None is the seed's rule B = M/(4d) on that GPU (``kernels.default_block`` of its shared
     memory per CTA), so a hypothetical GPU with more SRAM gets larger blocks. ``mode``:
-    simulate()'s, for every point."""
+    simulate()'s, for every point; ``compiled``: priced by the issue model."""
     out = []
     for gpu, name, shape, (bq, bkv), w in itertools.product(gpus, names, shapes, blocks, warps):
         n, nk = shape.seq_len, shape.n_kv
@@ -210,9 +221,8 @@ def sweep_points(gpus, names, shapes, blocks, warps=(None,), mode="exact") -> li
         sched = kernels.schedule(name, shape, block_q=min(bq, n) if bq else rule,
                                  block_kv=min(bkv, nk) if bkv else rule, warps=w,
                                  **dict(opts))  # fmt: skip
-        out.append(
-            SweepPoint(gpu, name, shape, sched.block_q, sched.block_kv, sched.warps, opts, mode)
-        )
+        tiles = (sched.block_q, sched.block_kv, sched.warps)
+        out.append(SweepPoint(gpu, name, shape, *tiles, opts, mode, compiled))
     return out
 
 
@@ -266,15 +276,18 @@ def simulate_point(p: SweepPoint) -> SweepRow:
                 dtype=s.dtype, causal=s.causal, mask=mask_text(s), block_q=sched.block_q,
                 block_kv=sched.block_kv, warps=sched.warps,
                 options=";".join(f"{k}={v}" for k, v in sched.options), mode=p.mode,
-                sm_count=gpu.sm_count,
+                pricing=PRICING[p.compiled], sm_count=gpu.sm_count,
                 smem_per_cta_bytes=gpu.smem_per_cta_bytes,
                 hbm_bandwidth_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s,
                 l2_bytes=gpu.l2_bytes)  # fmt: skip
+    options = COMPILED if p.compiled else simulator.ModelOptions()
     try:
-        res, error = simulator.simulate(_EVENTS.source(built, sched), gpu, mode=p.mode), ""
+        res = simulator.simulate(_EVENTS.source(built, sched), gpu, options=options, mode=p.mode)
+        error = ""
     except simulator.CapacityError as exc:
         res, error = None, str(exc)
-    return SweepRow(**base, **result_figures(res), error=error)
+    priced = ";".join(k.name for k in res.kernels if k.census_key) if res else ""
+    return SweepRow(**base, **result_figures(res), compiled_kernels=priced, error=error)
 
 
 def run_sweep(
@@ -288,6 +301,7 @@ def run_sweep(
     skip: frozenset = frozenset(),
     on_row: Callable[[SweepRow], None] | None = None,
     mode: str = "exact",
+    compiled: bool = False,
 ) -> list[SweepRow]:
     """Simulate every point of :func:`sweep_points` whose key is not in ``skip`` (the rows a
     resumed sweep already has), in grid order.
@@ -295,9 +309,12 @@ def run_sweep(
     ``client``: a ``dask.distributed.Client`` to run the points on its workers (None: here,
     one after another); the rows are the same either way. ``progress(done, total, label)`` is
     called as points finish, ``on_row(row)`` with each row as it arrives (to save it);
-    ``mode``: simulate()'s ("sampled": long contexts in a fraction of the time, docs/model.md).
+    ``mode``: simulate()'s ("sampled": long contexts in a fraction of the time, docs/model.md);
+    ``compiled``: price each kernel the issue model can by its compiled main loop (``COMPILED``,
+    the model docs/validation.md and docs/hypothetical-gpus.md check on the H200), the others
+    at the pipe rates; False: every kernel at the pipe rates.
     """
-    points = sweep_points(gpus, names, shapes, blocks, warps, mode)
+    points = sweep_points(gpus, names, shapes, blocks, warps, mode, compiled)
     points = [p for p in points if p.key() not in skip]
     rows: list[SweepRow | None] = [None] * len(points)
 
@@ -361,11 +378,16 @@ def read_rows(path: Path) -> list[SweepRow]:
     if not path.is_file():
         return []
     fields = SweepRow.__dataclass_fields__
+    legacy = [f for f in fields if f not in LEGACY_COLUMNS]
     with path.open(newline="") as f:
         reader = csv.DictReader(f)
-        if list(reader.fieldnames or []) != list(fields):
+        header = list(reader.fieldnames or [])
+        if header not in (list(fields), legacy):
             raise simulator.FileError(f"{path}: not a sweep CSV of this flashio (other columns)")
-        return [SweepRow(**{k: _CAST[fields[k].type](v) for k, v in d.items()}) for d in reader]
+        return [
+            SweepRow(**{**LEGACY_COLUMNS, **{k: _CAST[fields[k].type](v) for k, v in d.items()}})
+            for d in reader
+        ]
 
 
 def append_csv(row: SweepRow, path: Path) -> None:
