@@ -192,3 +192,40 @@ def test_a_sweep_csv_of_an_earlier_flashio_reads_as_priced_at_the_pipe_rates(tmp
     (back,) = sweep.read_rows(path)
     assert back == row and back.pricing == "pipe rates"
     assert sweep.row_key(old) == p.key() != sweep.row_key({**old, "pricing": "compiled"})
+
+
+def test_a_resumed_sweep_keeps_an_old_partial_file_one_csv(tmp_path, capsys, monkeypatch):
+    """An interrupted sweep's ``OUT.partial`` written before the pricing columns: resuming
+    keeps its rows (priced at the pipe rates) and appends the new ones in this version's
+    columns, so that the file stays one CSV when the resumed sweep is interrupted too."""
+    import csv
+
+    out = tmp_path / "r.csv"
+    grid = "sweep --seq-len 256 --heads 2 --schedule flash2 --block 64 --sram-scale 0.5 1 2"
+    assert main([*grid.split(), "--pipe-rates", "--out", str(out)]) == 0
+    with out.open(newline="") as f:
+        first = next(csv.DictReader(f))
+    old = {k: v for k, v in first.items() if k not in sweep.LEGACY_COLUMNS}
+    partial = tmp_path / "r.csv.partial"
+    with partial.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(old))
+        w.writeheader()
+        w.writerow(old)
+    out.unlink()
+    real, done = sweep.simulate_point, []
+
+    def interrupted(point):
+        if done:
+            raise KeyboardInterrupt
+        done.append(point)
+        return real(point)
+
+    monkeypatch.setattr(sweep, "simulate_point", interrupted)
+    assert main([*grid.split(), "--pipe-rates", "--out", str(out), "--resume"]) == 130
+    kept = sweep.read_rows(partial)  # the earlier row and the new one, in one CSV
+    assert len(kept) == 2 and [r.pricing for r in kept] == ["pipe rates"] * 2
+    monkeypatch.setattr(sweep, "simulate_point", real)
+    capsys.readouterr()
+    assert main([*grid.split(), "--pipe-rates", "--out", str(out), "--resume"]) == 0
+    assert "2 kept from the earlier run" in capsys.readouterr().out
+    assert len(sweep.read_rows(out)) == 3 and not partial.exists()
