@@ -40,7 +40,7 @@ import numpy as np
 
 from flashio.simulator import _engine as E
 from flashio.simulator._counted import Counter
-from flashio.simulator._wave_classes import by_class, class_error, periods_touched
+from flashio.simulator._wave_classes import by_class, class_error, periods_touched, time_trend
 from flashio.simulator.gpu import GPUSpec
 from flashio.simulator.result import SimResult, TensorTraffic
 from flashio.simulator.simulate import (
@@ -65,6 +65,12 @@ L2_FULL = 0.98  # of its bytes held, an L2 is full (the model's holds whole 8 Ki
 # a prefix whose L2 fills later is extended if the dirty lines that leaves unsure are at most
 # this share of the HBM bytes (the sampled replay's aim: within 1%)
 L2_FILL_TOLERANCE = 0.01
+# a kernel whose steady waves drift one way by more than this share of the time, extrapolated
+# over the waves not replayed (``_wave_classes.time_trend``), is replayed whole: half the 1%
+# aim, as a straight line through a few waves underestimates a drift that grows (FA2 at
+# N = 32k on an H200 with half its HBM bandwidth and a quarter of its L2: 0.9% extrapolated
+# from four waves, 2.3% in fact)
+DRIFT_TOLERANCE = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +228,11 @@ def simulate_sampled(
         moved = res.hbm_read_bytes + res.hbm_write_bytes + ext.hbm.sum()
         unsure = res.l2_dirty_bytes_at_end * (ext.grows - 1)
         if not filling or unsure <= L2_FILL_TOLERANCE * moved:
-            return _extend(res, k, ext, probe.busy, meta, gpu)
+            out = _extend(res, k, ext, probe.busy, meta, gpu)
+            if abs(ext.trend) <= DRIFT_TOLERANCE * out.time_s:
+                return out
+            break  # the waves drift: extended, the grid would miss; replayed whole
+
         # again, checkpoints from a wave after the L2 has filled, at the rate it filled
         # between the checkpoints
         snaps, marks = probe.snaps, plan.marks
@@ -291,6 +301,7 @@ class _Extension:
 
     time: float
     time_err: float
+    trend: float  # what a drift of the steady waves' time would add (``time_trend``)
     hbm: np.ndarray
     counted: np.ndarray
     dirtied: float
@@ -331,15 +342,18 @@ def _extension(snaps, counter: Counter, plan: _Plan, full: int, l2_bytes: int) -
         weight = np.append(np.ones(len(grid)), -1.0)
         unit = by_class(steps, seen, need, weight)
         spread = class_error(steps, seen, need, weight)
+        trend = time_trend(steps[:, E.SNAP_T], seen, steady, grid_waves)
     else:
         # CTAs that differ: what a period adds, between checkpoints a period apart (the
         # later of two pairs a wave apart, whose disagreement is the error estimate)
         unit = (snaps[3] - snaps[1]) * periods
         spread = np.abs(snaps[3] - snaps[1] - (snaps[2] - snaps[0])) * periods
+        trend = 0.0
     last_held = snaps[-1, E.SNAP_HELD]
     return _Extension(
         time=unit[E.SNAP_T],
-        time_err=spread[E.SNAP_T],
+        time_err=spread[E.SNAP_T] + abs(trend),
+        trend=trend,
         hbm=unit[E.SNAP_HBM :].reshape(-1, 2),
         counted=periods * counter.tensor_bytes[0] + counter.tensor_bytes[1],
         dirtied=unit[E.SNAP_DIRTY],

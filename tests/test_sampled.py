@@ -5,6 +5,7 @@ achieved errors rounded up, on grids small enough for a test (8 SMs, many waves)
 larger runs of docs/model.md ("Speed") are measured by benchmarks/bench_simulate.py.
 """
 
+import numpy as np
 import pytest
 
 from flashio import kernels, simulator
@@ -107,6 +108,49 @@ def test_a_grid_whose_l2_fills_too_late_to_gain_is_replayed_whole_at_once(monkey
     assert len(calls) == 1 and calls[0].kernels[0].ctas == sched.meta.kernels[0].ctas
     assert res == simulator.simulate(sched, EIGHT)
     assert res.sampling.replayed_fraction == 1.0
+
+
+def test_a_trend_is_one_way_change_beyond_the_class_means():
+    """``time_trend``: each steady wave's time less its class mean, where it rises (or falls)
+    from every wave to the next, extrapolated with its least-squares slope over the waves not
+    replayed (their distance from the prefix's mean wave); 0 where it goes both ways."""
+    from flashio.simulator._wave_classes import time_trend
+
+    waves, need = np.array([2, 3, 4, 5]), np.array([6, 7])  # 2.5 + 3.5 = 6 waves past
+    one = np.zeros(4, int)
+    # residuals -0.02, -0.01, 0.01, 0.02: slope 0.07 / 5 = 0.014 a wave, times 6
+    rising = np.array([1.00, 1.01, 1.03, 1.04])
+    assert time_trend(rising, one, waves, need) == pytest.approx(0.084)
+    assert time_trend(-rising, one, waves, need) == pytest.approx(-0.084)
+    assert time_trend(np.array([1.00, 1.02, 1.01, 1.04]), one, waves, need) == 0.0
+    # two classes a second apart, each rising by 0.01: less their means, -0.005, 0.005,
+    # -0.005, 0.005 (both ways), where one class would read as a rise
+    classes = np.array([0, 0, 1, 1])
+    assert time_trend(np.array([1.00, 1.01, 2.03, 2.04]), classes, waves, need) == 0.0
+    assert time_trend(np.array([1.00, 1.01, 2.03, 2.04]), one, waves, need) > 0
+
+
+def test_a_grid_that_drifts_is_replayed_whole(monkeypatch):
+    """FA2's forward at N = 32k, 16 heads, d = 128, priced by its compiled loop on an H200
+    with half its HBM bandwidth and a quarter of its L2: memory-bound, its CTAs take longer
+    head after head (4.00 ms to 4.31 ms). Its steady waves rise one way, by 0.9% of the time
+    extrapolated, beyond ``DRIFT_TOLERANCE``: it is replayed whole, the exact result. Extended
+    from its prefix (the test off) it comes out more than 1% short, more than it estimates."""
+    from flashio.analysis.explore.search import COMPILED
+    from flashio.simulator import sampled
+
+    h200 = simulator.load_gpu("h200")
+    gpu = h200.replace(hbm_bandwidth_bytes_per_s=h200.hbm_bandwidth_bytes_per_s / 2,
+                       l2_bytes=h200.l2_bytes // 4, name="h200-hbm0.5x-l2x0.25")  # fmt: skip
+    sched = kernels.schedule("flash2", kernels.AttentionShape(1, 16, 32768, 128, "fp16"), 128, 128)
+    res = simulate_sampled(sched, gpu, COMPILED)
+    exact = simulator.simulate(sched, gpu, options=COMPILED)
+    assert res.sampling.replayed_fraction == 1.0 and res == exact
+    monkeypatch.setattr(sampled, "DRIFT_TOLERANCE", 1.0)
+    extended = simulate_sampled(sched, gpu, COMPILED)
+    assert extended.sampling.replayed_fraction < 0.5
+    miss = 1 - extended.time_s / exact.time_s
+    assert miss > 0.01 and extended.sampling.time_error < miss  # the estimate falls short too
 
 
 def test_a_whole_trace_samples_as_its_schedule_does():
