@@ -26,8 +26,11 @@ sees. Where the L2 is not full at the prefix's last checkpoint but would fill af
 dirty lines it would keep at the end are too uncertain (over ``L2_FILL_TOLERANCE`` of the HBM
 bytes), the kernel is replayed again with checkpoints from after the L2 has filled, or whole.
 Where the grid's footprint says so before any replay, and the second prefix would save too
-little, the kernel is replayed whole at once. The L2 contents a kernel leaves to the next are
-those after its replayed prefix.
+little, the kernel is replayed whole at once. A kernel whose steady waves' time drifts one way
+(each wave longer, or shorter, than the one before, beyond its class) by more than
+``DRIFT_TOLERANCE`` of the time over the waves left is replayed whole too: its state at the
+prefix's end is not the grid's. The L2 contents a kernel leaves to the next are those after
+its replayed prefix.
 """
 
 from __future__ import annotations
@@ -232,7 +235,6 @@ def simulate_sampled(
             if abs(ext.trend) <= DRIFT_TOLERANCE * out.time_s:
                 return out
             break  # the waves drift: extended, the grid would miss; replayed whole
-
         # again, checkpoints from a wave after the L2 has filled, at the rate it filled
         # between the checkpoints
         snaps, marks = probe.snaps, plan.marks
