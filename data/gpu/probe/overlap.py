@@ -567,26 +567,39 @@ def spans(name: str, doc: dict, programs: dict, model, iters: int = ITERS) -> li
     return [float(e) / iters for e in ends]
 
 
-def fit(doc: dict, sass_doc: dict, model) -> dict:
-    """Each ``FITS`` rate: the one (bisection, to 0.001) with which the replay under
-    ``model`` (its other interference rates off) gives the measured cycles per iteration of
-    the mixes named, averaged over them; and 0 for each ``EXCLUSIVE`` key."""
+def _rate(cycles, target: float) -> float:
+    """The interference rate (bisection over 0.001..1, to 1e-4) at which ``cycles(rate)``, a
+    replay that takes longer the smaller the rate, gives ``target`` cycles."""
+    lo, hi = 0.001, 1.0
+    while hi - lo > 1e-4:
+        r = (lo + hi) / 2
+        lo, hi = (r, hi) if cycles(r) > target else (lo, r)
+    return (lo + hi) / 2
+
+
+def _with_rate(model, key: str, rate: float, others: bool):
+    """``model`` with interference rate ``key`` set (``others``: keeping its other rates)."""
     import dataclasses
 
+    kept = dict(model.tensor_overlap) if others else {}
+    return dataclasses.replace(model, tensor_overlap={**kept, key: rate})
+
+
+def fit(doc: dict, sass_doc: dict, model) -> dict:
+    """Each ``FITS`` rate: the one with which the replay under ``model`` (its other
+    interference rates off) gives the measured cycles per iteration of the mixes named,
+    averaged over them, to 0.001; and 0 for each ``EXCLUSIVE`` key."""
     from flashio.simulator.sass import WarpProgram
 
     programs = {k: WarpProgram.from_json(v["loop"]) for k, v in sass_doc.items() if "loop" in v}
     measured = {k: v["median_cycles_per_iter"] for k, v in doc["results"].items()}
     out = {}
     for key, names in FITS.items():
-        rates = []
-        for name in names:
-            lo, hi = 0.001, 1.0
-            while hi - lo > 1e-4:
-                r = (lo + hi) / 2
-                m = dataclasses.replace(model, tensor_overlap={key: r})
-                lo, hi = (r, hi) if replayed(name, doc, programs, m) > measured[name] else (lo, r)
-            rates.append((lo + hi) / 2)
+        rates = [
+            _rate(lambda r, n=n, k=key: replayed(n, doc, programs, _with_rate(model, k, r, False)),
+                  measured[n])
+            for n in names
+        ]  # fmt: skip
         out[key] = round(sum(rates) / len(rates), 3)
     return {**out, **dict.fromkeys(EXCLUSIVE, 0.0)}
 
@@ -598,24 +611,17 @@ ROLE_FITS = {"hgmma/fma": (("split_ffma_c1", "split_ffma_c2", "split_ffma_c3"), 
 
 
 def fit_roles(doc: dict, programs: dict, model) -> dict:
-    """Each ``ROLE_FITS`` rate: the one (bisection, to 0.001) with which the replay under
-    ``model`` gives the measured span of the named warpgroup (``spans``; ``doc``: a run with
-    ``warpgroup_median_cycles_per_iter``), averaged over the kernels."""
-    import dataclasses
-
+    """Each ``ROLE_FITS`` rate: the one with which the replay under ``model`` gives the
+    measured span of the named warpgroup (``spans``; ``doc``: a run with
+    ``warpgroup_median_cycles_per_iter``), averaged over the kernels, to 0.001."""
     out = {}
     for key, (names, role) in ROLE_FITS.items():
-        rates = []
-        for name in names:
-            target = doc["results"][name]["warpgroup_median_cycles_per_iter"][role]
-            lo, hi = 0.001, 1.0
-            while hi - lo > 1e-4:
-                r = (lo + hi) / 2
-                m = dataclasses.replace(
-                    model, tensor_overlap={**dict(model.tensor_overlap), key: r}
-                )
-                lo, hi = (r, hi) if spans(name, doc, programs, m)[role] > target else (lo, r)
-            rates.append((lo + hi) / 2)
+        rates = [
+            _rate(lambda r, n=n, k=key, w=role: spans(n, doc, programs,
+                                                      _with_rate(model, k, r, True))[w],
+                  doc["results"][n]["warpgroup_median_cycles_per_iter"][role])
+            for n in names
+        ]  # fmt: skip
         out[key] = round(sum(rates) / len(rates), 3)
     return out
 
