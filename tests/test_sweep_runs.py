@@ -5,7 +5,7 @@ import pyarrow.parquet as pq
 
 import flashio
 from flashio.analysis.cli.main import main
-from flashio.analysis.explore import sweep
+from flashio.analysis.explore import sweep, sweep_files
 
 GRID = "sweep --seq-len 256 512 --heads 2 --schedule flash2 --schedule standard --sram-scale 0.5 1"
 
@@ -42,7 +42,7 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path, capsys, monkeyp
     monkeypatch.setattr(sweep, "simulate_point", interrupted)
     out = tmp_path / "resumed.csv"
     assert main([*GRID.split(), "--out", str(out)]) == 130  # interrupted: no CSV yet
-    assert not out.exists() and len(sweep.read_rows(tmp_path / "resumed.csv.partial")) == 3
+    assert not out.exists() and len(sweep_files.read_rows(tmp_path / "resumed.csv.partial")) == 3
     calls = []
     monkeypatch.setattr(sweep, "simulate_point", lambda p: calls.append(p) or real(p))
     capsys.readouterr()
@@ -68,8 +68,8 @@ def test_rows_read_back_equal_the_rows_written(tmp_path):
     points = sweep.sweep_points([flashio.load_gpu("h200")], ["flash2", "standard"], [shape],
                                 [(None, None), (64, 64)])  # fmt: skip
     rows = [sweep.simulate_point(p) for p in points]
-    sweep.write_csv(rows, tmp_path / "r.csv")
-    assert sweep.read_rows(tmp_path / "r.csv") == rows
+    sweep_files.write_csv(rows, tmp_path / "r.csv")
+    assert sweep_files.read_rows(tmp_path / "r.csv") == rows
 
 
 def test_several_scaled_resources_plot_time_against_each(tmp_path, capsys):
@@ -78,7 +78,7 @@ def test_several_scaled_resources_plot_time_against_each(tmp_path, capsys):
             "--sram-scale", "0.5", "1", "--l2-scale", "0.25", "1", "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
     assert out.with_suffix(".png").is_file()
-    rows = sweep.read_rows(out)
+    rows = sweep_files.read_rows(out)
     h200 = flashio.load_gpu("h200-measured")
     assert {r.l2_bytes for r in rows} == {h200.l2_bytes // 4, h200.l2_bytes}
     names = {"", "-sram0.5x", "-l2x0.25", "-sram0.5x-l2x0.25"}
@@ -90,7 +90,7 @@ def test_resuming_a_narrower_sweep_keeps_the_earlier_rows(tmp_path, capsys):
     assert main(["sweep", "--seq-len", "256", "--heads", "2", "--schedule", "flash2",
                  "--out", str(out), "--resume"]) == 0  # fmt: skip
     assert "8 kept from the earlier run" in capsys.readouterr().out
-    assert len(sweep.read_rows(out)) == 8
+    assert len(sweep_files.read_rows(out)) == 8
 
 
 def test_rows_record_the_mask_and_the_split_count(tmp_path, capsys):
@@ -100,12 +100,12 @@ def test_rows_record_the_mask_and_the_split_count(tmp_path, capsys):
     out = tmp_path / "w.csv"
     assert main([*base, "--window", "64", "--out", str(out)]) == 0
     assert main([*base, "--window", "400", "--out", str(out), "--resume"]) == 0
-    rows = {r.mask: r for r in sweep.read_rows(out)}  # the new grid's row, then the kept one
+    rows = {r.mask: r for r in sweep_files.read_rows(out)}  # the new grid's row, then the kept one
     assert sorted(rows) == ["window=400", "window=64"]
     assert rows["window=64"].global_bytes < rows["window=400"].global_bytes
     dec = "sweep --schedule flash_decode --seq-len 1 --kv-seq-len 8192 --heads 8".split()
     assert main([*dec, "--sm-scale", "0.25", "1", "--out", str(tmp_path / "d.csv")]) == 0
-    small, full = sweep.read_rows(tmp_path / "d.csv")
+    small, full = sweep_files.read_rows(tmp_path / "d.csv")
     assert "split_heuristic=1" in small.options and small.options != full.options
     assert (small.sm_count, full.sm_count) == (33, 132)
 
@@ -116,7 +116,7 @@ def test_pareto_front_keeps_the_gpus_nothing_beats(tmp_path, capsys):
     argv = "sweep --seq-len 2048 --heads 4 --schedule flash2 --hbm-scale 0.5 1 2 --sm-scale 0.5 1"
     assert main([*argv.split(), "--out", str(tmp_path / "p.csv")]) == 0
     assert "Pareto front, flash2 N=2048" in capsys.readouterr().out
-    rows = sweep.read_rows(tmp_path / "p.csv")
+    rows = sweep_files.read_rows(tmp_path / "p.csv")
     (front,) = sweep.pareto_front(rows).values()
 
     def beats(a, b):
@@ -137,11 +137,11 @@ def test_a_sampled_sweep_says_so_and_keeps_its_rows_apart(tmp_path, capsys):
     anew (the mode is part of a point's key)."""
     exact = _run(tmp_path, "exact")
     sampled = _run(tmp_path, "sampled", "--sampled")
-    rows_e, rows_s = sweep.read_rows(exact), sweep.read_rows(sampled)
+    rows_e, rows_s = sweep_files.read_rows(exact), sweep_files.read_rows(sampled)
     assert {r.mode for r in rows_e} == {"exact"} and {r.mode for r in rows_s} == {"sampled"}
     assert [r.time_s for r in rows_e] == [r.time_s for r in rows_s]
     both = _run(tmp_path, "exact", "--sampled", "--resume")  # the exact rows kept beside
-    assert {r.mode for r in sweep.read_rows(both)} == {"exact", "sampled"}
+    assert {r.mode for r in sweep_files.read_rows(both)} == {"exact", "sampled"}
 
 
 def test_a_sweep_prices_as_simulate_does_and_says_how(tmp_path, capsys):
@@ -155,7 +155,7 @@ def test_a_sweep_prices_as_simulate_does_and_says_how(tmp_path, capsys):
     out = tmp_path / "p.csv"
     grid = "sweep --seq-len 1024 --heads 2 --schedule flash2 --block 128 --sm-scale 0.25 1"
     assert main([*grid.split(), "--out", str(out)]) == 0
-    compiled = sweep.read_rows(out)
+    compiled = sweep_files.read_rows(out)
     assert [r.pricing for r in compiled] == ["compiled"] * 2
     assert all(r.compiled_kernels == "flash2_fwd" for r in compiled)
     base = flashio.load_gpu("h200-measured")
@@ -166,7 +166,7 @@ def test_a_sweep_prices_as_simulate_does_and_says_how(tmp_path, capsys):
         assert row.time_s == flashio.simulate(sched, gpu, options=COMPILED).time_s
         assert row.time_s != flashio.simulate(sched, gpu).time_s
     assert main([*grid.split(), "--out", str(out), "--pipe-rates", "--resume"]) == 0
-    rows = sweep.read_rows(out)
+    rows = sweep_files.read_rows(out)
     assert [r.pricing for r in rows] == ["pipe rates"] * 2 + ["compiled"] * 2
     assert rows[2:] == compiled and all(r.compiled_kernels == "" for r in rows[:2])
     assert "2 kept from the earlier run" in capsys.readouterr().out
@@ -181,17 +181,18 @@ def test_a_sweep_csv_of_an_earlier_flashio_reads_as_priced_at_the_pipe_rates(tmp
     (p,) = sweep.sweep_points([flashio.load_gpu("h200")], ["flash2"], [shape], [(64, 64)])
     row = sweep.simulate_point(p)
     path = tmp_path / "old.csv"
-    sweep.write_csv([row], path)
+    sweep_files.write_csv([row], path)
     with path.open(newline="") as f:
         (d,) = list(csv.DictReader(f))
-    old = {k: v for k, v in d.items() if k not in sweep.LEGACY_COLUMNS}
+    old = {k: v for k, v in d.items() if k not in sweep_files.LEGACY_COLUMNS}
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(old))
         w.writeheader()
         w.writerow(old)
-    (back,) = sweep.read_rows(path)
+    (back,) = sweep_files.read_rows(path)
     assert back == row and back.pricing == "pipe rates"
-    assert sweep.row_key(old) == p.key() != sweep.row_key({**old, "pricing": "compiled"})
+    compiled = {**old, "pricing": "compiled"}
+    assert sweep_files.row_key(old) == p.key() != sweep_files.row_key(compiled)
 
 
 def test_a_resumed_sweep_keeps_an_old_partial_file_one_csv(tmp_path, capsys, monkeypatch):
@@ -205,7 +206,7 @@ def test_a_resumed_sweep_keeps_an_old_partial_file_one_csv(tmp_path, capsys, mon
     assert main([*grid.split(), "--pipe-rates", "--out", str(out)]) == 0
     with out.open(newline="") as f:
         first = next(csv.DictReader(f))
-    old = {k: v for k, v in first.items() if k not in sweep.LEGACY_COLUMNS}
+    old = {k: v for k, v in first.items() if k not in sweep_files.LEGACY_COLUMNS}
     partial = tmp_path / "r.csv.partial"
     with partial.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(old))
@@ -222,10 +223,10 @@ def test_a_resumed_sweep_keeps_an_old_partial_file_one_csv(tmp_path, capsys, mon
 
     monkeypatch.setattr(sweep, "simulate_point", interrupted)
     assert main([*grid.split(), "--pipe-rates", "--out", str(out), "--resume"]) == 130
-    kept = sweep.read_rows(partial)  # the earlier row and the new one, in one CSV
+    kept = sweep_files.read_rows(partial)  # the earlier row and the new one, in one CSV
     assert len(kept) == 2 and [r.pricing for r in kept] == ["pipe rates"] * 2
     monkeypatch.setattr(sweep, "simulate_point", real)
     capsys.readouterr()
     assert main([*grid.split(), "--pipe-rates", "--out", str(out), "--resume"]) == 0
     assert "2 kept from the earlier run" in capsys.readouterr().out
-    assert len(sweep.read_rows(out)) == 3 and not partial.exists()
+    assert len(sweep_files.read_rows(out)) == 3 and not partial.exists()

@@ -69,6 +69,7 @@ def _normalise(a) -> None:
 def cmd_sweep(a) -> int:
     _normalise(a)
     from flashio.analysis.explore import sweep
+    from flashio.analysis.explore import sweep_files as files
     from flashio.analysis.present import plots
 
     if Path(a.out).is_dir():
@@ -86,9 +87,9 @@ def cmd_sweep(a) -> int:
     partial = out.with_name(out.name + ".partial")  # each point as it finishes, for --resume
     old = {}
     if a.resume:
-        old = {sweep.row_key(asdict(r)): r for f in (out, partial) for r in sweep.read_rows(f)}
+        old = {files.row_key(asdict(r)): r for f in (out, partial) for r in files.read_rows(f)}
         if partial.exists():  # an earlier flashio's columns: appended rows need this one's
-            sweep.write_csv(sweep.read_rows(partial), partial)
+            files.write_csv(files.read_rows(partial), partial)
     elif partial.exists():
         partial.unlink()  # a fresh sweep: an interrupted one's points are not reused
     mode = "sampled" if a.sampled else "exact"
@@ -96,10 +97,10 @@ def cmd_sweep(a) -> int:
     with _dask_client(a) as client:
         new = sweep.run_sweep(
             gpus, a.schedule, shapes, blocks, [a.warps], progress=None if a.json else _bar,
-            client=client, skip=frozenset(old), on_row=lambda r: sweep.append_csv(r, partial),
+            client=client, skip=frozenset(old), on_row=lambda r: files.append_csv(r, partial),
             mode=mode, compiled=a.compiled,
         )  # fmt: skip
-    by_key = old | {sweep.row_key(asdict(r)): r for r in new}
+    by_key = old | {files.row_key(asdict(r)): r for r in new}
     grid = [p.key() for p in points]
     # the grid's rows in its order, then any kept row of an earlier, wider sweep
     rows = [by_key[k] for k in grid] + [r for k, r in old.items() if k not in set(grid)]
@@ -132,10 +133,10 @@ def cmd_sweep(a) -> int:
             pictures.append(
                 plots.traffic_vs_n(series, "global traffic vs N", out.with_suffix(".png"))
             )
-    sweep.write_csv(rows, out)
+    files.write_csv(rows, out)
     parquet = out.with_suffix(".parquet")
     try:
-        sweep.write_parquet(rows, parquet)
+        files.write_parquet(rows, parquet)
     except simulator.UsageError as exc:  # no pyarrow: the CSV stands alone
         parquet = None
         if not a.json:

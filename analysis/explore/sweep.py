@@ -1,15 +1,14 @@
-"""Grids of simulations: GPUs (real or scaled) x schedules x shapes x tiles, as CSV rows."""
+"""Grids of simulations: GPUs (real or scaled) x schedules x shapes x tiles, as rows
+(``sweep_files`` writes and reads them)."""
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 from flashio import kernels, simulator
 from flashio.analysis.explore.comparison import result_figures
@@ -18,17 +17,14 @@ from flashio.kernels.registry import spec
 from flashio.simulator.simulate import cta_events_mean
 
 __all__ = [
+    "PRICING",
     "SweepPoint",
     "SweepRow",
-    "append_csv",
     "gpu_variants",
-    "read_rows",
-    "row_key",
+    "pareto_front",
     "run_sweep",
     "simulate_point",
     "sweep_points",
-    "write_csv",
-    "write_parquet",
 ]
 
 
@@ -68,8 +64,6 @@ class SweepRow:
 
 
 PRICING = {False: "pipe rates", True: "compiled"}
-# columns a sweep CSV of an earlier flashio lacks, and what its rows meant by them
-LEGACY_COLUMNS = {"pricing": PRICING[False], "compiled_kernels": ""}
 
 
 def gpu_variants(
@@ -191,15 +185,6 @@ def mask_text(shape: kernels.AttentionShape) -> str:
         digest = hashlib.sha1(pk.ids).hexdigest()[:12]
         parts.append(f"paged_kv={pk.page_size},{pk.num_pages},{digest}")
     return ";".join(parts)
-
-
-def row_key(row: dict) -> tuple:
-    """The key of a written row (CSV values are strings), comparable with ``SweepPoint.key``."""
-    causal = row["causal"] if isinstance(row["causal"], bool) else row["causal"] == "True"
-    return (row["gpu"], row["schedule"], int(row["batch"]), int(row["heads"]),
-            int(row["seq_len"]), int(row["head_dim"]), row["dtype"], causal, row["mask"],
-            int(row["block_q"]), int(row["block_kv"]), int(row["warps"]),
-            row["mode"], row.get("pricing", LEGACY_COLUMNS["pricing"]))  # fmt: skip
 
 
 def sweep_points(
@@ -343,60 +328,3 @@ def run_sweep(
     if progress:
         progress(len(points), len(points), "done")
     return rows
-
-
-def write_csv(rows: list[SweepRow], path: Path) -> None:
-    fields = list(SweepRow.__dataclass_fields__)
-    with simulator.atomic_write(path, newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        for r in rows:
-            w.writerow(asdict(r))
-
-
-def write_parquet(rows: list[SweepRow], path: Path) -> None:
-    """The rows as a Parquet table (pyarrow), whole or not at all."""
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise simulator.UsageError(
-            "Parquet output needs pyarrow: pip install 'flashio[sweep]'"
-        ) from None
-    fields = list(SweepRow.__dataclass_fields__)
-    table = pa.table({f: [getattr(r, f) for r in rows] for f in fields})
-    with simulator.atomic_write(path, "wb") as f:
-        pq.write_table(table, f)
-
-
-_CAST = {"int": int, "float": float, "str": str, "bool": lambda v: v == "True"}
-
-
-def read_rows(path: Path) -> list[SweepRow]:
-    """The rows of a sweep's CSV, or [] where there is none yet."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    fields = SweepRow.__dataclass_fields__
-    legacy = [f for f in fields if f not in LEGACY_COLUMNS]
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        header = list(reader.fieldnames or [])
-        if header not in (list(fields), legacy):
-            raise simulator.FileError(f"{path}: not a sweep CSV of this flashio (other columns)")
-        return [
-            SweepRow(**{**LEGACY_COLUMNS, **{k: _CAST[fields[k].type](v) for k, v in d.items()}})
-            for d in reader
-        ]
-
-
-def append_csv(row: SweepRow, path: Path) -> None:
-    """Append one row to ``path`` (the header first when the file is new): a sweep saves each
-    point as it finishes, so that an interrupted one resumes where it stopped."""
-    new = not path.exists()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(SweepRow.__dataclass_fields__))
-        if new:
-            w.writeheader()
-        w.writerow(asdict(row))
