@@ -1,5 +1,5 @@
 """Instruction census of other implementations' kernels, from the SASS listings measured with
-them (``benchmarks/impl_measure.py --mode sass``, committed under data/impl/sass/).
+them (``python -m benchmarks.impl_measure --mode sass``, committed under data/impl/sass/).
 
 Each listing's main loop becomes a warp program (simulator.sass_paths.program) in
 data/sass/<impl>.json.gz, keyed like this project's census by the trace kernel the simulator

@@ -43,7 +43,7 @@ code: the error a user gets at a tiling never compiled (``report()["written"]``)
   ``hopper.bwd_description`` of each build.
 
 - ``pytorch``: PyTorch's eager attention (``softmax(q @ k^T * scale) @ v``, masked_fill when
-  causal; benchmarks/impl_measure.py's ``torch_eager``), the sum of every kernel the call
+  causal; benchmarks/impl_measure/setups.py's ``torch_eager``), the sum of every kernel the call
   launched, against ``standard`` with the ``pytorch`` preset: ``unfused=1``, eager PyTorch's
   kernels (kernels/_standard_unfused.py), its elementwise and row-softmax kernels priced by
   their machine code from libtorch_cuda.so (data/sass/pytorch.json.gz), cuBLAS's GEMMs (closed

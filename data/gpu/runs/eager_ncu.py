@@ -1,4 +1,4 @@
-"""Launch PyTorch's eager attention (benchmarks/impl_measure.py's ``torch_eager``: S = Q K^T
+"""Launch PyTorch's eager attention (benchmarks/impl_measure/setups.py's ``torch_eager``: S = Q K^T
 * scale, masked_fill when causal, softmax, P V) for Nsight Compute: bf16, B = 1, H = 16,
 d = 64, N = 1024, 2048, 4096 and 8192 (4096 causal too), once to warm up and once to be
 profiled. Run under data/gpu/runs/eager_run.sh; prints one line per profiled call."""

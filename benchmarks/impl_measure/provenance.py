@@ -1,0 +1,83 @@
+"""Provenance of a run: GPU, driver, library versions, the command, the sources' hashes."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.impl_measure.resources import cuobjdump_path
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _driver_version():
+    try:
+        import ctypes
+
+        lib, v = ctypes.CDLL("libcuda.so.1"), ctypes.c_int(0)
+        return v.value if lib.cuDriverGetVersion(ctypes.byref(v)) == 0 else None
+    except OSError:
+        return None
+
+
+def command_line() -> str:
+    """gpu_measure's: this process's command, the script named relative to the repository."""
+    try:
+        from benchmarks.gpu_measure import command_line as gm_command_line
+
+        return gm_command_line()
+    except ImportError:
+        root, script = Path(__file__).resolve().parents[2], Path(sys.argv[0]).resolve()
+        rel = script.relative_to(root) if script.is_relative_to(root) else script
+        return " ".join([str(rel), *sys.argv[1:]])
+
+
+def provenance() -> dict:
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    here = Path(__file__).resolve().parents[1]  # benchmarks/
+    info = {
+        "gpu": props.name,
+        "compute_capability": f"{props.major}.{props.minor}",
+        "sm_count": props.multi_processor_count,
+        "l2_bytes": getattr(props, "L2_cache_size", None),
+        "smem_optin_bytes": getattr(props, "shared_memory_per_block_optin", None),
+        "total_memory_bytes": props.total_memory,
+        "cuda_driver_version": _driver_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "python": sys.version.split()[0],
+        "command": command_line(),
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "python_sources_sha256": {
+            # this package's modules (impl_measure/*.py) and triton_attention.py
+            str(p.relative_to(here)): _sha256(p)
+            for p in (*sorted((here / "impl_measure").glob("*.py")), here / "triton_attention.py")
+        },
+    }
+    for mod in ("triton", "cupy"):
+        try:
+            info[mod] = __import__(mod).__version__
+        except Exception as e:
+            info[mod] = f"unavailable: {type(e).__name__}"
+    for key, cmd in {
+        "nvidia_smi": [
+            "nvidia-smi",
+            "--query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit",
+            "--format=csv,noheader",
+        ],
+        "cuobjdump": [cuobjdump_path() or "cuobjdump", "--version"],
+        "git_head": ["git", "rev-parse", "HEAD"],
+    }.items():
+        try:
+            info[key] = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError) as e:
+            info[key] = f"unavailable: {e}"
+    return info
