@@ -535,3 +535,29 @@ def test_compiled_search_keeps_the_rules_blocks_at_the_pipe_rates():
     gpu = simulator.load_gpu("h200-measured")
     header = cli.search_text(res, shape, "flash2", gpu, 0, compiled=True).splitlines()[1]
     assert header.endswith("main loop, the rule's blocks without one at the pipe rates)")
+
+
+def test_search_names_the_tilings_too_close_to_call():
+    """Priced tilings predicted within 5% of the fastest are named beside it (the validation's
+    criterion for the model's pick); lower bounds and slower tilings are not, and a fastest
+    that is itself a lower bound names none."""
+    from flashio.analysis.explore.search import TileResult
+
+    def tile(bq, bk, time_s, rank, priced_by="compiled"):
+        return TileResult(
+            block_q=bq, block_kv=bk, warps=4, rule="", error="", events=1, kernel="flash2_fwd",
+            smem_bytes=0, regs_per_thread=128, spilled_regs_per_thread=0, ctas=1024,
+            ctas_per_sm=2, waves=4, resident_warps_per_sm=8.0, time_s=time_s, global_bytes=1,
+            hbm_bytes=1, bound="compute", rank_time=rank, rank_hbm=1, slowdown=1.0, why="",
+            priced_by=priced_by,
+        )  # fmt: skip
+
+    res = [tile(128, 64, 1.00, 1), tile(64, 64, 1.04, 2), tile(128, 32, 1.06, 3),
+           tile(64, 32, 0.90, 4, "written, would spill")]  # fmt: skip
+    notes = " ".join(search_notes(res))
+    assert "Within 5% of it: 64 x 64, 4 warps (+4.0%)." in notes
+    assert "128 x 32, 4 warps (+" not in notes and "64 x 32, 4 warps (+" not in notes
+    alone = " ".join(search_notes([tile(128, 64, 1.0, 1), tile(64, 64, 1.2, 2)]))
+    assert "Within 5%" not in alone
+    bound = [tile(128, 64, 1.0, 1, "pipe rates (no kernel)"), tile(64, 64, 1.01, 2)]
+    assert "Within 5%" not in " ".join(search_notes(bound))

@@ -63,6 +63,24 @@ def bound_only(r) -> bool:
     return issue.would_spill(r.priced_by) or _piped(r)
 
 
+# how close to the fastest a tiling's predicted time must be to count as a tie: the criterion
+# the validation judges the model's pick by (docs/validation.md, "By implementation")
+NEAR_BEST = 0.05
+
+
+def _near_best(ok: list, best) -> list:
+    """The priced tilings other than ``best`` predicted within ``NEAR_BEST`` of its time, in
+    order (lower bounds left out: their times are not predictions; none where ``best`` is one)."""
+    if bound_only(best):
+        return []
+    near = [
+        r
+        for r in ok
+        if r is not best and not bound_only(r) and r.time_s <= (1 + NEAR_BEST) * best.time_s
+    ]
+    return sorted(near, key=lambda r: r.rank_time)
+
+
 def _label(r) -> str:
     return f"{r.block_q} x {r.block_kv}, {r.warps} warps"
 
@@ -76,6 +94,14 @@ def search_notes(results: list) -> tuple[str, ...]:
         return (f"No tiling fits: {first}",)
     best = min(ok, key=lambda r: r.rank_time)
     out = [f"Fastest: {_label(best)}, {best.time_s * 1e6:.1f} us, {best.bound}-bound."]
+    near = _near_best(ok, best)
+    if near:
+        out.append(
+            f"Within {NEAR_BEST:.0%} of it: "
+            + ", ".join(f"{_label(r)} (+{r.time_s / best.time_s - 1:.1%})" for r in near)
+            + ". That is closer than the model orders tilings reliably (docs/validation.md, "
+            '"By implementation"): time them beside it on the GPU.'
+        )
     bounds = [r for r in ok if issue.would_spill(r.priced_by)]
     piped = [r for r in ok if _piped(r)]
     if piped:
