@@ -579,3 +579,20 @@ def test_the_ranking_s_reasons_are_cut_to_a_terminal_s_width():
     short = _why_cell("no kernel: at the pipe rates; global traffic x1.97; 4 waves vs 2")
     assert short == "no kernel: at the pipe rates; global traffic x1.97; 4 waves vs 2"
     assert len(short) <= WHY_WIDTH
+
+
+def test_search_counts_the_near_ties_beyond_the_first_four():
+    from flashio.analysis.explore.search import TileResult
+
+    def tile(bk, time_s, rank):
+        return TileResult(
+            block_q=128, block_kv=bk, warps=4, rule="", error="", events=1, kernel="flash2_fwd",
+            smem_bytes=0, regs_per_thread=128, spilled_regs_per_thread=0, ctas=1024,
+            ctas_per_sm=2, waves=4, resident_warps_per_sm=8.0, time_s=time_s, global_bytes=1,
+            hbm_bytes=1, bound="compute", rank_time=rank, rank_hbm=1, slowdown=1.0, why="",
+            priced_by="compiled",
+        )  # fmt: skip
+
+    res = [tile(16 * (k + 1), 1.0 + 0.005 * k, k + 1) for k in range(7)]
+    notes = " ".join(search_notes(res))
+    assert "128 x 80, 4 warps (+2.0%) and 2 more." in notes

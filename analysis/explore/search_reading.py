@@ -66,6 +66,7 @@ def bound_only(r) -> bool:
 # how close to the fastest a tiling's predicted time must be to count as a tie: the criterion
 # the validation judges the model's pick by (docs/validation.md, "By implementation")
 NEAR_BEST = 0.05
+NEAR_NAMED = 4  # the closest named; the rest counted
 
 
 def _near_best(ok: list, best) -> list:
@@ -96,11 +97,12 @@ def search_notes(results: list) -> tuple[str, ...]:
     out = [f"Fastest: {_label(best)}, {best.time_s * 1e6:.1f} us, {best.bound}-bound."]
     near = _near_best(ok, best)
     if near:
+        named = [f"{_label(r)} (+{r.time_s / best.time_s - 1:.1%})" for r in near[:NEAR_NAMED]]
+        more = f" and {len(near) - NEAR_NAMED} more" if len(near) > NEAR_NAMED else ""
         out.append(
-            f"Within {NEAR_BEST:.0%} of it: "
-            + ", ".join(f"{_label(r)} (+{r.time_s / best.time_s - 1:.1%})" for r in near)
-            + ". That is closer than the model orders tilings reliably (docs/validation.md, "
-            '"By implementation"): time them beside it on the GPU.'
+            f"Within {NEAR_BEST:.0%} of it: {', '.join(named)}{more}. That is closer than the "
+            'model orders tilings reliably (docs/validation.md, "By implementation"): time them '
+            "beside it on the GPU."
         )
     bounds = [r for r in ok if issue.would_spill(r.priced_by)]
     piped = [r for r in ok if _piped(r)]
