@@ -281,6 +281,25 @@ ALU_STEP["ex2_ind_three"] = (
     'max.f32 %2, %2, %6; }" : "+f"(x[k]), "+f"(c[k][0]), "+f"(c[k][3]) '
     ': "f"(-x[k]), "f"(0.9999f), "f"(1e-4f), "f"(1e-7f));'
 )
+# an exponential whose source the next instruction overwrites (x = x * a + b after ex2(x)):
+# where ptxas keeps x in one register, the FFMA waits on the MUFU's read barrier, so one
+# chain times that barrier's release with the XU mostly idle (run 15)
+ALU_STEP["ex2_war"] = (
+    'asm volatile("{ .reg .f32 t; ex2.approx.ftz.f32 t, %0; fma.rn.f32 %0, %0, %2, %3; '
+    'add.rn.f32 %1, %1, t; }" : "+f"(x[k]), "+f"(c[k][0]) : "f"(0.9999f), "f"(1e-4f));'
+)
+# and with a second FFMA on x, so that one chain's step (the read barrier, then two FFMA)
+# takes longer than the XU needs for its exponential: the barrier's release at low load
+ALU_STEP["ex2_war2"] = (
+    'asm volatile("{ .reg .f32 t; ex2.approx.ftz.f32 t, %0; fma.rn.f32 %0, %0, %2, %3; '
+    'fma.rn.f32 %0, %0, %2, %3; add.rn.f32 %1, %1, t; }" '
+    ': "+f"(x[k]), "+f"(c[k][0]) : "f"(0.9999f), "f"(1e-4f));'
+)
+for _w, _cs in (("ex2_war", (1, 2, 4, 8)), ("ex2_war2", (1, 2))):
+    for _c in _cs:
+        _m = f"{_w}_n{_c}"
+        ALU_STEP[_m], CHAINS[_m], E[_m], SASS[_m] = ALU_STEP[_w], _c, 128, "MUFU.EX2"
+        KERNELS[f"{_m}_1wg"] = ((), (1,), _m)
 for _m in ("ex2_ind_ffma", "ex2_ind_fmnmx", "ex2_ind_three"):
     E[_m], SASS[_m] = 128, "MUFU.EX2"
     KERNELS[f"{_m}_1wg"] = ((), (1,), _m)
