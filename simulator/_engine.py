@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from flashio.simulator._cpu_prefetch import prefetch_ahead
-from flashio.simulator._l2 import access, held_bytes
+from flashio.simulator._l2 import HOT, access, held_bytes
 from flashio.simulator.trace import Op
 
 LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in Op)
@@ -106,7 +106,7 @@ Slots = namedtuple("Slots", "si sf units reg")
 Heap = namedtuple("Heap", "ht hs hm hn")
 
 
-@njit(inline="always", _nrt=False)
+@njit(inline="always", **HOT)
 def _less(t1, s1, t2, s2):
     # bitwise, not short-circuit: no branch to mispredict (keys are in no predictable order)
     return (t1 < t2) | ((t1 == t2) & (s1 < s2))
@@ -116,13 +116,13 @@ ARITY = 4  # children per heap node: a shallower heap, fewer unpredictable branc
 NO_SLOT = 1 << 62  # slot number of an empty key (sorts after every slot)
 
 
-@njit(inline="always", _nrt=False)
+@njit(inline="always", **HOT)
 def _earlier(i, j, ht, hs):
     """Whichever of heap positions i and j holds the earlier key (a select, not a branch)."""
     return i if _less(ht[i], hs[i], ht[j], hs[j]) else j
 
 
-@njit(_nrt=False)
+@njit(**HOT)
 def _sift_down(ht, hs, hm, n, i):
     """Restore the heap below position i after its key grew: the earliest child moves up into
     the hole until the sinking key is earlier than every child. Keys sink nearly to the bottom
@@ -148,7 +148,7 @@ def _sift_down(ht, hs, hm, n, i):
     ht[i], hs[i], hm[i] = t, s, sm
 
 
-@njit(inline="always", _nrt=False)
+@njit(inline="always", **HOT)
 def _wait(ht, hs, hm, n, ev, si, sf, s, t, lt, ls):
     """CTA s stops at time t for an earlier CTA. If none is on its own SM (it stays the SM's
     earliest), the SM's key grows to (t, s) and it sinks in the heap."""
@@ -159,7 +159,7 @@ def _wait(ht, hs, hm, n, ev, si, sf, s, t, lt, ls):
         _sift_down(ht, hs, hm, n, 0)
 
 
-@njit(inline="always", _nrt=False)
+@njit(inline="always", **HOT)
 def _stop(si, sf, s, ptr, ready, stores):
     """Write back the state a running CTA keeps in locals."""
     si[s, S_PTR] = ptr
@@ -167,7 +167,7 @@ def _stop(si, sf, s, ptr, ready, stores):
     sf[s, F_STORES] = stores
 
 
-@njit(_nrt=False)
+@njit(**HOT)
 def _start_cta(s, c, t, si, sf, cta_off, win_c0, lead=0.0):
     """Slot s takes CTA c at time t; its first event issues ``lead`` later (its prologue)."""
     si[s, S_CTA] = c
@@ -186,7 +186,7 @@ def _start_cta(s, c, t, si, sf, cta_off, win_c0, lead=0.0):
     sf[s, F_READY_NEXT] = t + lead
 
 
-@njit(inline="always", _nrt=False)
+@njit(inline="always", **HOT)
 def _next_step_loads(ev, ptr, end, step):
     """The LOAD events that open the outer-loop step after ``step``: (lo, hi) indices into
     ``ev`` (hi == lo: none). The next step is that of the first later event whose step differs
@@ -203,7 +203,7 @@ def _next_step_loads(ev, ptr, end, step):
     return i, j
 
 
-@njit(inline="always", _nrt=False)
+@njit(inline="always", **HOT)
 def _request(mem, cfg, port, op, tensor, offset, rows, row_bytes, stride, nbytes, t):
     """One LOAD/STORE/REDUCE issued at ``t`` by an SM whose memory path is the server ``port``
     (a one-element view): counts its bytes, runs it through the L2 and the bandwidth servers of
@@ -247,7 +247,7 @@ def _request(mem, cfg, port, op, tensor, offset, rows, row_bytes, stride, nbytes
     return done
 
 
-@njit(_nrt=False)
+@njit(**HOT)
 def _sample_memory(mem, span, c):
     """The memory system as CTA ``c`` ends (timeline columns 3-5): HBM bytes moved so far in
     the run, bytes the L2 holds, and how many of them are dirty."""
@@ -259,7 +259,7 @@ def _sample_memory(mem, span, c):
         span[c, 4], span[c, 5] = held_bytes(mem.l2)
 
 
-@njit(_nrt=False)
+@njit(**HOT)
 def _dispatch(s, c, t, si, sf, cta_off, win_c0, lead, reg, kern, mem):
     """Slot s takes CTA c (the next in order) at time t; if c is the next marked CTA, the memory
     system is checkpointed first."""
@@ -279,7 +279,7 @@ def _dispatch(s, c, t, si, sf, cta_off, win_c0, lead, reg, kern, mem):
     reg[R_NEXT] = c + 1
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@njit(cache=True, nogil=True, **HOT)
 def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
     """Replay until the kernel ends (returns 0) or a slot needs a CTA beyond the loaded window
     (returns 1; ``reg[R_PENDING]`` holds the slot, whose SM stays at the heap's root).
