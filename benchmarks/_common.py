@@ -1,4 +1,5 @@
-"""Shared helpers of the benchmarks: run one measurement in a fresh process for its peak RSS."""
+"""Shared helpers of the benchmarks: run one measurement in a fresh process for its peak RSS;
+the GPU machine's tool versions for a run's provenance."""
 
 from __future__ import annotations
 
@@ -19,3 +20,25 @@ def run_isolated(module: str, *args: str) -> dict:
         [sys.executable, "-m", module, *args], check=True, capture_output=True, text=True
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def tool_versions(tools: dict[str, list[str]]) -> dict[str, str]:
+    """What nvidia-smi says of the GPU, the checkout's git HEAD and each of ``tools`` (key ->
+    command line) prints, for a measurement's provenance; "unavailable: ..." where a command
+    cannot run."""
+    commands = {
+        "nvidia_smi": [
+            "nvidia-smi",
+            "--query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit",
+            "--format=csv,noheader",
+        ],
+        **tools,
+        "git_head": ["git", "rev-parse", "HEAD"],
+    }
+    info = {}
+    for key, cmd in commands.items():
+        try:
+            info[key] = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError) as e:
+            info[key] = f"unavailable: {e}"
+    return info

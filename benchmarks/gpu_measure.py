@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks._common import tool_versions
 from flashio import kernels
 from flashio.kernels import gpu
 
@@ -88,19 +89,7 @@ def provenance() -> dict:
             for p in (Path(gpu.__file__), Path(__file__))
         },
     }
-    for key, cmd in {
-        "nvidia_smi": [
-            "nvidia-smi",
-            "--query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit",
-            "--format=csv,noheader",
-        ],
-        "nvcc": ["nvcc", "--version"],
-        "git_head": ["git", "rev-parse", "HEAD"],
-    }.items():
-        try:
-            info[key] = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
-        except (OSError, subprocess.SubprocessError) as e:
-            info[key] = f"unavailable: {e}"
+    info |= tool_versions({"nvcc": ["nvcc", "--version"]})
     try:
         import torch
 

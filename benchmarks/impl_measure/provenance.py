@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks._common import tool_versions
 from benchmarks.impl_measure.resources import cuobjdump_path
 
 
@@ -67,17 +67,5 @@ def provenance() -> dict:
             info[mod] = __import__(mod).__version__
         except Exception as e:
             info[mod] = f"unavailable: {type(e).__name__}"
-    for key, cmd in {
-        "nvidia_smi": [
-            "nvidia-smi",
-            "--query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit",
-            "--format=csv,noheader",
-        ],
-        "cuobjdump": [cuobjdump_path() or "cuobjdump", "--version"],
-        "git_head": ["git", "rev-parse", "HEAD"],
-    }.items():
-        try:
-            info[key] = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
-        except (OSError, subprocess.SubprocessError) as e:
-            info[key] = f"unavailable: {e}"
+    info |= tool_versions({"cuobjdump": [cuobjdump_path() or "cuobjdump", "--version"]})
     return info
