@@ -566,17 +566,17 @@ def test_search_names_the_tilings_too_close_to_call():
 def test_the_ranking_s_reasons_are_cut_to_a_terminal_s_width():
     """The table's last column keeps the first reasons that fit (never cutting inside
     parentheses) and says how many more --json has; a short reason is kept whole."""
-    from flashio.analysis.cli.tiling import WHY_WIDTH, _why_cell
+    from flashio.analysis.explore.search_reading import WHY_WIDTH, short_why
 
-    assert _why_cell("global traffic x1.97") == "global traffic x1.97"
+    assert short_why("global traffic x1.97") == "global traffic x1.97"
     why = (
         "7.8 resident warps/SM vs 8.0 (2 warps/CTA; grid of 512 CTAs fills 97% of the 528 "
         "slots); 678 regs/thread, 423 spilled to local memory; global traffic x1.97"
     )
-    cell = _why_cell(why)
+    cell = short_why(why)
     assert cell.startswith("7.8 resident warps/SM vs 8.0 (2 warps/CTA; grid of 512 CTAs")
     assert cell.endswith("528 slots); +2 more (--json)")
-    short = _why_cell("no kernel: at the pipe rates; global traffic x1.97; 4 waves vs 2")
+    short = short_why("no kernel: at the pipe rates; global traffic x1.97; 4 waves vs 2")
     assert short == "no kernel: at the pipe rates; global traffic x1.97; 4 waves vs 2"
     assert len(short) <= WHY_WIDTH
 

@@ -21,6 +21,7 @@ from flashio.analysis.explore.search import (
     search_notes,
     search_tiles,
 )
+from flashio.analysis.explore.search_reading import short_why
 from flashio.simulator import Space
 
 __all__ = ["add_tiling_command", "cmd_tiling", "main"]
@@ -220,29 +221,6 @@ def rule_text(rule: TilingRule) -> str:
     return "\n".join(lines)
 
 
-# the ranking's last column holds the first reasons that fit this many characters (--json
-# has them all), so that a row stays readable in a terminal
-WHY_WIDTH = 72
-
-
-def _why_cell(why: str) -> str:
-    """``why`` cut after the last of its reasons ("; "-separated, outside parentheses) that
-    fits ``WHY_WIDTH``, saying how many more there are."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(why):
-        depth += (ch == "(") - (ch == ")")
-        if depth == 0 and why.startswith("; ", i):
-            parts.append(why[start:i])
-            start = i + 2
-    parts.append(why[start:])
-    shown = parts[0]
-    for k, part in enumerate(parts[1:], start=1):
-        if len(shown) + 2 + len(part) > WHY_WIDTH:
-            return f"{shown}; +{len(parts) - k} more (--json)"
-        shown += "; " + part
-    return shown
-
-
 def search_text(
     results, shape, name, gpu, top: int, compiled: bool = False, left_out: int = 0,
     chosen: bool = True,
@@ -284,7 +262,7 @@ def search_text(
             f"{r.regs_per_thread}({r.spilled_regs_per_thread})",
         ]
         + ([r.priced_by] if compiled else [])
-        + [_why_cell(r.why)]
+        + [short_why(r.why)]
         for r in shown
     ]
     header += (["priced by"] if compiled else []) + ["why slower"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flashio.simulator import issue
 
-__all__ = ["bound_only", "search_notes", "why_slower"]
+__all__ = ["bound_only", "search_notes", "short_why", "why_slower"]
 
 
 def why_slower(r, best, sm_count: int, kv_seq_len: int) -> str:
@@ -50,6 +50,29 @@ def why_slower(r, best, sm_count: int, kv_seq_len: int) -> str:
         tile = f"{r.block_q}x{r.block_kv} tiles vs {best.block_q}x{best.block_kv}"
         return f"{alike}; {tile} ({r.warps} warps vs {best.warps})"
     return f"{alike}, same tiles; {r.warps} warps per CTA vs {best.warps}"
+
+
+# a ranking table's last column holds the first reasons that fit this many characters (--json
+# has them all), so that a row stays readable in a terminal
+WHY_WIDTH = 72
+
+
+def short_why(why: str) -> str:
+    """``why`` cut after the last of its reasons ("; "-separated, outside parentheses) that
+    fits ``WHY_WIDTH``, saying how many more there are."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(why):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and why.startswith("; ", i):
+            parts.append(why[start:i])
+            start = i + 2
+    parts.append(why[start:])
+    shown = parts[0]
+    for k, part in enumerate(parts[1:], start=1):
+        if len(shown) + 2 + len(part) > WHY_WIDTH:
+            return f"{shown}; +{len(parts) - k} more (--json)"
+        shown += "; " + part
+    return shown
 
 
 def _piped(r) -> bool:
