@@ -54,7 +54,14 @@ SASS = {"mufu": "MUFU.EX2", "ffma": "FFMA", "fmnmx": "FMNMX", "imad": "IMAD", "f
         "soft_nomax": "MUFU.EX2", "soft_noadd": "MUFU.EX2", "exp": "MUFU.EX2",
         "ex2_add": "MUFU.EX2", "soft_ind": "MUFU.EX2"}  # fmt: skip
 OPTIONS = ("-std=c++17", "-arch=sm_90a")
-THREADS = 256
+THREADS = 256  # a CTA's threads, or 384 where a kernel's roles name a third warpgroup
+MAX_THREADS = 384
+
+
+def threads(mma, alu) -> int:
+    """A kernel's threads: two warpgroups, or three where its roles name warpgroup 2."""
+    return MAX_THREADS if 2 in (*mma, *alu) else THREADS
+
 
 # name: (warpgroups with the mma role, warpgroups with the alu role, alu kind[, G])
 KERNELS = {
@@ -134,6 +141,22 @@ KERNELS = {
     "split_soft_ind": ((0,), (1,), "soft_ind"),
     "intra_soft_ind": ((0,), (0,), "soft_ind"),
     "both_soft_ind": ((0, 1), (0, 1), "soft_ind"),
+    # run 16, three warpgroups (384 threads): two warps of work beside one warp's wgmma on
+    # each SMSP, against one (split_*) and against the two alone. Does a math instruction
+    # beside wgmma hold back only its own warp's next one, or every warp's on the SMSP?
+    "ffma_c1_2wg": ((), (1, 2), "ffma_c1"),
+    "split2_ffma_c1": ((0,), (1, 2), "ffma_c1"),
+    "split2_ffma_c2": ((0,), (1, 2), "ffma_c2"),
+    "ffma_c3_2wg": ((), (1, 2), "ffma_c3"),
+    "split2_ffma_c3": ((0,), (1, 2), "ffma_c3"),
+    # twice the wgmma, so that the tensor pipe outlasts the FFMAs of one warp or of two
+    "mma_1wg_g32": ((0,), (), None, 32),
+    "split_ffma_c3_g32": ((0,), (1,), "ffma_c3", 32),
+    "split2_ffma_c3_g32": ((0,), (1, 2), "ffma_c3", 32),
+    "fmnmx_c1_2wg": ((), (1, 2), "fmnmx_c1"),
+    "split2_fmnmx_c1": ((0,), (1, 2), "fmnmx_c1"),
+    "soft_2wg": ((), (1, 2), "soft"),
+    "split2_soft": ((0,), (1, 2), "soft"),
 }
 # only the RS kernels declare their A fragments (the other kernels compile as in runs 1-9)
 RS_DECL = """\
@@ -458,8 +481,9 @@ def sources(only=None) -> dict[str, str]:
         out[name] = (
             KERNEL.replace("@ISSUE@", issue)
             .replace("@ALU_WORK@", ALU_WORK).replace("@WAIT@", "" if hmma else WAIT)
-            .replace("@H@", str(H)).replace("@NAME@", name).replace("@THREADS@", str(THREADS))
-            .replace("@WARPS@", str(THREADS // 32)).replace("@ITERS@", str(ITERS))
+            .replace("@H@", str(H)).replace("@NAME@", name)
+            .replace("@THREADS@", str(threads(mma, alu)))
+            .replace("@WARPS@", str(threads(mma, alu) // 32)).replace("@ITERS@", str(ITERS))
             .replace("@G@", str(g[0] if g else G)).replace("@E@", str(E.get(kind, 8)))
             .replace("@MMA_MASK@", _mask(mma)).replace("@ALU_MASK@", _mask(alu))
             .replace("@WGMMA@", _wgmma_rs_step() if name in RKERNELS else wgmma)
@@ -557,10 +581,11 @@ def roles(name: str, doc: dict) -> list[str]:
     mma warpgroup's and the alu warpgroup's (a split kernel), or its own loop twice."""
     kernels = {**doc["config"]["kernels"], **doc["config"]["hmma_kernels"],
                **doc["config"].get("rs_kernels", {})}  # fmt: skip
-    mma, alu, kind = kernels[name][:3]
+    mma, alu, kind, *g = kernels[name]
     if mma and alu and mma != alu:
-        tensor = {"h": "hmma_1wg", "r": "rmma_1wg"}.get(name[0], "mma_1wg")
-        return [tensor, f"{kind}_1wg"]
+        dense = "mma_1wg" if not g or g[0] == G else f"mma_1wg_g{g[0]}"
+        tensor = {"h": "hmma_1wg", "r": "rmma_1wg"}.get(name[0], dense)
+        return [tensor] + [f"{kind}_1wg"] * len(alu)
     return [name] * len(set(mma) | set(alu))
 
 
@@ -653,16 +678,18 @@ def run(out_dir: Path, only=None) -> dict:
     prov = provenance()
     census = check_sass(build(only))
     sms = cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
-    warps = THREADS // 32
-    cyc = cupy.zeros(2 * sms * warps, cupy.uint64)
-    sink = cupy.zeros(sms * THREADS, cupy.float32)
+    kernels = {**KERNELS, **HKERNELS, **RKERNELS}
+    cyc = cupy.zeros(2 * sms * MAX_THREADS // 32, cupy.uint64)
+    sink = cupy.zeros(sms * MAX_THREADS, cupy.float32)
     rows, results = [], {}
     for name, src in sources(only).items():
         fn = cupy.RawModule(code=src, options=OPTIONS).get_function(name)
+        n_threads = threads(*kernels[name][:2])
+        warps = n_threads // 32
         per_launch, per_wg = [], []
         for launch in range(LAUNCHES):
-            fn((sms,), (THREADS,), (cyc, sink, cupy.int32(0), cupy.uint32(launch + 1)))
-            c = cyc.get().reshape(sms, warps, 2).astype("int64")
+            fn((sms,), (n_threads,), (cyc, sink, cupy.int32(0), cupy.uint32(launch + 1)))
+            c = cyc.get()[: 2 * sms * warps].reshape(sms, warps, 2).astype("int64")
             per_cta = (c[:, :, 1].max(axis=1) - c[:, :, 0].min(axis=1)) / ITERS
             per_launch.append([float(v) for v in per_cta])
             # each warpgroup's own span: which role the other slows (the CTA's time is the
