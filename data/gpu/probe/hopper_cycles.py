@@ -12,6 +12,11 @@ cycles of each row of docs/validation.md's flashio-hopper family.
         python data/gpu/probe/hopper_cycles.py --order DIR/hopper_cycles_launches.json
 
 Writes the launch order (build, head dim, N, causal; two launches each) to --order.
+
+``--cta-cost``: instead, three builds (d = 128, 128x128 and 128x176 with both overlaps; d =
+64, 128x128 without) at N = 128 to 2816 (one to 22 steps a CTA) with as many heads as make
+the grid exactly one round of 132 CTAs, and ten rounds: cycles per round against steps give
+a CTA's fixed cost, and one round against ten the kernel's start against a CTA's.
 """
 
 from __future__ import annotations
@@ -31,6 +36,20 @@ from flashio.kernels import gpu, hopper
 
 SEQ_LENS = (1024, 2048, 4096, 8192, 16384)
 LAUNCHES = 2  # the first warms the caches and the clock; the second is read
+# --cta-cost: (head dim, block_kv, overlap) of 128-row builds; N (multiples of 128 whose tile
+# count divides 132); rounds of 132 CTAs
+CTA_COST_BUILDS = ((128, 128, "both"), (128, 176, "both"), (64, 128, "none"))
+CTA_COST_SEQ_LENS = (128, 256, 512, 1408, 2816)
+CTA_COST_ROUNDS = (1, 10)
+SMS = 132
+
+
+def cta_cost_shapes():
+    """(build, heads, N) of --cta-cost: heads x N / 128 = rounds x 132 CTAs."""
+    for d, bkv, overlap in CTA_COST_BUILDS:
+        for n in CTA_COST_SEQ_LENS:
+            for rounds in CTA_COST_ROUNDS:
+                yield (d, bkv, overlap), rounds * SMS * 128 // n, n
 
 
 def main(argv=None) -> None:
@@ -41,10 +60,30 @@ def main(argv=None) -> None:
     ap.add_argument("--head-dim", type=int, nargs="*", help="only these head dims")
     ap.add_argument("--seq-len", type=int, nargs="*", default=SEQ_LENS, help="only these N")
     ap.add_argument("--causal", choices=("no", "yes", "both"), default="both")
+    ap.add_argument("--cta-cost", action="store_true", help="the CTA fixed-cost shapes instead")
     args = ap.parse_args(argv)
     masks = {"no": (False,), "yes": (True,), "both": (False, True)}[args.causal]
     order = []
     rng = np.random.default_rng(0)
+    if args.cta_cost:
+        for (d, bkv, overlap), heads, n in cta_cost_shapes():
+            sh = kernels.AttentionShape(1, heads, n, d, "bf16")
+            impl = hopper.description(128, overlap, 2, False)
+            sched = kernels.Schedule("flash2", sh, 128, bkv, 12, impl=impl)
+            comp = gpu.compile_schedule(sched)
+            x = rng.standard_normal((3, 1, heads, n, d)).astype(np.float32)
+            bits = [cupy.asarray(a.view(np.uint32) >> 16).astype(cupy.uint16) for a in x]
+            bufs = comp.alloc(*bits)
+            for _ in range(LAUNCHES):
+                comp.launch(bufs)
+            cupy.cuda.runtime.deviceSynchronize()
+            order.append({"block_q": 128, "block_kv": bkv, "overlap": overlap, "stages": 2,
+                          "head_dim": d, "heads": heads, "seq_len": n, "causal": False,
+                          "launches": LAUNCHES})  # fmt: skip
+            del bufs
+            cupy.get_default_memory_pool().free_all_blocks()
+        args.order.write_text(json.dumps({"launches": order}, indent=1))
+        return
     for b in (v for v in VARIANTS if not v.persistent):
         for d in (d for d in b.dims if not args.head_dim or d in args.head_dim):
             for causal in masks:

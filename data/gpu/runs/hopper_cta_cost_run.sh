@@ -1,0 +1,15 @@
+#!/bin/bash
+# One device call: three builds of the Hopper forward at N = 128..2816 with one round of 132
+# CTAs and ten (data/gpu/probe/hopper_cycles.py --cta-cost), each launched alone under Nsight
+# Compute: cycles per round against steps give a CTA's fixed cost. Run from the repository
+# root. Writes $OUT/hopper_cta_cost_ncu.csv, $OUT/hopper_cta_cost_launches.json, the log.
+export PYTHONUNBUFFERED=1 PYTHONPATH=.
+python3 -m pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
+L=$OUT/hopper_cta_cost.log
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv > $L
+M=gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__cycles_elapsed.max
+timeout 400 ncu --clock-control none --print-units base --csv \
+  --log-file $OUT/hopper_cta_cost_ncu.csv --metrics $M -k regex:hopper_fwd \
+  python3 data/gpu/probe/hopper_cycles.py --cta-cost --order $OUT/hopper_cta_cost_launches.json >> $L 2>&1
+echo "ncu rc=$?" >> $L
+nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader >> $L
