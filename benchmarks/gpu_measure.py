@@ -28,11 +28,8 @@ import argparse
 import csv
 import datetime
 import hashlib
-import itertools
 import json
 import math
-import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,17 +37,29 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._common import tool_versions
+from benchmarks.gpu_timing import _timed, ceilings, n_sets_for, time_events
+from benchmarks.measure_grids import (  # noqa: F401 (re-exported: tests and probes read them)
+    BATCH_HEADS,
+    BWD_TILES,
+    FWD_TILES,
+    HELDOUT_TILES,
+    SEARCH_SHAPES,
+    SEARCH_TILES,
+    SEQ_LENS,
+    SMS,
+    STD_MAX_S_BYTES,
+    STD_TILES,
+    UNSEEN_SHAPES,
+    UNSEEN_TILES,
+    grid,
+    heldout_grid,
+    search_grid,
+    unseen_grid,
+)
+from benchmarks.ptxas import parse_ptxas, ptxas_report  # noqa: F401 (re-exported)
 from flashio import kernels
 from flashio.kernels import gpu
 
-SMS = 132  # H200 multiprocessors; (batch, heads) pairs below and above one CTA per SM at N=512
-BATCH_HEADS = ((1, 8), (4, 16))
-SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
-# (head_dim, block_q, block_kv, warps) per schedule
-FWD_TILES = {64: ((128, 128, 8), (64, 64, 4)), 128: ((128, 64, 8), (128, 128, 8))}
-BWD_TILES = {64: ((64, 64, 4),), 128: ((64, 64, 4),)}
-STD_TILES = {64: ((128, 128, 8),), 128: ((128, 64, 8),)}
-STD_MAX_S_BYTES = 8 << 30  # standard attention only where S (and P) fit in 8 GiB each
 NCU_METRICS = (
     "l1tex__m_xbar2l1tex_read_bytes.sum,l1tex__m_l1tex2xbar_write_bytes.sum,dram__bytes_read.sum,"
     "dram__bytes_write.sum,lts__t_bytes.sum,gpu__time_duration.sum"
@@ -97,197 +106,6 @@ def provenance() -> dict:
     except ImportError:
         info["torch"] = None
     return info
-
-
-def time_events(run, n_sets: int, reps: int, n_events: int = 2, warmup: int = 3):
-    """Median/min/max milliseconds of ``run(set_index, events)`` over ``reps`` calls; with more
-    than two events also the median of each consecutive interval (per-kernel times)."""
-    import cupy
-
-    for i in range(warmup):
-        run(i % n_sets, None)
-    cupy.cuda.get_current_stream().synchronize()
-    samples = []
-    for i in range(reps):
-        ev = [cupy.cuda.Event() for _ in range(n_events)]
-        run(i % n_sets, ev)
-        ev[-1].synchronize()
-        samples.append([cupy.cuda.get_elapsed_time(a, b) for a, b in itertools.pairwise(ev)])
-    s = np.array(samples)
-    total = s.sum(axis=1)
-    return {
-        "median_ms": float(np.median(total)),
-        "min_ms": float(total.min()),
-        "max_ms": float(total.max()),
-        "reps": reps,
-        "parts_median_ms": [float(x) for x in np.median(s, axis=0)],
-    }
-
-
-def n_sets_for(set_bytes: int, l2_bytes: int) -> int:
-    return max(3, min(64, math.ceil(3 * l2_bytes / max(set_bytes, 1))))
-
-
-def ceilings(reps: int) -> dict:
-    """Copy bandwidth (bytes read + written) and bf16 GEMM rate on random data."""
-    import cupy
-
-    n = 1 << 30  # 1 GiB per buffer
-    src, dst = cupy.random.random(n // 4, dtype=cupy.float32), cupy.empty(n // 4, cupy.float32)
-    t = time_events(lambda i, ev: _timed(ev, lambda: cupy.copyto(dst, src)), 1, reps)
-    out = {"copy_bytes": 2 * n, "copy_median_ms": t["median_ms"]}
-    out["copy_bytes_per_s"] = 2 * n / (t["median_ms"] * 1e-3)
-    try:
-        import torch
-
-        m = 8192
-        a, b = (torch.randn(m, m, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        t = time_events(lambda i, ev: _timed(ev, lambda: a @ b), 1, reps)
-        out.update(gemm_m=m, gemm_median_ms=t["median_ms"])
-        out["gemm_bf16_flops_per_s"] = 2 * m**3 / (t["median_ms"] * 1e-3)
-    except ImportError:
-        pass
-    return out
-
-
-def _timed(ev, fn):
-    if ev is not None:
-        ev[0].record()
-    fn()
-    if ev is not None:
-        ev[-1].record()
-
-
-def parse_ptxas(log: str) -> dict:
-    """Registers, stack and spill bytes per entry function from a ptxas -v log."""
-    out, fn = {}, None
-    for line in log.splitlines():
-        if m := re.search(r"Compiling entry function '(\w+)'", line):
-            fn = m.group(1)
-        elif fn and (
-            m := re.search(
-                r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads",
-                line,
-            )
-        ):
-            out.setdefault(fn, {}).update(
-                stack_bytes=int(m[1]), spill_store_bytes=int(m[2]), spill_load_bytes=int(m[3])
-            )
-        elif fn and (m := re.search(r"Used (\d+) registers", line)):
-            out.setdefault(fn, {})["registers"] = int(m[1])
-    return out
-
-
-def ptxas_report(sched) -> dict:
-    """Registers, spills and stack per function, from ptxas -v run two ways with the runner's
-    source and defines: by NVRTC (the compiler CuPy uses; the build that ran) and by nvcc
-    (the two front ends were seen to allocate registers differently)."""
-    opts = [*gpu.compile_options(gpu.defines(sched)), "--gpu-architecture=sm_90"]
-    rep = {"nvrtc_options": opts}
-    try:
-        from cupy_backends.cuda.libs import nvrtc
-
-        prog = nvrtc.createProgram(gpu.source(sched), "kernel.cu", (), ())
-        try:
-            nvrtc.compileProgram(prog, [*opts, "--ptxas-options=-v"])
-            rep["nvrtc"] = parse_ptxas(nvrtc.getProgramLog(prog))
-        finally:
-            nvrtc.destroyProgram(prog)
-    except Exception as e:  # the report is auxiliary: keep measuring
-        rep["nvrtc_error"] = f"{type(e).__name__}: {e}"
-    src = gpu.CUDA_DIR / gpu._SOURCES[sched.name]
-    defs = [f"-D{k}={v}" for k, v in gpu.defines(sched)]
-    cmd = ["nvcc", "-arch=sm_90", "-cubin", "-o", "/dev/null", "-Xptxas", "-v",
-           f"-I{gpu.CUDA_DIR}", *defs, str(src)]  # fmt: skip
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    rep.update(nvcc_command=" ".join(cmd), nvcc_returncode=p.returncode,
-               nvcc=parse_ptxas(p.stderr))  # fmt: skip
-    return rep
-
-
-def grid():
-    """(schedule name, shape, tiles) in measurement order: small N first."""
-    for n in SEQ_LENS:
-        for d in (64, 128):
-            for b, h in BATCH_HEADS:
-                shape = kernels.AttentionShape(b, h, n, d, "bf16")
-                for t in FWD_TILES[d]:
-                    yield "flash2", shape, t
-                yield "torch_fwd", shape, None
-                for t in BWD_TILES[d]:
-                    yield "flash2_bwd", shape, t
-                yield "torch_bwd", shape, None
-                if b * h * n * n * 2 <= STD_MAX_S_BYTES:
-                    for t in STD_TILES[d]:
-                        yield "standard", shape, t
-    for n in (4096, 16384):  # causal and fp16 at the shapes the forward target is set on
-        for shape in (
-            kernels.AttentionShape(4, 16, n, 128, "bf16", causal=True),
-            kernels.AttentionShape(4, 16, n, 128, "fp16"),
-        ):
-            yield "flash2", shape, FWD_TILES[128][0]
-            yield "torch_fwd", shape, None
-
-
-# Tilings of this project's kernels never timed before, for held-out checks of the model: the
-# spill rule (simulator.issue.spills_fit_l1) predicts the reloads of the first five miss L1
-# and those of the last two hit it; bf16, B x H = 1 x 16 and 4 x 16, N = 4096.
-HELDOUT_TILES = (
-    ("flash2", 128, (128, 128, 4)),
-    ("flash2_bwd", 64, (128, 128, 4)),
-    ("flash2_bwd", 128, (64, 128, 4)),
-    ("flash2_bwd", 128, (128, 128, 8)),
-    ("flash2_bwd", 128, (128, 128, 4)),
-    ("flash2", 64, (128, 128, 4)),
-    ("flash2", 128, (128, 64, 4)),
-)
-
-
-def heldout_grid():
-    """(schedule name, shape, tiles) of HELDOUT_TILES."""
-    for name, d, tiles in HELDOUT_TILES:
-        for b, h in ((1, 16), (4, 16)):
-            yield name, kernels.AttentionShape(b, h, 4096, d, "bf16"), tiles
-
-
-# Forward tilings whose machine code the instruction census has never held, head dims 96 and
-# 256 among them: the model prices them by written programs (simulator.synth_sync), and its
-# predictions are committed before they run (benchmarks/unseen_predict.py,
-# data/gpu/unseen/predicted.json).
-UNSEEN_TILES = tuple(
-    [(64, t) for t in ((128, 96, 8), (64, 96, 4), (96, 64, 6), (192, 64, 12), (128, 48, 8),
-                       (64, 48, 4))]
-    + [(128, t) for t in ((128, 96, 8), (64, 48, 4), (96, 64, 6), (128, 48, 8))]
-    + [(96, t) for t in ((128, 64, 8), (64, 64, 4), (128, 32, 8))]
-    + [(256, t) for t in ((64, 32, 4), (128, 32, 8))]
-)  # fmt: skip
-UNSEEN_SHAPES = ((4, 16, 4096), (1, 16, 16384))  # batch, heads, seq_len; bf16
-
-
-def unseen_grid():
-    """(schedule name, shape, tiles) of UNSEEN_TILES."""
-    for d, tiles in UNSEEN_TILES:
-        for b, h, n in UNSEEN_SHAPES:
-            yield "flash2", kernels.AttentionShape(b, h, n, d, "bf16"), tiles
-
-
-# The forward's tilings the instruction census holds (data/sass/flashio.json.gz; a test checks
-# the list against it), at shapes none of them was timed at: the candidates `flashio tiling
-# --search` prices by their compiled loops. The model's ranking is committed before they run
-# (benchmarks/unseen_predict.py --grid search, data/gpu/search/predicted.json).
-SEARCH_TILES = (
-    (128, 128, 4), (128, 128, 8), (128, 64, 4), (128, 64, 8), (128, 32, 4), (128, 32, 8),
-    (64, 128, 4), (64, 64, 4), (64, 32, 4),
-)  # fmt: skip
-SEARCH_SHAPES = ((1, 16, 16384, False), (1, 16, 16384, True), (2, 16, 2048, False))  # bf16
-
-
-def search_grid():
-    """(schedule name, shape, tiles) of SEARCH_TILES at head dims 64 and 128."""
-    for d in (64, 128):
-        for b, h, n, causal in SEARCH_SHAPES:
-            for tiles in SEARCH_TILES:
-                yield "flash2", kernels.AttentionShape(b, h, n, d, "bf16", causal=causal), tiles
 
 
 def measure_ours(name, shape, tiles, reps, l2, variants):

@@ -34,7 +34,8 @@ import json
 import time
 from pathlib import Path
 
-from benchmarks.gpu_measure import _timed, ceilings, n_sets_for, provenance, time_events
+from benchmarks.gpu_measure import provenance
+from benchmarks.gpu_timing import _timed, ceilings, n_sets_for, time_events
 from flashio import kernels
 from flashio.kernels import gpu
 

@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks import nvrtc
-from benchmarks.gpu_measure import parse_ptxas
+from benchmarks.ptxas import parse_ptxas
 from flashio.kernels import AttentionShape, BlockMask, PagedKV, hopper, implementation, schedule
 from flashio.kernels.gpu import (
     CUDA_DIR,

@@ -26,7 +26,8 @@ import subprocess
 from pathlib import Path
 
 from benchmarks import nvrtc
-from benchmarks.gpu_measure import parse_ptxas, search_grid, unseen_grid
+from benchmarks.measure_grids import search_grid, unseen_grid
+from benchmarks.ptxas import parse_ptxas
 from flashio import kernels
 from flashio.analysis.validation import families
 from flashio.kernels.gpu import defines, nvrtc_options, source

@@ -503,7 +503,7 @@ def test_search_grid_is_the_censuss_forward_tilings():
     and 128, bf16 and causal among them."""
     import re
 
-    from benchmarks.gpu_measure import SEARCH_TILES
+    from benchmarks.measure_grids import SEARCH_TILES
 
     keys = simulator.issue.census("flashio")
     for d in (64, 128):

@@ -20,7 +20,7 @@ from benchmarks.impl_measure.kernel_names import (
 def n_sets_for(set_bytes: int, l2_bytes: int) -> int:
     """gpu_measure's: enough buffer sets that their total exceeds 3x the L2 (3 to 64)."""
     try:
-        from benchmarks.gpu_measure import n_sets_for as gm_n_sets_for
+        from benchmarks.gpu_timing import n_sets_for as gm_n_sets_for
 
         return gm_n_sets_for(set_bytes, l2_bytes)
     except ImportError:
