@@ -214,6 +214,7 @@ def test_tilings_match_the_cited_sources(key, tiles):
 
 def test_flashio_tilings_are_what_the_project_measures():
     from benchmarks import measure_grids as gm
+
     flashio = IMPLEMENTATIONS["flashio"]
     for d in (64, 128):
         assert flashio.tiling("flash2", _shape(d)) == gm.FWD_TILES[d][0]

@@ -714,6 +714,7 @@ def run(out_dir: Path, only=None) -> dict:
     doc = {
         "provenance": prov,
         "config": {"iters": ITERS, "launches": LAUNCHES, "g": G, "e": E, "threads": THREADS,
+                   "threads_third_warpgroup": MAX_THREADS,
                    "kernels": {k: [list(v[0]), list(v[1]), v[2], v[3] if len(v) > 3 else G]
                                for k, v in KERNELS.items()},
                    "h": H, "hmma_kernels": {k: [list(v[0]), list(v[1]), v[2]]
