@@ -10,8 +10,11 @@ times mix in the clock (docs/model.md, "One SM clock for every kernel").
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
 
 from flashio import kernels, simulator
 from flashio.analysis.paths import DATA
@@ -21,6 +24,7 @@ from flashio.analysis.validation.gpu_data import parse_ncu_csv
 
 PROBE = DATA / "gpu" / "probe"
 CLOCK = "sm__cycles_elapsed.avg.per_second"
+SMS = 132  # the H200 the builds ran on: one CTA an SM (shared memory and registers)
 LAUNCHES = 3  # per kernel under Nsight Compute (the probe's --launches)
 
 
@@ -98,4 +102,32 @@ def hopper_cycles(jobs: int = 1) -> list[dict]:
     for row, t in zip(out, times, strict=True):
         row["model_cycles"] = t * hz
         row["cycles_error"] = row["model_cycles"] / row["cycles"] - 1
+    return out
+
+
+def cycle_parts(rows: list[dict]) -> list[dict]:
+    """Per non-causal build of ``hopper_cycles(...)``: cycles per round of CTAs (one CTA an SM,
+    ``ceil(CTAs / SMS)`` rounds) against steps a CTA (``ceil(N / block_kv)``), a line through
+    the shapes for the GPU and for the model each: its slope the cycles a step, its intercept
+    a CTA's fixed cost (code before and after the loop, loads not hidden, the next CTA's
+    start). A description of the measurements, not a constant of the model."""
+    by = {}
+    for r in rows:
+        if r["causal"]:
+            continue
+        key = (r["head_dim"], r["block_q"], r["block_kv"], r["overlap"], r["stages"])
+        rounds = math.ceil(16 * math.ceil(r["seq_len"] / r["block_q"]) / SMS)
+        steps = math.ceil(r["seq_len"] / r["block_kv"])
+        by.setdefault(key, []).append((steps, r["cycles"] / rounds, r["model_cycles"] / rounds))
+    out = []
+    for (d, bq, bkv, overlap, stages), pts in sorted(by.items()):
+        steps, gpu, model = (np.array(c, float) for c in zip(*pts, strict=True))
+        (g_step, g_fixed), (m_step, m_fixed) = (
+            np.polyfit(steps, gpu, 1),
+            np.polyfit(steps, model, 1),
+        )
+        out.append({"head_dim": d, "block_q": bq, "block_kv": bkv, "overlap": overlap,
+                    "stages": stages, "shapes": len(pts), "gpu_step": g_step,
+                    "gpu_fixed": g_fixed, "model_step": m_step,
+                    "model_fixed": m_fixed})  # fmt: skip
     return out
