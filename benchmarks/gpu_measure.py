@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._common import tool_versions
-from benchmarks.gpu_timing import _timed, ceilings, n_sets_for, time_events
+from benchmarks.gpu_timing import ceilings, n_sets_for, time_events, timed
 from benchmarks.measure_grids import (  # noqa: F401 (re-exported: tests and probes read them)
     BATCH_HEADS,
     BWD_TILES,
@@ -60,6 +60,7 @@ from benchmarks.ptxas import parse_ptxas, ptxas_report  # noqa: F401 (re-exporte
 from flashio import kernels
 from flashio.kernels import gpu
 
+_timed = timed  # the name the committed probe scripts import
 NCU_METRICS = (
     "l1tex__m_xbar2l1tex_read_bytes.sum,l1tex__m_l1tex2xbar_write_bytes.sum,dram__bytes_read.sum,"
     "dram__bytes_write.sum,lts__t_bytes.sum,gpu__time_duration.sum"
@@ -175,9 +176,9 @@ def measure_torch(name, shape, reps, l2):
         def run(i, ev):
             s = sets[i]
             if bwd:
-                _timed(ev, lambda: torch.autograd.grad(s[3], s[:3], s[4], retain_graph=True))
+                timed(ev, lambda: torch.autograd.grad(s[3], s[:3], s[4], retain_graph=True))
             else:
-                _timed(ev, lambda: F.scaled_dot_product_attention(*s, is_causal=shape.causal))
+                timed(ev, lambda: F.scaled_dot_product_attention(*s, is_causal=shape.causal))
 
         t = time_events(run, n_sets, reps)
     t["rotate_buffers"] = n_sets

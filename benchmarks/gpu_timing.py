@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-__all__ = ["_timed", "ceilings", "n_sets_for", "time_events"]
+__all__ = ["ceilings", "n_sets_for", "time_events", "timed"]
 
 
 def time_events(run, n_sets: int, reps: int, n_events: int = 2, warmup: int = 3):
@@ -47,7 +47,7 @@ def ceilings(reps: int) -> dict:
 
     n = 1 << 30  # 1 GiB per buffer
     src, dst = cupy.random.random(n // 4, dtype=cupy.float32), cupy.empty(n // 4, cupy.float32)
-    t = time_events(lambda i, ev: _timed(ev, lambda: cupy.copyto(dst, src)), 1, reps)
+    t = time_events(lambda i, ev: timed(ev, lambda: cupy.copyto(dst, src)), 1, reps)
     out = {"copy_bytes": 2 * n, "copy_median_ms": t["median_ms"]}
     out["copy_bytes_per_s"] = 2 * n / (t["median_ms"] * 1e-3)
     try:
@@ -55,7 +55,7 @@ def ceilings(reps: int) -> dict:
 
         m = 8192
         a, b = (torch.randn(m, m, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        t = time_events(lambda i, ev: _timed(ev, lambda: a @ b), 1, reps)
+        t = time_events(lambda i, ev: timed(ev, lambda: a @ b), 1, reps)
         out.update(gemm_m=m, gemm_median_ms=t["median_ms"])
         out["gemm_bf16_flops_per_s"] = 2 * m**3 / (t["median_ms"] * 1e-3)
     except ImportError:
@@ -63,7 +63,9 @@ def ceilings(reps: int) -> dict:
     return out
 
 
-def _timed(ev, fn):
+def timed(ev, fn):
+    """Call ``fn``, recording ``ev``'s first and last events around it (none when ``ev`` is
+    None: a warm-up call)."""
     if ev is not None:
         ev[0].record()
     fn()

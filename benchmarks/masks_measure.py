@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from benchmarks.gpu_measure import provenance
-from benchmarks.gpu_timing import _timed, ceilings, n_sets_for, time_events
+from benchmarks.gpu_timing import ceilings, n_sets_for, time_events, timed
 from benchmarks.masks_cases import (
     BWD_TILES,
     DECODE_TILES,
@@ -214,7 +214,7 @@ def measure(case: str, fields: dict, l2: int, flex_fn) -> list[dict]:
         rows.append({"impl": "flashio", "block_q": sched.block_q, "block_kv": sched.block_kv,
                      "warps": sched.warps, "defines": dict(gpu.defines(sched)), **t})  # fmt: skip
 
-        t = time_events(lambda i, ev: _timed(ev, lambda: other(i)), n_sets, REPS)
+        t = time_events(lambda i, ev: timed(ev, lambda: other(i)), n_sets, REPS)
         rows.append({"impl": other_name, "gqa": gqa, **t, **_kernel_times(other, n_sets)})
     for r in rows:
         r.update(case=case, shape=shape.to_dict(), rotate_buffers=n_sets, max_abs_diff=diff)
@@ -254,7 +254,7 @@ def measure_decode(case: str, fields: dict, l2: int, flex_fn) -> list[dict]:
         rows.append({"impl": "flashio", "block_q": sched.block_q, "block_kv": sched.block_kv,
                      "warps": sched.warps, "num_splits": sched.option("num_splits"),
                      "defines": dict(gpu.defines(sched)), **t})  # fmt: skip
-        t = time_events(lambda i, ev: _timed(ev, lambda: other(i)), n_sets, REPS)
+        t = time_events(lambda i, ev: timed(ev, lambda: other(i)), n_sets, REPS)
         rows.append({"impl": "torch_flash", **t, **_kernel_times(other, n_sets)})
     for r in rows:
         r.update(case=case, shape=shape.to_dict(), rotate_buffers=n_sets, max_abs_diff=diff)
@@ -300,7 +300,7 @@ def measure_backward(case: str, fields: dict, l2: int, flex_fn) -> list[dict]:
     t = time_events(lambda i, ev: c.launch(ours[i], events=ev), n_sets, REPS, n_events)
     rows.append({"impl": "flashio", "block_q": sched.block_q, "block_kv": sched.block_kv,
                  "warps": sched.warps, "defines": dict(gpu.defines(sched)), **t})  # fmt: skip
-    t = time_events(lambda i, ev: _timed(ev, lambda: other(i)), n_sets, REPS)
+    t = time_events(lambda i, ev: timed(ev, lambda: other(i)), n_sets, REPS)
     rows.append({"impl": "flex", **t, **_kernel_times(other, n_sets)})
     for r in rows:
         r.update(case=case, shape=shape.to_dict(), rotate_buffers=n_sets, max_abs_diff=diff)
