@@ -4,9 +4,11 @@ the GPU machine's tool versions for a run's provenance."""
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
+from pathlib import Path
 
 
 def peak_rss_bytes() -> int:
@@ -42,3 +44,17 @@ def tool_versions(tools: dict[str, list[str]]) -> dict[str, str]:
         except (OSError, subprocess.SubprocessError) as e:
             info[key] = f"unavailable: {e}"
     return info
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def command_line() -> str:
+    """This process's command as committed data records it: the script named relative to the
+    repository when it lies inside it, and the device's output folder (the ``OUT`` variable
+    of data/gpu/runs/*.sh) written ``$OUT``, so that the data hold no machine paths."""
+    script = Path(sys.argv[0]).resolve()
+    rel = script.relative_to(REPO) if script.is_relative_to(REPO) else script
+    out = os.environ.get("OUT", "").rstrip("/")
+    args = [a.replace(out, "$OUT") if out else a for a in sys.argv[1:]]
+    return " ".join([str(rel), *args])

@@ -30,13 +30,12 @@ import datetime
 import hashlib
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import tool_versions
+from benchmarks._common import command_line, tool_versions
 from benchmarks.gpu_timing import ceilings, n_sets_for, time_events, timed
 from benchmarks.measure_grids import (  # noqa: F401 (re-exported: tests and probes read them)
     BATCH_HEADS,
@@ -65,14 +64,6 @@ NCU_METRICS = (
     "l1tex__m_xbar2l1tex_read_bytes.sum,l1tex__m_l1tex2xbar_write_bytes.sum,dram__bytes_read.sum,"
     "dram__bytes_write.sum,lts__t_bytes.sum,gpu__time_duration.sum"
 )
-
-
-def command_line() -> str:
-    """This process's command, its script named relative to the repository when it lies
-    inside it, so that committed data hold no machine paths."""
-    root, script = Path(__file__).resolve().parents[1], Path(sys.argv[0]).resolve()
-    rel = script.relative_to(root) if script.is_relative_to(root) else script
-    return " ".join([str(rel), *sys.argv[1:]])
 
 
 def provenance() -> dict:

@@ -7,7 +7,7 @@ import hashlib
 import sys
 from pathlib import Path
 
-from benchmarks._common import tool_versions
+from benchmarks._common import command_line, tool_versions
 from benchmarks.impl_measure.resources import cuobjdump_path
 
 
@@ -23,18 +23,6 @@ def _driver_version():
         return v.value if lib.cuDriverGetVersion(ctypes.byref(v)) == 0 else None
     except OSError:
         return None
-
-
-def command_line() -> str:
-    """gpu_measure's: this process's command, the script named relative to the repository."""
-    try:
-        from benchmarks.gpu_measure import command_line as gm_command_line
-
-        return gm_command_line()
-    except ImportError:
-        root, script = Path(__file__).resolve().parents[2], Path(sys.argv[0]).resolve()
-        rel = script.relative_to(root) if script.is_relative_to(root) else script
-        return " ".join([str(rel), *sys.argv[1:]])
 
 
 def provenance() -> dict:

@@ -1001,9 +1001,11 @@ def census(cubin: bytes, p: Probe, cuobjdump: str, tmp: Path) -> dict:
 
 
 def command_line() -> str:
-    root, script = Path(__file__).resolve().parents[3], Path(sys.argv[0]).resolve()
-    rel = script.relative_to(root) if script.is_relative_to(root) else script
-    return " ".join([str(rel), *sys.argv[1:]])
+    """benchmarks._common's: the script repo-relative, the device's output folder as $OUT."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+    from benchmarks._common import command_line as common
+
+    return common()
 
 
 def nvidia_smi() -> str:
