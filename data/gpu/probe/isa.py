@@ -824,24 +824,13 @@ def find_tool(name: str) -> str | None:
 
 
 def parse_ptxas(log: str) -> dict:
-    """Registers, stack and spills per function, and the warnings, from a ptxas -v log."""
-    out, fn = {}, None
-    for line in log.splitlines():
-        if m := re.search(r"Compiling entry function '(\w+)'", line):
-            fn = m[1]
-        elif fn and (m := re.search(r"Used (\d+) registers", line)):
-            out.setdefault(fn, {})["registers"] = int(m[1])
-        elif fn and (
-            m := re.search(
-                r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads",
-                line,
-            )
-        ):
-            out.setdefault(fn, {}).update(
-                stack_bytes=int(m[1]), spill_store_bytes=int(m[2]), spill_load_bytes=int(m[3])
-            )
+    """Registers, stack and spills per function (benchmarks.ptxas), and the warnings, from a
+    ptxas -v log."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+    from benchmarks.ptxas import parse_ptxas as per_function
+
     warnings = [ln.strip() for ln in log.splitlines() if "warning" in ln.lower()]
-    return {"functions": out, "warnings": warnings}
+    return {"functions": per_function(log), "warnings": warnings}
 
 
 def elf_complete(b: bytes) -> bytes:
