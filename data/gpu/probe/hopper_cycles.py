@@ -52,9 +52,48 @@ def cta_cost_shapes():
                 yield (d, bkv, overlap), rounds * SMS * 128 // n, n
 
 
-def main(argv=None) -> None:
+def validation_builds(head_dims, seq_lens, masks):
+    """(schedule, launch-order row) of every non-persistent build at the validation shapes."""
+    for b in (v for v in VARIANTS if not v.persistent):
+        for d in (d for d in b.dims if not head_dims or d in head_dims):
+            for causal in masks:
+                for n in seq_lens:
+                    sh = kernels.AttentionShape(1, 16, n, d, "bf16", causal=causal)
+                    impl = hopper.description(b.block_q, b.overlap, b.stages, False)
+                    warps = 4 * (b.block_q // 64 + 1)
+                    sched = kernels.Schedule("flash2", sh, b.block_q, b.block_kv, warps, impl=impl)
+                    yield sched, {"label": b.label, "block_q": b.block_q, "block_kv": b.block_kv,
+                                  "overlap": b.overlap, "stages": b.stages, "head_dim": d,
+                                  "seq_len": n, "causal": causal}  # fmt: skip
+
+
+def cta_cost_builds():
+    """(schedule, launch-order row) of --cta-cost."""
+    for (d, bkv, overlap), heads, n in cta_cost_shapes():
+        sh = kernels.AttentionShape(1, heads, n, d, "bf16")
+        impl = hopper.description(128, overlap, 2, False)
+        sched = kernels.Schedule("flash2", sh, 128, bkv, 12, impl=impl)
+        yield sched, {"block_q": 128, "block_kv": bkv, "overlap": overlap, "stages": 2,
+                      "head_dim": d, "heads": heads, "seq_len": n, "causal": False}  # fmt: skip
+
+
+def launch_alone(sched, rng) -> None:
+    """Compile ``sched``'s kernel and launch it LAUNCHES times on random bf16 inputs."""
     import cupy
 
+    sh = sched.shape
+    comp = gpu.compile_schedule(sched)
+    x = rng.standard_normal((3, sh.batch, sh.heads, sh.seq_len, sh.head_dim)).astype(np.float32)
+    bits = [cupy.asarray(a.view(np.uint32) >> 16).astype(cupy.uint16) for a in x]
+    bufs = comp.alloc(*bits)
+    for _ in range(LAUNCHES):
+        comp.launch(bufs)
+    cupy.cuda.runtime.deviceSynchronize()
+    del bufs
+    cupy.get_default_memory_pool().free_all_blocks()
+
+
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--order", type=Path, required=True, help="where to write the launch order")
     ap.add_argument("--head-dim", type=int, nargs="*", help="only these head dims")
@@ -63,48 +102,16 @@ def main(argv=None) -> None:
     ap.add_argument("--cta-cost", action="store_true", help="the CTA fixed-cost shapes instead")
     args = ap.parse_args(argv)
     masks = {"no": (False,), "yes": (True,), "both": (False, True)}[args.causal]
-    order = []
+    builds = (
+        cta_cost_builds()
+        if args.cta_cost
+        else validation_builds(args.head_dim, args.seq_len, masks)
+    )
     rng = np.random.default_rng(0)
-    if args.cta_cost:
-        for (d, bkv, overlap), heads, n in cta_cost_shapes():
-            sh = kernels.AttentionShape(1, heads, n, d, "bf16")
-            impl = hopper.description(128, overlap, 2, False)
-            sched = kernels.Schedule("flash2", sh, 128, bkv, 12, impl=impl)
-            comp = gpu.compile_schedule(sched)
-            x = rng.standard_normal((3, 1, heads, n, d)).astype(np.float32)
-            bits = [cupy.asarray(a.view(np.uint32) >> 16).astype(cupy.uint16) for a in x]
-            bufs = comp.alloc(*bits)
-            for _ in range(LAUNCHES):
-                comp.launch(bufs)
-            cupy.cuda.runtime.deviceSynchronize()
-            order.append({"block_q": 128, "block_kv": bkv, "overlap": overlap, "stages": 2,
-                          "head_dim": d, "heads": heads, "seq_len": n, "causal": False,
-                          "launches": LAUNCHES})  # fmt: skip
-            del bufs
-            cupy.get_default_memory_pool().free_all_blocks()
-        args.order.write_text(json.dumps({"launches": order}, indent=1))
-        return
-    for b in (v for v in VARIANTS if not v.persistent):
-        for d in (d for d in b.dims if not args.head_dim or d in args.head_dim):
-            for causal in masks:
-                for n in args.seq_len:
-                    sh = kernels.AttentionShape(1, 16, n, d, "bf16", causal=causal)
-                    impl = hopper.description(b.block_q, b.overlap, b.stages, False)
-                    warps = 4 * (b.block_q // 64 + 1)
-                    sched = kernels.Schedule("flash2", sh, b.block_q, b.block_kv, warps, impl=impl)
-                    comp = gpu.compile_schedule(sched)
-                    x = rng.standard_normal((3, 1, 16, n, d)).astype(np.float32)
-                    bits = [cupy.asarray(a.view(np.uint32) >> 16).astype(cupy.uint16) for a in x]
-                    bufs = comp.alloc(*bits)
-                    for _ in range(LAUNCHES):
-                        comp.launch(bufs)
-                    cupy.cuda.runtime.deviceSynchronize()
-                    row = {"label": b.label, "block_q": b.block_q, "block_kv": b.block_kv,
-                           "overlap": b.overlap, "stages": b.stages, "head_dim": d,
-                           "seq_len": n, "causal": causal, "launches": LAUNCHES}  # fmt: skip
-                    order.append(row)
-                    del bufs
-                    cupy.get_default_memory_pool().free_all_blocks()
+    order = []
+    for sched, row in builds:
+        launch_alone(sched, rng)
+        order.append({**row, "launches": LAUNCHES})
     args.order.write_text(json.dumps({"launches": order}, indent=1))
 
 
