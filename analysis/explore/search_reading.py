@@ -3,6 +3,7 @@ ranking says as a whole (``search_notes``); ``analysis.explore.search`` makes th
 
 from __future__ import annotations
 
+from flashio.analysis.validation.families import PICK_WITHIN
 from flashio.simulator import issue
 
 __all__ = ["bound_only", "search_notes", "short_why", "why_slower"]
@@ -88,7 +89,7 @@ def bound_only(r) -> bool:
 
 # how close to the fastest a tiling's predicted time must be to count as a tie: the criterion
 # the validation judges the model's pick by (docs/validation.md, "By implementation")
-NEAR_BEST = 0.05
+NEAR_BEST = PICK_WITHIN
 NEAR_NAMED = 4  # the closest named; the rest counted
 
 
