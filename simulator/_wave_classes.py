@@ -61,19 +61,19 @@ def time_trend(steps: np.ndarray, seen: np.ndarray, waves: np.ndarray, need: np.
     """What a steady, one-way change of the waves' time would add over the waves ``need``
     (wave indices) beyond their class means, or 0: the least-squares slope of each steady
     wave's time less its class mean against its index (``waves``), extrapolated to the waves
-    needed, where the residuals rise (or fall) from every wave to the next. A grid that drifts
-    (the L2 holding less of what the CTAs on the SMs share as the grid goes on) is not in its
-    steady state at the prefix's end; the HBM bytes of a prefix whose L2 still settles rise
-    too, and are not looked at."""
+    needed, where the line rises (or falls) over the steady waves by more than twice the
+    largest residual about it (a drift, not scatter: a rise that levels off in the last wave
+    still counts). A grid that drifts (the L2 holding less of what the CTAs on the SMs share
+    as the grid goes on) is not in its steady state at the prefix's end; the HBM bytes of a
+    prefix whose L2 still settles rise too, and are not looked at."""
     if len(waves) < 3:
         return 0.0
     resid = steps.astype(float).copy()
     for c in np.unique(seen):
         resid[seen == c] -= steps[seen == c].mean()
-    order = np.argsort(waves)
-    d = np.diff(resid[order])
-    if not ((d > 0).all() or (d < 0).all()):
-        return 0.0
     x = waves.astype(float) - waves.mean()
     slope = float((x * resid).sum() / (x * x).sum())
+    scatter = np.abs(resid - slope * x).max()
+    if abs(slope) * float(x.max() - x.min()) <= 2 * scatter:
+        return 0.0
     return slope * float((need - waves.mean()).sum())

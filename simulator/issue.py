@@ -86,9 +86,15 @@ HOPPER_ISA = {
         # compiled code covers by stall counts and a written program waits out
         "hmma": 23.9,
     },
-    # when a variable-latency instruction's source registers may be overwritten: not measured;
-    # assumed the ALU latency (4 cycles)
-    "read_latency": 4.0,
+    # when a variable-latency instruction's source registers may be overwritten: MUFU.EX2's
+    # read barrier released 14 cycles after issue (runs 12-15, data/gpu/probe/README.md:
+    # 15.0, 14.0, 14.0 from three softmax mixes; run 15's ex2_war kernels, timed after the
+    # prediction, within 4%); assumed the same for the other variable-latency classes
+    "read_latency": 14.0,
+    # each variable-latency result a cycle early or late (IssueModel.latency_jitter): the
+    # least perturbation a replay in whole cycles can make, an assumption (docs/model.md,
+    # "Ties and phase locking", gives the steps at 0 to 3 cycles)
+    "latency_jitter": 1.0,
     # bar.sync with W warps per CTA arriving together: 20, 28, 36 cycles per barrier at
     # W = 4, 8, 12; less the replay's own issue of W / 4 barriers per SMSP, 12 + 1.75 W
     "bar_cycles_base": 12.0,
@@ -100,20 +106,22 @@ HOPPER_ISA = {
     # a register-spill reload that hits L1 (mio.json's local-memory pointer chase)
     "ldl_latency": 29.1,
     # the fraction of its rate a class keeps while the SMSP's tensor pipe runs wgmma (hgmma)
-    # or mma.sync (hmma): data/gpu/probe/overlap.py --fit (overlap.json, run 5, and run 7's
-    # overlap_run7.json for the kernels run 5 lacks), each rate the
-    # one with which the warp replay reproduces a measured mix of tensor work and that class
-    # in other warps ("t/c") or in the same warp ("t/c/own", where the two differ); 0: the
-    # class waits until the tensor pipe is done. Classes not measured keep their rate (an
-    # assumption)
+    # or mma.sync (hmma): data/gpu/probe/overlap.py --fit (overlap_fit.fit_all: overlap.json,
+    # run 5, and runs 7-9 for the kernels run 5 lacks, on the CTA's time; run 11 on the FFMA
+    # warpgroup's own span), each rate the one with which the warp replay reproduces a
+    # measured mix of tensor work and that class in other warps ("t/c") or in the same warp
+    # ("t/c/own", where the two differ); 0: the class waits until the tensor pipe is done.
+    # Classes not measured keep their rate (an assumption)
     "tensor_overlap": {
-        "hgmma/mufu": 0.694,
-        "hgmma/fma": 0.036,
+        "hgmma/mufu": 0.695,
+        # FFMA in one to three chains beside another warp's wgmma (run 11's split_ffma_c1-c3,
+        # the FFMA warpgroup's span): the rate belongs to the sub-partition's FMA pipe, which
+        # its warps share (run 16's two-warp mixes, not fitted on, within 3.4%)
+        "hgmma/fma": 0.218,
         # FFMA beside its own warp's wgmma (intra_ffma, run 7: ptxas interleaving the FFMAs
-        # with the wgmma issue, as in intra-warpgroup overlap) keeps more than beside another
-        # warp's; MUFU and FMNMX keep their "hgmma" rates there (intra_mufu, intra_fmnmx
-        # replay within 1%)
-        "hgmma/fma/own": 0.279,
+        # with the wgmma issue, as in intra-warpgroup overlap); MUFU and FMNMX keep their
+        # "hgmma" rates there (intra_mufu, intra_fmnmx replay within 1%)
+        "hgmma/fma/own": 0.203,
         "hgmma/alu": 0.413,
         "hgmma/imad": 0.474,
         "hmma/mufu": 0.759,
@@ -121,12 +129,12 @@ HOPPER_ISA = {
         # parts alone): rate 0, it waits for the HMMA (overlap.EXCLUSIVE); beside its own
         # warp's it keeps more than half its rate (hsame_ffma)
         "hmma/fma": 0.0,
-        "hmma/fma/own": 0.602,
+        "hmma/fma/own": 0.571,
         "hmma/alu": 0.739,
         "hmma/imad": 0.624,
         # its own warp's mma.sync reading A and B from the register file (no reuse mark):
         # FFMA keeps less (hsamed_ffma); other classes keep "hmma"'s rates (an assumption)
-        "hmma_fresh/fma/own": 0.236,
+        "hmma_fresh/fma/own": 0.125,
     },
 }
 
@@ -161,6 +169,7 @@ def issue_model(gpu: GPUSpec, isa: dict = HOPPER_ISA) -> IssueModel:
         tensor_flops_per_cycle={"hmma": mma_sync / sp, "hgmma": wgmma / sp},
         latency=latency,
         read_latency=isa["read_latency"],
+        latency_jitter=isa["latency_jitter"],
         smem_bytes_per_cycle_per_sm=gpu.smem_bandwidth_bytes_per_cycle_per_sm,
         bar_latency=isa["bar_cycles_base"],
         bar_latency_per_warp=isa["bar_cycles_per_warp"],

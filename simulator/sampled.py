@@ -27,10 +27,10 @@ dirty lines it would keep at the end are too uncertain (over ``L2_FILL_TOLERANCE
 bytes), the kernel is replayed again with checkpoints from after the L2 has filled, or whole.
 Where the grid's footprint says so before any replay, and the second prefix would save too
 little, the kernel is replayed whole at once. A kernel whose steady waves' time drifts one way
-(each wave longer, or shorter, than the one before, beyond its class) by more than
-``DRIFT_TOLERANCE`` of the time over the waves left is replayed whole too: its state at the
-prefix's end is not the grid's. The L2 contents a kernel leaves to the next are those after
-its replayed prefix.
+(a line through them, beyond their classes, rising or falling by more than twice their
+scatter about it) by more than ``DRIFT_TOLERANCE`` of the time over the waves left is
+replayed whole too: its state at the prefix's end is not the grid's. The L2 contents a kernel
+leaves to the next are those after its replayed prefix.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ L2_FILL_TOLERANCE = 0.01
 # over the waves not replayed (``_wave_classes.time_trend``), is replayed whole: half the 1%
 # aim, as a straight line through a few waves underestimates a drift that grows (FA2 at
 # N = 32k on an H200 with half its HBM bandwidth and a quarter of its L2: 0.9% extrapolated
-# from four waves, 2.3% in fact)
+# from four waves, 2.3% in fact, with the replay of its loop before the run-11 FFMA rates)
 DRIFT_TOLERANCE = 0.005
 
 

@@ -118,6 +118,11 @@ class IssueModel:
         ``"t/c"`` for any warp's tensor instruction, ``"t/c/own"`` for the same warp's where
         it differs, ``"hmma_fresh/..."`` for an HMMA without operand reuse (else ``hmma``'s);
         0: the instruction waits until the pipe is done. 1 where absent.
+    latency_jitter : float
+        Cycles by which each result of a variable-latency instruction lands early or late
+        (which, a fixed hash of the issue's number decides: deterministic, zero on average).
+        0: every result on the dot; the warps of two warpgroups can then lock into an orbit
+        that any perturbation breaks (docs/model.md, "Ties and phase locking").
     source : str
         Where the numbers come from.
     """
@@ -132,6 +137,7 @@ class IssueModel:
     sub_partitions: int = 4
     mio_queue: int = 0
     tensor_overlap: tuple = ()
+    latency_jitter: float = 0.0
     source: str = ""
 
     def __post_init__(self):
@@ -185,11 +191,22 @@ class StepTime:
     issue_busy: float
 
 
+@njit(inline="always")
+def _late(k):
+    """Whether variable-latency result number ``k`` lands late rather than early: the top bit
+    of splitmix64's finalizer of ``k``, the same on every machine."""
+    x = np.uint64(k) + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    x = x ^ (x >> np.uint64(31))
+    return (x >> np.uint64(63)) == np.uint64(1)
+
+
 @njit(cache=True, _nrt=True)
 def _run(
     klass, stall, wbar, rbar, wait, sbytes, flops, group, fresh, pipe_of, interval, latency,
     rate, read_lat, port_rate, link_rate, bar_lat, cta_of, slot_of, first, end, steps, bar_class,
-    async_class, mio_queue, overlap, named, group_of, turns,
+    async_class, mio_queue, overlap, named, group_of, turns, jitter,
 ):  # fmt: skip
     # the instructions are the programs of a CTA's warps on this SMSP, one after the other:
     # the warp in slot j runs [first[j], end[j]); warp w on this SMSP is of CTA cta_of[w] and
@@ -309,7 +326,10 @@ def _run(
                 n_port += 1
         ready[w] = now + max(1, stall[i])
         if wbar[i] != 7:
-            sb[w, wbar[i]] = max(sb[w, wbar[i]], start + latency[c])
+            lat = latency[c]
+            if lat > jitter:  # early or late, as the issue's number hashes
+                lat += jitter if _late(issued) else -jitter
+            sb[w, wbar[i]] = max(sb[w, wbar[i]], start + lat)
         if rbar[i] != 7:
             sb[w, rbar[i]] = max(sb[w, rbar[i]], start + read_lat)
         last_issue[w] = now
@@ -427,7 +447,7 @@ def execute_roles(
         latency, rate, float(model.read_latency), port, model.smem_bytes_per_cycle_per_sm,
         model.bar_latency + model.bar_latency_per_warp * warps_per_cta, cta_of, slot_of, first,
         end, steps, CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue), overlap, named,
-        group_of.astype(np.int64), int(turns),
+        group_of.astype(np.int64), int(turns), float(model.latency_jitter),
     )  # fmt: skip
     return out if warp_ends else out[:2]
 

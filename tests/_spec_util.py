@@ -64,7 +64,7 @@ _MEASURED = {  # per-cycle rates of simulator/specs/h200-measured.toml x 132 SMs
     "tensor_bf16_flops_per_s": 4087.0 * _SM * _CLK,
     "tensor_tf32_flops_per_s": 494.5e12 / 1.98e9 * _CLK,  # h200's per-cycle rate, kept
     "tensor_fp64_flops_per_s": 67e12 / 1.98e9 * _CLK,
-    "fp32_flops_per_s": 244.3 * _SM * _CLK,
+    "fp32_flops_per_s": 256.0 * _SM * _CLK,  # one FFMA a cycle (was 244.3: isa.py loop overhead)
     "fp64_flops_per_s": 34e12 / 1.98e9 * _CLK,
     "sfu_ops_per_s": 16.0 * _SM * _CLK,
     "l2_bandwidth_bytes_per_s": 3899.4 * 2 * _CLK,

@@ -33,50 +33,55 @@ def test_wgmma_kernels_and_flash_attn2_run_at_the_power_limit(rows):
 
 def test_replayed_cycles_against_the_gpus(rows):
     """The replay's cycles against Nsight Compute's for each kernel run alone. Achieved (the
-    bounds round them up; the replay is deterministic): this project's mma.sync forwards 3.9%
-    and 8.4% short, flash-attn 2's 11.4% short, cuDNN's within 0.1%, the Hopper builds over
-    by 5.9-7.5% without the intra-warpgroup overlap and by 14.2% and 24.8% with it."""
+    bounds round them up; the replay is deterministic): this project's mma.sync forwards
+    within 1.4%, flash-attn 2's 11.0% short, cuDNN's 10.9% over (its written program), the
+    Hopper builds within 6% (the two with both overlaps within 2%; 14.2% and 24.8% over
+    before FFMA took one cycle and its rate beside wgmma was fitted on the FFMA warpgroup's
+    span: docs/model.md, "FFMA's cost beside wgmma is the FMA pipe's")."""
     err = {k: r["cycles_error"] for k, r in rows.items()}
-    assert abs(err["flashio 128x64 w8", 128]) <= 0.04
-    assert abs(err["flashio 128x128 w8", 64]) <= 0.09
-    assert abs(err["sdpa-flash", 128]) <= 0.12 and abs(err["sdpa-cudnn", 128]) <= 0.01
+    assert abs(err["flashio 128x64 w8", 128]) <= 0.01
+    assert abs(err["flashio 128x128 w8", 64]) <= 0.02
+    assert abs(err["sdpa-flash", 128]) <= 0.12 and abs(err["sdpa-cudnn", 128]) <= 0.11
     plain = (("128x176 pingpong", 128), ("128x128 none", 128), ("128x128 none", 64))
-    assert max(abs(err[f"hopper {b}", d]) for b, d in plain) <= 0.08
-    assert abs(err["hopper 128x128 both", 128]) <= 0.15
-    assert abs(err["hopper 128x176 both", 128]) <= 0.25
+    assert max(abs(err[f"hopper {b}", d]) for b, d in plain) <= 0.06
+    assert abs(err["hopper 128x128 both", 128]) <= 0.02
+    assert abs(err["hopper 128x176 both", 128]) <= 0.01
 
 
 def test_hopper_builds_in_cycles():
     """Every build of the Hopper forward at every validation shape, alone under Nsight Compute
     (data/gpu/probe/hopper_cycles.py): in cycles, where the clock drops out, the GPU orders
     the d = 128 builds as it does in time (128x176 with both overlaps fewest at N >= 2048,
-    then 128x128 with both). The replay's cycles: 7.1% off over the 120 rows (bias -1.8%);
-    at d = 128 and N >= 4096 it is over by 9-24% for the builds with the intra-warpgroup
-    overlap and within 7% for the others, so it ranks the four builds wrong there. The bounds
-    are the achieved figures rounded (the replay is deterministic)."""
+    then 128x128 with both). The replay's cycles: 8.6% off over the 120 rows, 7.7% short on
+    average (a CTA's fixed cost: the next test); at d = 128 and N >= 4096 within 10.2% for
+    every build, and it orders the first two as the GPU does at each of those shapes (with
+    the rate fitted on a dense FFMA stream's CTA time, before: the builds with both overlaps
+    9-24% over, ranked wrong). The bounds are the achieved figures rounded (the replay is
+    deterministic)."""
     rows = kernel_clock.hopper_cycles(jobs=2)
     assert len(rows) == 120
     err = [r["cycles_error"] for r in rows]
-    assert sum(abs(e) for e in err) / len(err) <= 0.08
+    assert sum(abs(e) for e in err) / len(err) <= 0.09
     big = [r for r in rows if r["head_dim"] == 128 and r["seq_len"] >= 4096]
     for n, causal in {(r["seq_len"], r["causal"]) for r in big}:
         at = {r["label"]: r for r in big if (r["seq_len"], r["causal"]) == (n, causal)}
-        gpu_order = sorted(at, key=lambda k: at[k]["cycles"])
-        assert gpu_order[:2] == ["hopper 128x176 both", "hopper 128x128 both"], (n, causal)
-        assert all(abs(at[k]["cycles_error"]) <= 0.25 for k in at)
-        assert all(abs(at[k]["cycles_error"]) <= 0.07 for k in at if "both" not in k)
+        first = ["hopper 128x176 both", "hopper 128x128 both"]
+        assert sorted(at, key=lambda k: at[k]["cycles"])[:2] == first, (n, causal)
+        assert sorted(at, key=lambda k: at[k]["model_cycles"])[:2] == first, (n, causal)
+        assert all(abs(at[k]["cycles_error"]) <= 0.11 for k in at)
 
 
 def test_hopper_cycles_split_into_steps_and_a_fixed_cost():
     """The same 120 launches, cycles per round of CTAs (one CTA an SM) against steps a CTA,
     a line through N = 1k..16k per non-causal build (``kernel_clock.cycle_parts``): the GPU
-    spends 8.9-13.2 thousand cycles a CTA besides its steps, the replay 4.7-6.9 thousand, 3.3
-    to 7.2 thousand short for every build, while its step is 1-28% over (most for both
-    overlaps: docs/model.md, "FFMA's cost beside wgmma is the FMA pipe's"). A documented
-    limit, pinned so that a model that lifts it says so."""
+    spends 8.9-13.2 thousand cycles a CTA besides its steps, the replay 4.8-6.9 thousand, 3.5
+    to 7.6 thousand short for every build, while its step is within 5% of the GPU's at
+    d = 128 and -5% to +11% at d = 64 (1-28% over with the rate fitted on a dense FFMA
+    stream's CTA time: docs/model.md, "FFMA's cost beside wgmma is the FMA pipe's"). A
+    documented limit, pinned so that a model that lifts it says so."""
     parts = kernel_clock.cycle_parts(kernel_clock.hopper_cycles(jobs=2))
     assert len(parts) == 12 and all(p["shapes"] == 5 for p in parts)
     for p in parts:
         assert 8_500 < p["gpu_fixed"] < 13_500, p
         assert 3_000 < p["gpu_fixed"] - p["model_fixed"] < 8_000, p
-        assert 0.0 < p["model_step"] / p["gpu_step"] - 1 < 0.30, p
+        assert abs(p["model_step"] / p["gpu_step"] - 1) < (0.05 if p["head_dim"] == 128 else 0.12)

@@ -55,9 +55,13 @@ def test_fa3_forward_is_priced_by_its_written_program():
     assert own.kernels[0].census_key.startswith("flash2_fwd")
 
 
-def test_intra_warpgroup_overlap_is_faster_on_one_sm():
+def test_intra_warpgroup_overlap_is_bounded_by_the_tensor_pipe():
     """The written programs on one SM: issuing the next S before the softmax (FA3's
-    intra-warpgroup overlap) hides part of the softmax; the tensor pipe bounds both."""
+    intra-warpgroup overlap) or not, the tensor pipe bounds both, and the overlap gains
+    little where FFMA beside wgmma keeps a fifth of its rate (HOPPER_ISA): within 2% of each
+    other. The GPU agrees that the overlap alone is no sure gain: this project's compiled
+    d = 64, 192x128 builds take 2,856 cycles a step with it and 2,663 without
+    (kernel_clock.cycle_parts on data/gpu/probe/hopper_cycles_ncu.csv)."""
     from flashio.simulator.issue import issue_model
     from flashio.simulator.warp_replay import replay
 
@@ -67,5 +71,6 @@ def test_intra_warpgroup_overlap_is_faster_on_one_sm():
          for o in ("none", "both")}  # fmt: skip
     per_smsp = gpu.tensor_bf16_flops_per_cycle_per_sm / gpu.sm_sub_partitions
     tensor = 2 * (4 * 64 * 128 * 128 / 4) / per_smsp  # two warps per SMSP, cycles
-    assert tensor < t["both"] < t["none"]
+    assert tensor < t["both"] and tensor < t["none"]
+    assert t["both"] == pytest.approx(t["none"], rel=0.02)
     assert np.isfinite(list(t.values())).all()

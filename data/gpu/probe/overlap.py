@@ -46,6 +46,7 @@ from overlap_fit import (  # noqa: F401 (the replay's side; tests read it from h
     ROLE_FITS,
     RUNS,
     fit,
+    fit_all,
     fit_roles,
     load_runs,
     replayed,
@@ -623,7 +624,7 @@ def main(argv=None) -> int:
         sass_doc = json.loads((args.fit / "overlap_sass.json").read_text())
         base = dataclasses.replace(issue_model(simulator.load_gpu("h200-measured")),
                                    tensor_overlap=())  # fmt: skip
-        rates = fit(doc, sass_doc, base)
+        rates = fit_all(args.fit, base)
         print(json.dumps(rates, indent=1))
         from flashio.simulator.sass import WarpProgram
 
