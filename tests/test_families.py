@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from flashio.analysis.validation import families
+from flashio.kernels import AttentionShape
 
 
 @pytest.fixture(scope="module")
@@ -233,3 +234,22 @@ def test_eager_pytorch_from_its_kernels_machine_code():
     s = rep["summary"]["pytorch standard"]
     assert s["n"] == 16 and s["mape"] <= 0.08 and s["max_error"] <= 0.15
     assert all("128x128 w12" in r["label"] for r in rep["rows"])
+
+
+def test_spearman_shares_tied_ranks():
+    """Without ties, 1 - 6 sum d^2 / (n (n^2 - 1)); tied values share their mean rank, so two
+    builds the model cannot tell apart count the same whichever order their rows come in."""
+    assert families.spearman([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(0.8)
+    assert families.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # ranks 0, 1, 2, 3 against 0.5, 0.5, 2, 3: the Pearson correlation of the two, 0.9487
+    tied = families.spearman([1, 2, 3, 4], [7, 7, 8, 9])
+    assert tied == pytest.approx(4.5 / (5**0.5 * 4.5**0.5))
+    assert families.spearman([2, 1, 3, 4], [7, 7, 8, 9]) == pytest.approx(tied)
+    assert families.spearman([1, 2, 3], [5, 5, 5]) == 0.0
+    shape = AttentionShape(1, 16, 4096, 64, "bf16")
+    ms = [
+        families.Measured("flashio", "flash2", shape, bq, 64, 4, t, False)
+        for bq, t in ((64, 1.0), (128, 2.0), (192, 3.0))
+    ]
+    rk = families.tiling_ranking(ms, [1.0, 1.0, 3.0])  # the first two tied first
+    assert rk[0]["picked_slower_than_best"] == pytest.approx(0.5)  # the mean of 1.0 and 2.0

@@ -168,13 +168,35 @@ def _summary(ms: list[Measured], preds: list[float]) -> dict:
 
 
 def _ranks(x) -> np.ndarray:
-    return np.argsort(np.argsort(np.asarray(x)))
+    """Ranks from 0, tied values sharing the mean of the ranks they span (the builds the model
+    cannot tell apart, e.g. two pipeline depths of one compute-bound loop, are tied in its
+    prediction, not ordered by where their rows happen to lie)."""
+    x = np.asarray(x)
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x))
+    i = 0
+    while i < len(x):
+        j = i
+        while j + 1 < len(x) and x[order[j + 1]] == x[order[i]]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2
+        i = j + 1
+    return ranks
+
+
+def spearman(a, b) -> float:
+    """Spearman's rank correlation of ``a`` and ``b``: the Pearson correlation of their ranks
+    (``_ranks``; without ties, 1 - 6 sum d^2 / (n (n^2 - 1))). 0 where either is constant."""
+    ra, rb = _ranks(a) - (len(a) - 1) / 2, _ranks(b) - (len(b) - 1) / 2
+    den = float(np.sqrt((ra * ra).sum() * (rb * rb).sum()))
+    return float((ra * rb).sum()) / den if den > 0 else 0.0
 
 
 def tiling_ranking(ms: list[Measured], preds: list[float]) -> list[dict]:
     """Per family, schedule and shape measured at several tilings: the Spearman correlation of
     predicted and measured times over the tilings, and how much slower (measured) the tiling
-    the model ranks first is than the measured best."""
+    the model ranks first is than the measured best (where it ties several first, the mean of
+    theirs)."""
     groups: dict[tuple, list] = {}
     for m, p in zip(ms, preds, strict=True):
         groups.setdefault((m.family, m.schedule, m.shape), []).append((m, p))
@@ -184,10 +206,10 @@ def tiling_ranking(ms: list[Measured], preds: list[float]) -> list[dict]:
             continue
         meas = np.array([m.time_s for m, _ in pts])
         pred = np.array([p for _, p in pts])
-        d = _ranks(meas) - _ranks(pred)  # Spearman's rho of distinct ranks
-        n = len(pts)
-        rho = 1 - 6 * float((d * d).sum()) / (n * (n * n - 1))
-        pick = pts[int(np.argmin(pred))][0]
+        rho = spearman(meas, pred)
+        first = np.flatnonzero(pred == pred.min())
+        pick = pts[int(first[0])][0]
+        slower = float(meas[first].mean() / meas.min() - 1)
         out.append(
             {
                 "family": fam,
@@ -197,7 +219,7 @@ def tiling_ranking(ms: list[Measured], preds: list[float]) -> list[dict]:
                 "spearman": rho,
                 "picked": [pick.block_q, pick.block_kv, pick.warps]
                 + ([pick.overlap] if pick.overlap else []),
-                "picked_slower_than_best": float(pick.time_s / meas.min() - 1),
+                "picked_slower_than_best": slower,
             }
         )
     return out
