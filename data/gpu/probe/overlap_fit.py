@@ -1,6 +1,6 @@
 """The warp replay against overlap.py's runs: which loops one sub-partition's warps run in
 each probe kernel, their replayed cycles, and the tensor-pipe interference rates of
-simulator.issue.HOPPER_ISA fitted to the measured mixes (``python data/gpu/probe/overlap.py
+simulator.hopper_isa.HOPPER_ISA fitted to the measured mixes (``python data/gpu/probe/overlap.py
 --fit DIR``; tests/test_issue_model.py checks them)."""
 
 from __future__ import annotations
