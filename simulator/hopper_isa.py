@@ -37,8 +37,9 @@ HOPPER_ISA = {
     # when a variable-latency instruction's source registers may be overwritten: MUFU.EX2's
     # read barrier released 14 cycles after issue (runs 12-15, data/gpu/probe/README.md:
     # 15.0, 14.0, 14.0 from three softmax mixes; run 15's ex2_war kernels, timed after the
-    # prediction, within 4%); assumed the same for the other variable-latency classes
-    "read_latency": 14.0,
+    # prediction, within 4%); the other classes' not measured, assumed the ALU latency
+    "read_latency": 4.0,
+    "read_latency_of": {"mufu": 14.0},
     # each variable-latency result a cycle early or late (IssueModel.latency_jitter): the
     # least perturbation a replay in whole cycles can make, an assumption (docs/model.md,
     # "Ties and phase locking", gives the steps at 0 to 3 cycles)
@@ -117,6 +118,7 @@ def issue_model(gpu: GPUSpec, isa: dict = HOPPER_ISA) -> IssueModel:
         tensor_flops_per_cycle={"hmma": mma_sync / sp, "hgmma": wgmma / sp},
         latency=latency,
         read_latency=isa["read_latency"],
+        read_latency_of=isa["read_latency_of"],
         latency_jitter=isa["latency_jitter"],
         smem_bytes_per_cycle_per_sm=gpu.smem_bandwidth_bytes_per_cycle_per_sm,
         bar_latency=isa["bar_cycles_base"],

@@ -123,6 +123,9 @@ class IssueModel:
         (which, a fixed hash of the issue's number decides: deterministic, zero on average).
         0: every result on the dot; the warps of two warpgroups can then lock into an orbit
         that any perturbation breaks (docs/model.md, "Ties and phase locking").
+    read_latency_of : mapping class -> float
+        ``read_latency`` for the classes named (stored as sorted pairs); the others take
+        ``read_latency``.
     source : str
         Where the numbers come from.
     """
@@ -138,10 +141,13 @@ class IssueModel:
     mio_queue: int = 0
     tensor_overlap: tuple = ()
     latency_jitter: float = 0.0
+    read_latency_of: tuple = ()
     source: str = ""
 
     def __post_init__(self):
-        for f in ("interval", "latency", "tensor_flops_per_cycle", "tensor_overlap"):
+        fields = ("interval", "latency", "tensor_flops_per_cycle", "tensor_overlap",
+                  "read_latency_of")  # fmt: skip
+        for f in fields:
             v = getattr(self, f)
             pairs = sorted(v.items() if isinstance(v, dict) else v)
             object.__setattr__(self, f, tuple((str(k), float(x)) for k, x in pairs))
@@ -173,6 +179,7 @@ class IssueModel:
             np.array([latency.get(c, 0.0) for c in CLASSES]),
             np.array([rate.get(c, 1.0) for c in CLASSES]),
             overlap,
+            np.array([dict(self.read_latency_of).get(c, self.read_latency) for c in CLASSES]),
         )
 
 
@@ -331,7 +338,7 @@ def _run(
                 lat += jitter if _late(issued) else -jitter
             sb[w, wbar[i]] = max(sb[w, wbar[i]], start + lat)
         if rbar[i] != 7:
-            sb[w, rbar[i]] = max(sb[w, rbar[i]], start + read_lat)
+            sb[w, rbar[i]] = max(sb[w, rbar[i]], start + read_lat[c])
         last_issue[w] = now
         issued += 1
         greedy = w
@@ -423,7 +430,7 @@ def execute_roles(
     each warp on the SMSP, all running ``progs[0]`` (``smsp_warps``), and ``group_of`` each
     one's warpgroup (default 0); by default each CTA has one warp per program. ``turns``:
     arrivals on warpgroup 0's turn barrier before the first step (``first_turn``)."""
-    pipe_of, interval, latency, rate, overlap = model.arrays()
+    pipe_of, interval, latency, rate, overlap, read_lat = model.arrays()
     port = model.smem_bytes_per_cycle_per_sm / model.sub_partitions
     ends = np.cumsum([len(p) for p in progs])
     first, end = np.concatenate(([0], ends[:-1])).astype(np.int64), ends.astype(np.int64)
@@ -444,7 +451,7 @@ def execute_roles(
     out = _run(
         cat("klass"), cat("stall"), cat("write_barrier"), cat("read_barrier"), cat("wait_mask"),
         cat("shared_bytes"), cat("tensor_flops"), cat("group"), cat("fresh"), pipe_of, interval,
-        latency, rate, float(model.read_latency), port, model.smem_bytes_per_cycle_per_sm,
+        latency, rate, read_lat, port, model.smem_bytes_per_cycle_per_sm,
         model.bar_latency + model.bar_latency_per_warp * warps_per_cta, cta_of, slot_of, first,
         end, steps, CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue), overlap, named,
         group_of.astype(np.int64), int(turns), float(model.latency_jitter),

@@ -25,7 +25,7 @@ def test_flash_attn2_forward_and_backward_within_their_bounds(fa2):
     fwd = fa2["summary"]["flash-attn2 flash2"]
     bwd = fa2["summary"]["flash-attn2 flash2_bwd"]
     assert fwd["n"] == 20 and bwd["n"] == 20
-    # achieved: forward 9.5% (max 20.6%), nearly every row too fast; backward 5.6% (max 9.8%),
+    # achieved: forward 9.4% (max 20.6%), nearly every row too fast; backward 5.0% (max 9.4%),
     # every row too slow: 1.6% before the loop's L and D loads stopped waiting the L2 twice
     # and the reductions took the SM's measured rate, two errors that had cancelled
     # (docs/model.md, "Reductions"); 4.8% before FFMA took one cycle and the interference
@@ -54,16 +54,15 @@ def test_triton_tilings_are_ranked_and_the_first_choice_is_near_the_best(triton)
     rk = triton["ranking"]
     assert len(rk) == 20 and all(r["tilings"] == 5 for r in rk)
     rho = [r["spearman"] for r in rk]
-    # achieved: mean 0.83, lowest 0.30 (rounded down to the percent); the first choice is
-    # within 5% of the best for 16 of 20 shapes, 13.5% slower at worst: at d = 64, N >= 2k
-    # the model picks 128x64 with 8 warps, 8-14% slower on the GPU than 128x64 with 4 (its
-    # two warpgroups' FFMA beside each other's wgmma at the sub-partition's rate; with the
-    # rate fitted on a dense FFMA stream's CTA time, before, 19 of 20 and 5.9%). The 2-stage
-    # tiling's loads are not prefetched (its loop waits for them before any wgmma): before
-    # that rule it was predicted 16-27% too fast and picked, 30% slower than the best
-    assert sum(rho) / len(rho) >= 0.83 and min(rho) >= 0.29
+    # achieved: mean 0.875, lowest 0.70 (rounded down to the percent); the first choice is
+    # within 5% of the best for all 20 shapes, 3.8% slower at worst (with read barriers of 14
+    # cycles on every class, not only MUFU's, 16 of 20: the d = 64 picks went to 128x64
+    # with 8 warps, 8-14% slower). The 2-stage tiling's loads are not prefetched (its loop
+    # waits for them before any wgmma): before that rule it was predicted 16-27% too fast
+    # and picked, 30% slower than the best
+    assert sum(rho) / len(rho) >= 0.87 and min(rho) >= 0.69
     picked = [r["picked_slower_than_best"] for r in rk]
-    assert sum(p <= 0.05 for p in picked) >= 16 and max(picked) <= 0.14
+    assert sum(p <= 0.05 for p in picked) == 20 and max(picked) <= 0.04
     for r in rk:  # a ranking of n tilings: Spearman in [-1, 1], the pick one of them
         assert -1 <= r["spearman"] <= 1 and r["tilings"] >= 3
 
@@ -143,8 +142,8 @@ def test_compiled_tile_search_as_predicted_before_the_gpu_ran_it(flashio_rep):
     first choice, 128x64 with 4 warps, ran fastest, and its order of the nine had a Spearman
     correlation of 0.83 to 0.95 with the measured one. The model as it is now picks the
     fastest at each of these shapes (with the tilings of data/gpu/unseen where they share
-    one) and ranks the d = 128 ones at 0.89 or more; the d = 64 ones, whose tilings lie
-    closer together, at 0.65 to 0.67 (0.80 to 0.83 before FFMA took one cycle and the
+    one) and ranks the d = 128 ones at 0.90 or more; the d = 64 ones, whose tilings lie
+    closer together, at 0.64 to 0.70 (0.80 to 0.83 before FFMA took one cycle and the
     interference rates were refitted so: docs/model.md)."""
     measured = _search_shapes(
         json.loads((SEARCH / "gpu_measure.json").read_text())["results"],
@@ -175,7 +174,7 @@ def test_compiled_tile_search_as_predicted_before_the_gpu_ran_it(flashio_rep):
     }
     for key in measured:
         assert ranked[key]["picked_slower_than_best"] == 0, key
-        assert ranked[key]["spearman"] >= (0.89 if key[2] == 128 else 0.64), key
+        assert ranked[key]["spearman"] >= (0.9 if key[2] == 128 else 0.63), key
 
 
 def test_hopper_forward_of_this_project_from_its_compiled_code():
@@ -212,13 +211,13 @@ def test_hopper_backward_of_this_project_from_its_compiled_code():
     """This project's Hopper backward (kernels/cuda/hopper_bwd.cu between flash2_bwd.cu's first
     and last kernels), timed beside PyTorch's backward (data/gpu/hopper/hopper_bwd_measure.json),
     each build (tiling, Q and dO buffers) priced by its consumer warps' compiled loop.
-    Achieved: 6.0% (bias +5.9%, max 15.3%) since its dQ reductions pass the SM's path at the
+    Achieved: 5.6% (bias +5.4%, max 14.7%) since its dQ reductions pass the SM's path at the
     rate one SM was measured to send them (docs/model.md, "Reductions"); 16.2% before, every
     row too fast. The d = 64 tilings ranked at Spearman 0.8 or more, the model's pick within
     1.4% of the best."""
     rep = families.report(families=("flashio-hopper",), jobs=2)
     s = rep["summary"]["flashio-hopper flash2_bwd"]
-    assert s["n"] == 36 and s["mape"] <= 0.061 and s["max_error"] <= 0.16
+    assert s["n"] == 36 and s["mape"] <= 0.06 and s["max_error"] <= 0.15
     ranked = [r for r in rep["ranking"] if r["schedule"] == "flash2_bwd"]
     assert len(ranked) == 6 and all(r["spearman"] >= 0.8 for r in ranked)
     assert all(r["picked_slower_than_best"] <= 0.015 for r in ranked)
