@@ -12,8 +12,9 @@ state. It models, per instruction:
 - the **stall count** the compiler scheduled (fixed-latency dependencies: the warp's next
   instruction issues that many cycles later, at least one);
 - **scoreboards**: a variable-latency instruction (MUFU, shared memory, shuffles) releases its
-  write barrier ``latency`` cycles after issue and its read barrier ``read_latency`` cycles after;
-  an instruction waits for the scoreboards in its wait mask;
+  write barrier ``latency`` cycles after issue (``latency_jitter`` early or late) and its read
+  barrier ``read_latency`` cycles after (per class: ``read_latency_of``); an instruction waits
+  for the scoreboards in its wait mask;
 - **pipes**: each class occupies its pipe for ``interval`` cycles per warp instruction (the
   reciprocal of the pipe's per-SMSP throughput); a pipe that frees up during a cycle takes
   the next instruction in that cycle, so fractional intervals average out; shared-memory
