@@ -929,6 +929,7 @@ def _dense_fit(model):
         interval={**dict(model.interval), "fma": DENSE_FIT["fma_interval"]},
         tensor_overlap={**dict(model.tensor_overlap), "hgmma/fma": DENSE_FIT["hgmma/fma"]},
         read_latency=DENSE_FIT["read_latency"],
+        read_latency_of=(),
         latency_jitter=0.0,
     )
 
