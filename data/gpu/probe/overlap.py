@@ -49,6 +49,7 @@ from overlap_fit import (  # noqa: F401 (the replay's side; tests read it from h
     fit_all,
     fit_roles,
     load_runs,
+    programs_of,
     replayed,
     roles,
     spans,
@@ -626,10 +627,7 @@ def main(argv=None) -> int:
                                    tensor_overlap=())  # fmt: skip
         rates = fit_all(args.fit, base)
         print(json.dumps(rates, indent=1))
-        from flashio.simulator.sass import WarpProgram
-
-        programs = {k: WarpProgram.from_json(v["loop"]) for k, v in sass_doc.items()
-                    if "loop" in v}  # fmt: skip
+        programs = programs_of(sass_doc)
         fitted = dataclasses.replace(base, tensor_overlap=rates)
         for name in CHECKS:
             meas = doc["results"][name]["median_cycles_per_iter"]

@@ -110,13 +110,18 @@ def _with_rate(model, key: str, rate: float, others: bool):
     return dataclasses.replace(model, tensor_overlap={**kept, key: rate})
 
 
+def programs_of(sass_doc: dict) -> dict:
+    """The loops of overlap_sass.json as warp programs, by kernel name."""
+    from flashio.simulator.sass import WarpProgram
+
+    return {k: WarpProgram.from_json(v["loop"]) for k, v in sass_doc.items() if "loop" in v}
+
+
 def fit(doc: dict, sass_doc: dict, model) -> dict:
     """Each ``FITS`` rate: the one with which the replay under ``model`` (its other
     interference rates off) gives the measured cycles per iteration of the mixes named,
     averaged over them, to 0.001; and 0 for each ``EXCLUSIVE`` key."""
-    from flashio.simulator.sass import WarpProgram
-
-    programs = {k: WarpProgram.from_json(v["loop"]) for k, v in sass_doc.items() if "loop" in v}
+    programs = programs_of(sass_doc)
     measured = {k: v["median_cycles_per_iter"] for k, v in doc["results"].items()}
     out = {}
     for key, names in FITS.items():
@@ -158,11 +163,9 @@ def fit_all(probe_dir: Path, model) -> dict:
     ``fit_roles`` on run 11's warpgroup spans with those rates in place."""
     import dataclasses
 
-    from flashio.simulator.sass import WarpProgram
-
     sass_doc = json.loads((probe_dir / "overlap_sass.json").read_text())
     rates = fit(load_runs(probe_dir), sass_doc, model)
-    programs = {k: WarpProgram.from_json(v["loop"]) for k, v in sass_doc.items() if "loop" in v}
+    programs = programs_of(sass_doc)
     with_rates = dataclasses.replace(model, tensor_overlap=rates)
     roles = fit_roles(json.loads((probe_dir / ROLE_RUN).read_text()), programs, with_rates)
     return {**rates, **roles}
