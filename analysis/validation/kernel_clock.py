@@ -77,21 +77,21 @@ def rows() -> list[dict]:
     return out
 
 
-def hopper_cycles(jobs: int = 1) -> list[dict]:
+def hopper_cycles(jobs: int = 1, run: str = "hopper_cycles") -> list[dict]:
     """Every non-persistent build of the Hopper forward at every validation shape, launched
     alone under Nsight Compute (data/gpu/probe/hopper_cycles.py: the second of two launches):
-    the GPU's cycles and clock beside the replay's cycles."""
-    order = json.loads((PROBE / "hopper_cycles_launches.json").read_text())["launches"]
-    profiled = parse_ncu_csv((PROBE / "hopper_cycles_ncu.csv").read_text())
+    the GPU's cycles and clock beside the replay's cycles. ``run="hopper_cta_cost"``: the
+    probe's ``--cta-cost`` shapes instead (one and ten rounds of 132 CTAs)."""
+    order = json.loads((PROBE / f"{run}_launches.json").read_text())["launches"]
+    profiled = parse_ncu_csv((PROBE / f"{run}_ncu.csv").read_text())
     if len(profiled) != sum(o["launches"] for o in order):
-        raise ValueError(
-            "hopper_cycles_ncu.csv: not the launches hopper_cycles_launches.json lists"
-        )
+        raise ValueError(f"{run}_ncu.csv: not the launches {run}_launches.json lists")
     ms, out, at = [], [], 0
     for o in order:
         at += o["launches"]
         m = profiled[at - 1]["metrics"]  # the last launch of each build and shape
-        sh = kernels.AttentionShape(1, 16, o["seq_len"], o["head_dim"], "bf16", causal=o["causal"])
+        heads, n, d = o.get("heads", 16), o["seq_len"], o["head_dim"]
+        sh = kernels.AttentionShape(1, heads, n, d, "bf16", causal=o["causal"])
         warps = 4 * (o["block_q"] // 64 + 1)
         ms.append(Measured("flashio-hopper", "flash2", sh, o["block_q"], o["block_kv"], warps,
                            0.0, False, o["overlap"], o["stages"]))  # fmt: skip
@@ -116,7 +116,7 @@ def cycle_parts(rows: list[dict]) -> list[dict]:
         if r["causal"]:
             continue
         key = (r["head_dim"], r["block_q"], r["block_kv"], r["overlap"], r["stages"])
-        rounds = math.ceil(16 * math.ceil(r["seq_len"] / r["block_q"]) / SMS)
+        rounds = math.ceil(r.get("heads", 16) * math.ceil(r["seq_len"] / r["block_q"]) / SMS)
         steps = math.ceil(r["seq_len"] / r["block_kv"])
         by.setdefault(key, []).append((steps, r["cycles"] / rounds, r["model_cycles"] / rounds))
     out = []

@@ -351,6 +351,17 @@ for _m in MIXES:
         E[f"{_m}_n{_c}"] = E[_m]
         SASS[f"{_m}_n{_c}"] = "MUFU.EX2"
         KERNELS[f"{_m}_n{_c}_1wg"] = ((), (1,), f"{_m}_n{_c}")
+# run 17: two warpgroups each doing both parts, as a warp-specialized forward's consumers do
+# without softmax overlap (wgmma, wait, softmax), at the parts' lengths of its step: G wgmma
+# and E softmax steps of 300 (G = 4) or 600 (G = 8) cycles each alone; with one warpgroup
+# doing both (the parts' sum), and the softmax alone
+for _g, _e in ((4, 32), (8, 64)):
+    _m = f"soft_e{_e}"
+    ALU_STEP[_m], E[_m], SASS[_m] = ALU_STEP["soft"], _e, "MUFU.EX2"
+    KERNELS[f"{_m}_1wg"] = ((), (1,), _m)
+    KERNELS[f"same_soft_g{_g}"] = ((0,), (0,), _m, _g)
+    KERNELS[f"both_soft_g{_g}"] = ((0, 1), (0, 1), _m, _g)
+KERNELS["mma_1wg_g8"] = ((0,), (), None, 8)
 ALU_STEP["ffma_c1"] = ALU_STEP["ffma_c2"] = ALU_STEP["ffma_c3"] = ALU_STEP["ffma"]
 ALU_STEP["fmnmx_c1"], ALU_STEP["imad_c1"] = ALU_STEP["fmnmx"], ALU_STEP["imad"]
 ALU_STEP["mufu_c1"] = ALU_STEP["mufu"]
