@@ -362,6 +362,11 @@ for _g, _e in ((4, 32), (8, 64)):
     KERNELS[f"same_soft_g{_g}"] = ((0,), (0,), _m, _g)
     KERNELS[f"both_soft_g{_g}"] = ((0, 1), (0, 1), _m, _g)
 KERNELS["mma_1wg_g8"] = ((0,), (), None, 8)
+# power.py's dense wgmma on operands that change from one wgmma to the next (A at one of two
+# 2 KiB tiles, B at one of four 4 KiB tiles of the random shared data, as an attention loop's
+# fresh K and V tiles are), where mma_2wg reads the same A and B every time
+KERNELS["mma_2wg_fresh"] = ((0, 1), (), None)
+FRESH_DESCRIPTORS = '"l"(descA + (u64)((g & 1) * 128)), "l"(descB + (u64)((g & 3) * 256))'
 ALU_STEP["ffma_c1"] = ALU_STEP["ffma_c2"] = ALU_STEP["ffma_c3"] = ALU_STEP["ffma"]
 ALU_STEP["fmnmx_c1"], ALU_STEP["imad_c1"] = ALU_STEP["fmnmx"], ALU_STEP["imad"]
 ALU_STEP["mufu_c1"] = ALU_STEP["mufu"]
@@ -493,6 +498,7 @@ def sources(only=None) -> dict[str, str]:
     from isa import _wgmma_step
 
     wgmma = _wgmma_step(128).replace('"r"(sc)', '"r"(1)')
+    fresh = wgmma.replace('"l"(descA), "l"(descB)', FRESH_DESCRIPTORS)
     out = {}
     for name, (mma, alu, kind, *g) in {**KERNELS, **HKERNELS, **RKERNELS}.items():
         if only and name not in only:
@@ -513,7 +519,8 @@ def sources(only=None) -> dict[str, str]:
             .replace("@WARPS@", str(threads(mma, alu) // 32)).replace("@ITERS@", str(ITERS))
             .replace("@G@", str(g[0] if g else G)).replace("@E@", str(E.get(kind, 8)))
             .replace("@MMA_MASK@", _mask(mma)).replace("@ALU_MASK@", _mask(alu))
-            .replace("@WGMMA@", _wgmma_rs_step() if name in RKERNELS else wgmma)
+            .replace("@WGMMA@", _wgmma_rs_step() if name in RKERNELS
+                     else fresh if name.endswith("_fresh") else wgmma)
             .replace("@RS_DECL@", RS_DECL if name in RKERNELS else "")
             .replace("@RS_SINK@", RS_SINK if name in RKERNELS else "")
             .replace("@ALU@", ALU_STEP.get(kind or "ffma"))

@@ -39,6 +39,8 @@ from sm_scaling import new_doc
 # MUFU.EX2 and conflict-free 16-byte shared-memory loads alone, and wgmma with MUFU beside it
 # (a softmax's exponentials)
 KINDS = ("mma_2wg", "hmmad_2wg", "ffma_2wg", "mufu_2wg", "both_mufu", "lds_2wg")
+# run 3: the dense wgmma on operands that change from one instruction to the next
+FRESH = ("mma_2wg_fresh",)
 ITERS = 8192  # about 9 M cycles a launch: 5 ms at 1.8 GHz
 # reads of global memory, 16 bytes a thread, four in flight, by 1024 threads a CTA (one CTA an
 # SM: the dynamic shared memory it asks for leaves no room for a second): a buffer the L2
@@ -156,7 +158,7 @@ def main(argv=None) -> None:
     doc["runs"] = []
     overlap.KERNELS["lds_2wg"] = ((), (0, 1), "lds")
     launches = {}
-    for kind, src in overlap.sources(KINDS).items():
+    for kind, src in overlap.sources(KINDS + FRESH).items():
         fn = cupy.RawModule(code=src, options=overlap.OPTIONS).get_function(kind)
         launches[kind] = functools.partial(loop_launch, fn)
     stream = cupy.RawModule(code=STREAM, options=("-std=c++17",)).get_function("stream")
