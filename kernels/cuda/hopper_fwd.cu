@@ -47,6 +47,12 @@
 #ifndef INTRA
 #define INTRA 0
 #endif
+#ifndef SKELETON  // 1: the consumers wait for each K/V block and free it, doing no arithmetic
+#define SKELETON 0  // (data/gpu/probe/hopper_cycles.py --skeleton: a CTA's fixed costs)
+#endif
+#if SKELETON && (PINGPONG || INTRA)
+#error "SKELETON builds have no softmax overlap"
+#endif
 #ifndef PERSISTENT
 #define PERSISTENT 0
 #endif
@@ -307,6 +313,11 @@ __device__ __forceinline__ void consume(const Tile& w, int k, int it0, int t, in
         const int s = (it0 + j) % STAGES;
         const u32 parity = ((it0 + j) / STAGES) & 1;
         mbar_wait(k_full + 8 * s, parity);
+#if SKELETON
+        mbar_arrive(k_empty + 8 * s);
+        mbar_wait(v_full + 8 * s, parity);
+        mbar_arrive(v_empty + 8 * s);
+#else
         turn_begin(c);
         issue_s(acc_s, q_base, sk + s * KV_BYTES);
         wgmma_commit();
@@ -325,6 +336,7 @@ __device__ __forceinline__ void consume(const Tile& w, int k, int it0, int t, in
         wgmma_wait<0>();
         fence_regs<NO>(acc_o);
         mbar_arrive(v_empty + 8 * s);
+#endif
     }
 #else
     // S_j = Q K_j^T is issued with O += P_{j-1} V_{j-1}; the softmax of S_j runs while the

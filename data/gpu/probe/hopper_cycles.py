@@ -17,6 +17,11 @@ Writes the launch order (build, head dim, N, causal; two launches each) to --ord
 64, 128x128 without) at N = 128 to 2816 (one to 22 steps a CTA) with as many heads as make
 the grid exactly one round of 132 CTAs, and ten rounds: cycles per round against steps give
 a CTA's fixed cost, and one round against ten the kernel's start against a CTA's.
+
+``--skeleton`` (with ``--cta-cost``): the same tilings built with ``SKELETON=1``
+(kernels/cuda/hopper_fwd.cu): every copy, barrier and store of the kernel, and no
+arithmetic: the consumers wait for each K/V block and free it. What a CTA costs beside its
+matrix products and softmax, measured without them.
 """
 
 from __future__ import annotations
@@ -67,22 +72,34 @@ def validation_builds(head_dims, seq_lens, masks):
                                   "seq_len": n, "causal": causal}  # fmt: skip
 
 
-def cta_cost_builds():
-    """(schedule, launch-order row) of --cta-cost."""
+def cta_cost_builds(skeleton: bool = False):
+    """(schedule, launch-order row) of --cta-cost (``skeleton``: each build without softmax
+    overlap, which the skeleton does not have)."""
     for (d, bkv, overlap), heads, n in cta_cost_shapes():
+        overlap = "none" if skeleton else overlap
         sh = kernels.AttentionShape(1, heads, n, d, "bf16")
         impl = hopper.description(128, overlap, 2, False)
         sched = kernels.Schedule("flash2", sh, 128, bkv, 12, impl=impl)
         yield sched, {"block_q": 128, "block_kv": bkv, "overlap": overlap, "stages": 2,
-                      "head_dim": d, "heads": heads, "seq_len": n, "causal": False}  # fmt: skip
+                      "head_dim": d, "heads": heads, "seq_len": n, "causal": False,
+                      "skeleton": skeleton}  # fmt: skip
 
 
-def launch_alone(sched, rng) -> None:
-    """Compile ``sched``'s kernel and launch it LAUNCHES times on random bf16 inputs."""
+def compile_skeleton(sched):
+    """``sched``'s Hopper forward built with SKELETON=1 (no arithmetic), launched as it is."""
+    built = hopper.compile_hopper(sched)
+    code = (gpu.CUDA_DIR / "hopper_fwd.cu").read_text()
+    options = hopper.compile_options((*hopper.defines(sched), ("SKELETON", 1)))
+    return hopper.CompiledHopper(sched, gpu._module(code, options), built.launches)
+
+
+def launch_alone(sched, rng, skeleton: bool = False) -> None:
+    """Compile ``sched``'s kernel (``skeleton``: without its arithmetic) and launch it
+    LAUNCHES times on random bf16 inputs."""
     import cupy
 
     sh = sched.shape
-    comp = gpu.compile_schedule(sched)
+    comp = compile_skeleton(sched) if skeleton else gpu.compile_schedule(sched)
     x = rng.standard_normal((3, sh.batch, sh.heads, sh.seq_len, sh.head_dim)).astype(np.float32)
     bits = [cupy.asarray(a.view(np.uint32) >> 16).astype(cupy.uint16) for a in x]
     bufs = comp.alloc(*bits)
@@ -100,17 +117,20 @@ def main(argv=None) -> None:
     ap.add_argument("--seq-len", type=int, nargs="*", default=SEQ_LENS, help="only these N")
     ap.add_argument("--causal", choices=("no", "yes", "both"), default="both")
     ap.add_argument("--cta-cost", action="store_true", help="the CTA fixed-cost shapes instead")
+    ap.add_argument("--skeleton", action="store_true", help="with --cta-cost: no arithmetic")
     args = ap.parse_args(argv)
+    if args.skeleton and not args.cta_cost:
+        ap.error("--skeleton goes with --cta-cost")
     masks = {"no": (False,), "yes": (True,), "both": (False, True)}[args.causal]
     builds = (
-        cta_cost_builds()
+        cta_cost_builds(args.skeleton)
         if args.cta_cost
         else validation_builds(args.head_dim, args.seq_len, masks)
     )
     rng = np.random.default_rng(0)
     order = []
     for sched, row in builds:
-        launch_alone(sched, rng)
+        launch_alone(sched, rng, args.skeleton)
         order.append({**row, "launches": LAUNCHES})
     args.order.write_text(json.dumps({"launches": order}, indent=1))
 
