@@ -77,25 +77,36 @@ def rows() -> list[dict]:
     return out
 
 
-def hopper_cycles(jobs: int = 1, run: str = "hopper_cycles") -> list[dict]:
-    """Every non-persistent build of the Hopper forward at every validation shape, launched
-    alone under Nsight Compute (data/gpu/probe/hopper_cycles.py: the second of two launches):
-    the GPU's cycles and clock beside the replay's cycles. ``run="hopper_cta_cost"``: the
-    probe's ``--cta-cost`` shapes instead (one and ten rounds of 132 CTAs)."""
+def gpu_cycles(run: str) -> list[dict]:
+    """The launch-order rows of data/gpu/probe/hopper_cycles.py's run ``run`` (files
+    ``{run}_launches.json``, ``{run}_ncu.csv``), each with the cycles and clock Nsight Compute
+    read on its last launch: ``hopper_cycles`` (the validation shapes), ``hopper_cta_cost``
+    (``--cta-cost``: one and ten rounds of 132 CTAs), ``hopper_skeleton`` (the same built
+    without arithmetic: ``--skeleton``)."""
     order = json.loads((PROBE / f"{run}_launches.json").read_text())["launches"]
     profiled = parse_ncu_csv((PROBE / f"{run}_ncu.csv").read_text())
     if len(profiled) != sum(o["launches"] for o in order):
         raise ValueError(f"{run}_ncu.csv: not the launches {run}_launches.json lists")
-    ms, out, at = [], [], 0
+    out, at = [], 0
     for o in order:
         at += o["launches"]
         m = profiled[at - 1]["metrics"]  # the last launch of each build and shape
+        out.append({**o, "cycles": m["sm__cycles_elapsed.max"], "clock_hz": m[CLOCK]})
+    return out
+
+
+def hopper_cycles(jobs: int = 1, run: str = "hopper_cycles") -> list[dict]:
+    """Every non-persistent build of the Hopper forward at every validation shape, launched
+    alone under Nsight Compute (data/gpu/probe/hopper_cycles.py: the second of two launches):
+    the GPU's cycles and clock beside the replay's cycles. ``run="hopper_cta_cost"``: the
+    probe's ``--cta-cost`` shapes instead (``gpu_cycles``)."""
+    out, ms = gpu_cycles(run), []
+    for o in out:
         heads, n, d = o.get("heads", 16), o["seq_len"], o["head_dim"]
         sh = kernels.AttentionShape(1, heads, n, d, "bf16", causal=o["causal"])
         warps = 4 * (o["block_q"] // 64 + 1)
         ms.append(Measured("flashio-hopper", "flash2", sh, o["block_q"], o["block_kv"], warps,
                            0.0, False, o["overlap"], o["stages"]))  # fmt: skip
-        out.append({**o, "cycles": m["sm__cycles_elapsed.max"], "clock_hz": m[CLOCK]})
     with ProcessPoolExecutor(jobs) as ex:
         times = list(ex.map(families.predict, ms))
     hz = simulator.load_gpu(families.GPU).clock_hz
@@ -105,29 +116,31 @@ def hopper_cycles(jobs: int = 1, run: str = "hopper_cycles") -> list[dict]:
     return out
 
 
-def cycle_parts(rows: list[dict]) -> list[dict]:
+def cycle_parts(rows: list[dict], by_rounds: bool = False) -> list[dict]:
     """Per non-causal build of ``hopper_cycles(...)``: cycles per round of CTAs (one CTA an SM,
     ``ceil(CTAs / SMS)`` rounds) against steps a CTA (``ceil(N / block_kv)``), a line through
     the shapes for the GPU and for the model each: its slope the cycles a step, its intercept
     a CTA's fixed cost (code before and after the loop, loads not hidden, the next CTA's
-    start). A description of the measurements, not a constant of the model."""
+    start). ``by_rounds``: a line per build and number of rounds (the ``--cta-cost`` run's one
+    and ten). Rows without the replay's cycles (``gpu_cycles``) get the GPU's line only. A
+    description of the measurements, not a constant of the model."""
     by = {}
     for r in rows:
         if r["causal"]:
             continue
-        key = (r["head_dim"], r["block_q"], r["block_kv"], r["overlap"], r["stages"])
         rounds = math.ceil(r.get("heads", 16) * math.ceil(r["seq_len"] / r["block_q"]) / SMS)
+        key = (r["head_dim"], r["block_q"], r["block_kv"], r["overlap"], r["stages"])
+        key += (rounds,) if by_rounds else (None,)
         steps = math.ceil(r["seq_len"] / r["block_kv"])
-        by.setdefault(key, []).append((steps, r["cycles"] / rounds, r["model_cycles"] / rounds))
+        model = r.get("model_cycles", math.nan) / rounds  # none for gpu_cycles' rows
+        by.setdefault(key, []).append((steps, r["cycles"] / rounds, model))
     out = []
-    for (d, bq, bkv, overlap, stages), pts in sorted(by.items()):
+    for (d, bq, bkv, overlap, stages, rounds), pts in sorted(by.items()):
         steps, gpu, model = (np.array(c, float) for c in zip(*pts, strict=True))
-        (g_step, g_fixed), (m_step, m_fixed) = (
-            np.polyfit(steps, gpu, 1),
-            np.polyfit(steps, model, 1),
-        )
+        g_step, g_fixed = np.polyfit(steps, gpu, 1)
+        m_step, m_fixed = np.polyfit(steps, model, 1) if np.isfinite(model).all() else (None,) * 2
         out.append({"head_dim": d, "block_q": bq, "block_kv": bkv, "overlap": overlap,
-                    "stages": stages, "shapes": len(pts), "gpu_step": g_step,
+                    "stages": stages, "rounds": rounds, "shapes": len(pts), "gpu_step": g_step,
                     "gpu_fixed": g_fixed, "model_step": m_step,
                     "model_fixed": m_fixed})  # fmt: skip
     return out
