@@ -18,9 +18,12 @@ of a 4 GiB buffer no earlier launch read (from HBM), or the same 8 MiB region ev
 (from L2, after a first launch that is not kept). Per CTA: its start (ns from the launch's
 first), its %smid, and the cycles its copy took.
 
-    python data/gpu/probe/burst.py --out DIR
+    python data/gpu/probe/burst.py --out DIR [--stores]
 
-Writes DIR/burst.json (provenance; per case the per-CTA records as columns).
+Writes DIR/burst.json (provenance; per case the per-CTA records as columns). ``--stores``:
+instead each CTA copies shared memory out to global memory by bulk copies (the Hopper
+forward's output tile), waiting until the copy has read it or until it is written:
+DIR/burst_stores.json.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ typedef unsigned long long u64;
 #define CHUNK 16384u
 
 extern "C" __global__ void __launch_bounds__(256, 1)
-    burst(const uint4* __restrict__ src, u64 stride_vec, u32 bytes, int tma, u64* rec) {
+    burst(const uint4* __restrict__ src, u64 stride_vec, u32 bytes, int tma, u64* rec,
+          uint4* dst, int store) {
     extern __shared__ __align__(128) uint4 buf[];
     __shared__ __align__(8) u64 bar;
     const u32 b = (u32)__cvta_generic_to_shared(&bar);
@@ -56,7 +60,19 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
         c0 = clock64();
     }
-    if (tma) {
+    if (store) {  // shared memory out to global by bulk copies; 1: until read, 2: until written
+        if (threadIdx.x == 0) {
+            for (u32 off = 0; off < bytes; off += CHUNK)
+                asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                             ::"l"((char*)(dst + blockIdx.x * stride_vec) + off), "r"(s + off),
+                             "r"(CHUNK) : "memory");
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            if (store == 1)
+                asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            else
+                asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        }
+    } else if (tma) {
         if (threadIdx.x == 0) {
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
                          ::"r"(b), "r"(bytes) : "memory");
@@ -96,12 +112,16 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 # (bytes a CTA, CTAs): a Q tile (16 KiB at d = 64), Q with K and V (48 KiB at d = 64, 96 at
 # d = 128) and most of the shared memory, on one SM alone and on all 132
 CASES = [(b, n) for b in (16 << 10, 48 << 10, 96 << 10, 192 << 10) for n in (1, 132)]
+# --stores: a CTA's output tile (16, 32 or 64 KiB: O at d = 64 or 128, 128 or 256 rows) out to
+# a region of HBM no earlier launch wrote, waited until the copy has read it (as the Hopper
+# forward's epilogue waits) or until it is written
+STORE_CASES = [(b, n) for b in (16 << 10, 32 << 10, 64 << 10) for n in (1, 132)]
 BIG = 4 << 30  # bytes of the buffer fresh regions come from (more than 60 L2s)
 L2_REGION = 8 << 20
 REPS = 5
 
 
-def run() -> dict:
+def run(stores: bool = False) -> dict:
     import cupy
     import numpy as np
 
@@ -109,6 +129,8 @@ def run() -> dict:
     kern.max_dynamic_shared_size_bytes = max(b for b, _ in CASES)
     src = cupy.ones(BIG // 4, cupy.uint32).view(cupy.uint8)  # passed as a pointer at base
     rec = cupy.zeros(4 * 132, cupy.uint64)
+    if stores:
+        return {"store_cases": STORE_CASES, "reps": REPS, "rows": _stores(kern, src, rec)}
     rows, at = [], 0
     for where in ("hbm", "l2"):
         for tma in (1, 0):
@@ -124,7 +146,7 @@ def run() -> dict:
                     kern(
                         (ctas,), (256,),
                         (src[base:], np.uint64(stride), np.uint32(nbytes),
-                         np.int32(tma), rec),
+                         np.int32(tma), rec, src, np.int32(0)),
                         shared_mem=nbytes,
                     )  # fmt: skip
                     cupy.cuda.runtime.deviceSynchronize()
@@ -145,16 +167,52 @@ def run() -> dict:
     return {"cases": CASES, "reps": REPS, "rows": rows}
 
 
+def _stores(kern, buf, rec) -> list[dict]:
+    """STORE_CASES, each waited both ways: per CTA its %smid, start, end and cycles."""
+    import cupy
+    import numpy as np
+
+    rows, at = [], 0
+    for wait in (1, 2):
+        for nbytes, ctas in STORE_CASES:
+            for rep in range(REPS + 1):
+                if at + ctas * nbytes > BIG:
+                    at = 0
+                base, at = at, at + ctas * nbytes
+                kern(
+                    (ctas,), (256,),
+                    (buf, np.uint64(nbytes // 16), np.uint32(nbytes), np.int32(0), rec,
+                     buf[base:], np.int32(wait)),
+                    shared_mem=nbytes,
+                )  # fmt: skip
+                cupy.cuda.runtime.deviceSynchronize()
+                if rep == 0:
+                    continue  # the first launch warms up
+                r = rec.get()[: 4 * ctas].reshape(ctas, 4).astype("int64")
+                g0 = int(r[:, 1].min())
+                rows.append({
+                    "wait": "read" if wait == 1 else "written", "bytes": nbytes, "ctas": ctas,
+                    "rep": rep, "smid": r[:, 0].tolist(), "start_ns": (r[:, 1] - g0).tolist(),
+                    "end_ns": (r[:, 2] - g0).tolist(), "cycles": r[:, 3].tolist(),
+                })  # fmt: skip
+            c, until = np.array(rows[-1]["cycles"]), rows[-1]["wait"]
+            print(f"store until {until} {nbytes >> 10:3d} KiB x {ctas:3d}: cycles min {c.min()} "
+                  f"median {int(np.median(c))} max {c.max()}", flush=True)  # fmt: skip
+    return rows
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--stores", action="store_true", help="STORE_CASES: DIR/burst_stores.json")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance()
     prov["command"] = "python data/gpu/probe/burst.py " + " ".join(sys.argv[1:])
-    doc = {"provenance": prov, **run()}
-    (out / "burst.json").write_text(json.dumps(doc))
+    doc = {"provenance": prov, **run(args.stores)}
+    name = "burst_stores.json" if args.stores else "burst.json"
+    (out / name).write_text(json.dumps(doc))
 
 
 if __name__ == "__main__":
