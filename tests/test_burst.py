@@ -7,15 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from flashio import simulator
-from flashio.simulator.trace import (
-    EVENT_DTYPE,
-    KernelInfo,
-    Op,
-    Space,
-    TensorInfo,
-    Trace,
-    TraceMeta,
-)
+from flashio.simulator import EVENT_DTYPE, KernelInfo, Op, Space, TensorInfo, Trace, TraceMeta
 
 SMS = 132
 

@@ -209,7 +209,6 @@ def main(argv=None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance()
-    prov["command"] = "python data/gpu/probe/burst.py " + " ".join(sys.argv[1:])
     doc = {"provenance": prov, **run(args.stores)}
     name = "burst_stores.json" if args.stores else "burst.json"
     (out / name).write_text(json.dumps(doc))

@@ -124,7 +124,6 @@ def main(argv=None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance()
-    prov["command"] = "python data/gpu/probe/cta_dispatch.py " + " ".join(sys.argv[1:])
     per_sm = cupy.cuda.Device(0).attributes["MaxSharedMemoryPerMultiprocessor"]
     doc = {"provenance": prov, "grid": GRID, "launches": []}
     for n in args.sms:

@@ -160,7 +160,7 @@ def main(argv=None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     power = Power()
-    doc = new_doc("kernel_clock.py", shape=SHAPE, kernels=[], idle_watts=power.watts())
+    doc = new_doc(shape=SHAPE, kernels=[], idle_watts=power.watts())
     for label, d, how in KERNELS:
         row = {"label": label, "head_dim": d, **sustain(runner(d, how), args.seconds, power)}
         doc["kernels"].append(row)

@@ -154,7 +154,7 @@ def main(argv=None) -> None:
     sms = cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
     power = Power()
     time.sleep(2.0)
-    doc = new_doc("power.py", iters=ITERS, threads=overlap.THREADS, idle_watts=power.watts())
+    doc = new_doc(iters=ITERS, threads=overlap.THREADS, idle_watts=power.watts())
     doc["runs"] = []
     overlap.KERNELS["lds_2wg"] = ((), (0, 1), "lds")
     launches = {}

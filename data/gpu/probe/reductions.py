@@ -68,7 +68,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    doc = new_doc("reductions.py", targets=TARGETS, builds={})
+    doc = new_doc(targets=TARGETS, builds={})
     l2 = doc["provenance"]["l2_bytes"]
     start = time.monotonic()
     for n in args.sms:

@@ -160,7 +160,6 @@ def main(argv=None) -> None:
         return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    prov["command"] = "python data/gpu/probe/sm_clock.py " + " ".join(sys.argv[1:])
     # the H200 splits into 15 groups of 8 SMs: the kernels take the first, the spy by default
     # the last (another group puts it beside the kernels' SMs, in their GPCs)
     spy_ctx = GreenContext(args.spy_sms, group=args.spy_group)

@@ -204,12 +204,10 @@ def time_kernel(ctx, name, d, n, tiles, reps, l2):
     return t
 
 
-def new_doc(script: str, **fields) -> dict:
-    """A probe's output: provenance with the repo-relative command that ran ``script`` (a file of
-    data/gpu/probe), no contexts yet, and ``fields``."""
-    prov = provenance()
-    prov["command"] = "python " + " ".join([f"data/gpu/probe/{script}", *sys.argv[1:]])
-    return {"provenance": prov, "contexts": [], **fields}
+def new_doc(**fields) -> dict:
+    """A probe's output: provenance (with the repo-relative command, the device's output folder
+    written ``$OUT``: benchmarks._common.command_line), no contexts yet, and ``fields``."""
+    return {"provenance": provenance(), "contexts": [], **fields}
 
 
 def main(argv=None) -> None:
@@ -223,7 +221,7 @@ def main(argv=None) -> None:
     configs = CONFIGS if args.configs is None else [CONFIGS[i] for i in args.configs]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    doc = new_doc("sm_scaling.py", errors=[])
+    doc = new_doc(errors=[])
     l2 = doc["provenance"]["l2_bytes"]
     start = time.monotonic()
     for n in args.sms:

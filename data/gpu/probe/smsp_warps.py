@@ -57,7 +57,6 @@ def main(argv=None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     doc = {"provenance": provenance(), "rows": []}
-    doc["provenance"]["command"] = "python data/gpu/probe/smsp_warps.py " + " ".join(sys.argv[1:])
     dev = cupy.cuda.Device(0)
     sms = dev.attributes["MultiProcessorCount"]
     per_sm = dev.attributes["MaxSharedMemoryPerMultiprocessor"]
