@@ -9,9 +9,12 @@ before every other CTA's (L2, HBM and the dispatcher are shared).
 
 Servers are first-come-first-served virtual clocks: a request of w units on a server of rate R
 issued at time t finishes at max(t, free) + w / R, and the server is then free from that time.
-L2 and HBM are global servers; each SM's path to the memory system, and its tensor, FP32, SFU and
-shared-memory pipes are per SM (the pipes: one arithmetic server per SM, with
-``ModelOptions.shared_issue``).
+With C_STREAMS the L2 and HBM serve each request as a stream of bytes arriving over its SM
+path's time, first come, first served (``_streams``): a CTA then waits for its loads until their
+last bytes' departure is final, that is until no other CTA can still start a request before
+their streams end. L2 and HBM are global servers; each SM's path to the memory system, and its
+tensor, FP32, SFU and shared-memory pipes are per SM (the pipes: one arithmetic server per SM,
+with ``ModelOptions.shared_issue``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from numba import njit
 
 from flashio.simulator._cpu_prefetch import prefetch_ahead
 from flashio.simulator._l2 import HOT, access, held_bytes
+from flashio.simulator._streams import FULL, advance, arrive, later, through
 from flashio.simulator.trace import Op
 
 LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in Op)
@@ -47,20 +51,27 @@ LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in 
     C_CTA_TAIL,
     C_SM_RED_BW,
     C_RED_HOLD,
-) = range(18)
-N_CFG = 18
+    C_STREAMS,
+) = range(19)
+N_CFG = 19
 # C_OCCUPY, C_DURATION: an arithmetic event of work w at rate R occupies its SM's pipe for
 # w / R * C_OCCUPY and takes its CTA at least w / R * C_DURATION (docs/model.md)
 # C_CTA_LEAD, C_CTA_TAIL: seconds a CTA spends before its first event and after its last (its
 # compiled prologue and epilogue, with the issue model; else 0)
 # C_RED_HOLD: 1 where the kernel's loop sends its reductions after all its tensor-core work,
 # so that its SM waits while they leave at C_SM_RED_BW (docs/model.md, "Reductions")
+# C_STREAMS: 1 where requests stream into the L2 and HBM (docs/model.md, "Streamed requests")
 # integer slot state columns; S_PF_* mark the LOADs of the next step issued early (prefetch)
 S_CTA, S_PTR, S_END, S_LIVE_SMEM, S_LIVE_REGS, S_STEP, S_PF_STEP, S_PF_LO, S_PF_HI = range(9)
-N_SLOT_INT = 9
-# float slot state columns; F_READY_NEXT: when the prefetched loads have arrived
-F_T, F_READY, F_STORES, F_START, F_READY_NEXT = range(5)
-N_SLOT_FLOAT = 5
+# with streamed requests, the requests a CTA waits for, by what they are (its operands, the next
+# step's prefetched operands, its stores), each an (L2, HBM) pair of request ids, -1 for none:
+# of each server's, the one whose stream ends last
+S_REQ_READY, S_REQ_NEXT, S_REQ_STORES = 9, 11, 13
+N_SLOT_INT = 15
+# float slot state columns; F_READY_NEXT: when the prefetched loads have arrived; F_FIN: when
+# the CTA's own work ends (its epilogue), once it has reached its end (-1 before)
+F_T, F_READY, F_STORES, F_START, F_READY_NEXT, F_FIN = range(6)
+N_SLOT_FLOAT = 6
 # per-SM servers: the arithmetic pipes, then the SM's path to the memory system
 U_TENSOR, U_FP32, U_SFU, U_SMEM, U_SM_MEM = range(5)
 N_UNITS = 5
@@ -78,7 +89,9 @@ B_L2, B_HBM, B_TENSOR, B_FP32, B_SFU, B_SMEM, B_SM_MEM = range(7)
     K_PEAK_SMEM,
     K_PEAK_REGS,
     K_BAD_SMEM,
-) = range(8)
+    K_SERVER_FULL,
+) = range(9)
+N_CNT = 9
 # runner registers: next CTA to dispatch, slot waiting for a CTA outside the window (or -1),
 # next checkpoint (index into Kernel.marks)
 R_NEXT, R_PENDING, R_MARK = range(3)
@@ -90,8 +103,9 @@ SNAP_T, SNAP_BUSY, SNAP_HELD, SNAP_DIRTY, SNAP_HBM = 0, 1, 8, 9, 10
 
 # The engine's state, named (numba passes namedtuples of arrays as they are).
 # What the memory system keeps across kernels: the L2 (``l2_on`` false: no L2), the L2 and HBM
-# servers' free times, the spill pseudo-tensor and each tensor's space, and the counters.
-Memory = namedtuple("Memory", "l2_on l2 srv local space tstat busy cnt")
+# servers' free times (or, streamed, their state ``sv``: _streams.Streams), the spill
+# pseudo-tensor and each tensor's space, and the counters.
+Memory = namedtuple("Memory", "l2_on l2 srv sv local space tstat busy cnt")
 # One kernel: its CTA count, the SM count (slot s runs on SM s % sm_stride), the register spill
 # bytes a CTA stores and loads back per step, the shared memory a CTA declares, when it ends so
 # far, the per-CTA timeline, and the CTAs at whose dispatch the memory system is checkpointed
@@ -184,6 +198,9 @@ def _start_cta(s, c, t, si, sf, cta_off, win_c0, lead=0.0):
     sf[s, F_STORES] = t + lead
     sf[s, F_START] = t
     sf[s, F_READY_NEXT] = t + lead
+    sf[s, F_FIN] = -1.0
+    for col in range(S_REQ_READY, S_REQ_STORES + 2):
+        si[s, col] = -1
 
 
 @njit(inline="always", **HOT)
@@ -207,12 +224,17 @@ def _next_step_loads(ev, ptr, end, step):
 def _request(mem, cfg, port, op, tensor, offset, rows, row_bytes, stride, nbytes, t):
     """One LOAD/STORE/REDUCE issued at ``t`` by an SM whose memory path is the server ``port``
     (a one-element view): counts its bytes, runs it through the L2 and the bandwidth servers of
-    ``mem`` (a Memory), and returns when it completes."""
+    ``mem`` (a Memory), and returns when it completes: (time, L2 request, HBM request). With
+    streamed requests the time is the SM path's alone and the two requests (ids, -1 for none)
+    say when the rest lands (``_landed``)."""
+    shared = cfg[C_STREAMS] > 0
+    r_l2 = r_hbm = -1
     l2_on, l2, srv, tstat, busy, cnt = mem.l2_on, mem.l2, mem.srv, mem.tstat, mem.busy, mem.cnt
     # the SM's own path to the memory system, in parallel with the chip's servers; it sends
     # reductions at their own rate
     path = nbytes / (cfg[C_SM_RED_BW] if op == REDUCE else cfg[C_SM_MEM_BW])
-    port[0] = max(port[0], t) + path
+    p0 = max(port[0], t)  # the bytes leave the SM from p0 to port[0]
+    port[0] = p0 + path
     busy[B_SM_MEM] += path
     if op == LOAD:
         tstat[tensor, T_GLOBAL_READ] += nbytes
@@ -229,9 +251,13 @@ def _request(mem, cfg, port, op, tensor, offset, rows, row_bytes, stride, nbytes
         )
         cnt[K_DIRTIED] += dd
         tstat[tensor, T_HBM_READ] += miss
-        srv[0] = max(srv[0], t) + nbytes / cfg[C_L2_BW]
         busy[B_L2] += nbytes / cfg[C_L2_BW]
-        done = max(srv[0], port[0]) + cfg[C_L2_LAT]
+        if shared:
+            r_l2 = _arrive(mem, 0, t, p0, port[0], nbytes, cfg[C_L2_BW])
+            done = port[0] + cfg[C_L2_LAT]
+        else:
+            srv[0] = max(srv[0], t) + nbytes / cfg[C_L2_BW]
+            done = max(srv[0], port[0]) + cfg[C_L2_LAT]
     else:  # no L2: every global access is an HBM access (the FA paper's model)
         if op == LOAD:
             miss = nbytes
@@ -241,10 +267,60 @@ def _request(mem, cfg, port, op, tensor, offset, rows, row_bytes, stride, nbytes
             tstat[tensor, T_HBM_WRITE] += nbytes
         done = port[0]
     if miss + wb > 0:  # the HBM request goes out at the CTA's time t
-        srv[1] = max(srv[1], t) + (miss + wb) / cfg[C_HBM_BW]
         busy[B_HBM] += (miss + wb) / cfg[C_HBM_BW]
-        done = max(done, srv[1] + cfg[C_HBM_LAT])
-    return done
+        if shared:
+            r_hbm = _arrive(mem, 1, t, p0, port[0], miss + wb, cfg[C_HBM_BW])
+        else:
+            srv[1] = max(srv[1], t) + (miss + wb) / cfg[C_HBM_BW]
+            done = max(done, srv[1] + cfg[C_HBM_LAT])
+    return done, r_l2, r_hbm
+
+
+@njit(inline="always", **HOT)
+def _arrive(mem, k, t, start, end, w, rate):
+    """A request of w bytes issued at t streaming into server k (0: L2, 1: HBM) from ``start``
+    to ``end``; its id, -1 where the server had no room (counted: simulate raises)."""
+    r = arrive(mem.sv, k, t, start, end, w, rate)
+    if r == FULL:
+        mem.cnt[K_SERVER_FULL] += 1
+        return -1
+    return r
+
+
+@njit(inline="always", **HOT)
+def _hold(mem, si, s, col, r_l2, r_hbm):
+    """Slot s waits for streamed requests r_l2 and r_hbm too, in the pair of columns at
+    ``col`` (nothing to hold where requests are not streamed: both -1)."""
+    if r_l2 >= 0 or r_hbm >= 0:
+        si[s, col] = later(mem.sv, 0, si[s, col], r_l2)
+        si[s, col + 1] = later(mem.sv, 1, si[s, col + 1], r_hbm)
+
+
+@njit(**HOT)
+def _landed(mem, cfg, si, s, col):
+    """When the requests slot s holds at ``col`` land (their last bytes' departure plus the
+    server's latency), if both departures are known; else the last of their streams' ends,
+    before which some request may still start (docs/model.md, "Streamed requests"). Returns
+    (done, known, last stream end)."""
+    done, known, end = -np.inf, True, -np.inf
+    for k in range(2):
+        r = si[s, col + k]
+        if r >= 0:
+            tk, kk = through(mem.sv, k, r)
+            lat = cfg[C_L2_LAT] if k == 0 else cfg[C_HBM_LAT]
+            done = max(done, tk + lat)
+            known = known and kk
+            end = max(end, tk if not kk else -np.inf)
+    return done, known, end
+
+
+@njit(**HOT)
+def _settle(mem, cfg, si, s, col, end):
+    """Bring both servers to ``end`` (no request can start before it any more): the requests
+    slot s holds at ``col`` are then known; returns when they land."""
+    advance(mem.sv, 0, end, cfg[C_L2_BW])
+    advance(mem.sv, 1, end, cfg[C_HBM_BW])
+    return _landed(mem, cfg, si, s, col)[0]
 
 
 @njit(**HOT)
@@ -299,6 +375,7 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
     occupy, duration = cfg[C_OCCUPY], cfg[C_DURATION]
     lead, tail = cfg[C_CTA_LEAD], cfg[C_CTA_TAIL]
     prefetch = cfg[C_PREFETCH] > 0
+    streams = cfg[C_STREAMS] > 0
     if reg[R_PENDING] >= 0:  # resume: give the waiting slot its CTA
         s = reg[R_PENDING]
         reg[R_PENDING] = -1
@@ -362,20 +439,43 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                         nb += spill_first  # the CTA's first step: the stores outside the loop
                     if nb == 0:
                         continue
-                    done = _request(
+                    done, r_l2, r_hbm = _request(
                         mem, cfg, units[sm, U_SM_MEM:], o, local, off, 1, nb, nb, nb, t
                     )
                     if o == STORE:
                         stores = max(stores, done)
+                        _hold(mem, si, s, S_REQ_STORES, r_l2, r_hbm)
                     else:
                         ready = max(ready, done)
+                        _hold(mem, si, s, S_REQ_READY, r_l2, r_hbm)
                 si[s, S_STEP] = step
             if prefetch and ptr == si[s, S_PF_LO] and ptr < si[s, S_PF_HI]:
                 # the step whose loads were prefetched begins: they are this step's operands
                 ready = max(ready, sf[s, F_READY_NEXT])
+                if streams:
+                    _hold(mem, si, s, S_REQ_READY, si[s, S_REQ_NEXT], si[s, S_REQ_NEXT + 1])
+                    si[s, S_REQ_NEXT] = si[s, S_REQ_NEXT + 1] = -1
             if prefetch and ptr >= si[s, S_PF_LO] and ptr < si[s, S_PF_HI]:
                 ptr += 1  # issued already, at the prefetch
                 continue
+            if (
+                streams
+                and op >= MMA
+                and op <= SYNC
+                and (si[s, S_REQ_READY] >= 0 or si[s, S_REQ_READY + 1] >= 0)
+            ):
+                # streamed operands: known once no other CTA can still start a request before
+                # their streams end, the earliest other at (gt, gs) (ties in the order of
+                # (time, slot), as every request)
+                done, known, end_by = _landed(mem, cfg, si, s, S_REQ_READY)
+                if not known:
+                    if not _less(end_by, s, gt, gs):
+                        t = max(t, end_by)
+                        waits = True
+                        break
+                    done = _settle(mem, cfg, si, s, S_REQ_READY, end_by)
+                ready = max(ready, done)
+                si[s, S_REQ_READY] = si[s, S_REQ_READY + 1] = -1
             if op >= MMA and op <= SYNC and ready > t:
                 t = ready  # operands still in flight: wait for them
             # prefetch: at the first arithmetic event of a step, the loads that open the next
@@ -389,13 +489,15 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                 si[s, S_PF_LO] = lo
                 si[s, S_PF_HI] = hi
                 sf[s, F_READY_NEXT] = t
+                si[s, S_REQ_NEXT] = si[s, S_REQ_NEXT + 1] = -1
                 for i in range(lo, hi):
                     e = ev[i]
-                    done = _request(
+                    done, r_l2, r_hbm = _request(
                         mem, cfg, units[sm, U_SM_MEM:], LOAD, e.tensor, e.offset_bytes, e.rows,
                         e.row_bytes, e.row_stride_bytes, e.bytes, t,
                     )  # fmt: skip
                     sf[s, F_READY_NEXT] = max(sf[s, F_READY_NEXT], done)
+                    _hold(mem, si, s, S_REQ_NEXT, r_l2, r_hbm)
             if finished or op <= REDUCE:
                 first = _less(t, s, gt, gs)
             elif op <= SHARED:
@@ -406,7 +508,21 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                 waits = True
                 break
             if finished:  # the CTA is done once its epilogue ran and its loads and stores landed
-                fin = max(t + tail, ready, stores)
+                if sf[s, F_FIN] < 0:
+                    sf[s, F_FIN] = t + tail
+                if streams:
+                    done, known, end_by = _landed(mem, cfg, si, s, S_REQ_READY)
+                    done2, known2, end_by2 = _landed(mem, cfg, si, s, S_REQ_STORES)
+                    if not (known and known2):
+                        end_by = max(end_by, end_by2)
+                        if not _less(end_by, s, gt, gs):
+                            t = max(t, end_by)
+                            waits = True
+                            break
+                        done = _settle(mem, cfg, si, s, S_REQ_READY, end_by)
+                        done2 = _landed(mem, cfg, si, s, S_REQ_STORES)[0]
+                    ready, stores = max(ready, done), max(stores, done2)
+                fin = max(sf[s, F_FIN], ready, stores)
                 kernel_end[0] = max(kernel_end[0], fin)
                 if span.shape[0] > 0:  # timeline requested: start, end and SM of this CTA
                     c_done = si[s, S_CTA]
@@ -427,14 +543,16 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                 break  # the SM's earliest CTA may have changed
             e = ev[ptr]
             if op <= REDUCE:  # LOAD, STORE, REDUCE
-                done = _request(
+                done, r_l2, r_hbm = _request(
                     mem, cfg, units[sm, U_SM_MEM:], op, e.tensor, e.offset_bytes, e.rows,
                     e.row_bytes, e.row_stride_bytes, e.bytes, t,
                 )  # fmt: skip
                 if op == LOAD:
                     ready = max(ready, done)
+                    _hold(mem, si, s, S_REQ_READY, r_l2, r_hbm)
                 else:
                     stores = max(stores, done)
+                    _hold(mem, si, s, S_REQ_STORES, r_l2, r_hbm)
                 if op == REDUCE and cfg[C_RED_HOLD] > 0:
                     # nothing of the step is left to run beside them: the CTA and the SM's
                     # arithmetic (one server with the issue model) wait while they leave

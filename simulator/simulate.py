@@ -13,6 +13,7 @@ import numpy as np
 
 from flashio.simulator import _engine as E
 from flashio.simulator._l2 import LINES_PER_GRANULE, SLOT_BITS, dirty_bytes, new_l2
+from flashio.simulator._streams import CAPACITY, new_streams
 from flashio.simulator._windows import Windows
 from flashio.simulator.errors import FlashioError, GPUSpecError
 from flashio.simulator.gpu import GPUSpec
@@ -63,12 +64,17 @@ class ModelOptions:
         holds its compiled code, the program and its register line written without that
         tiling's code, occupancy from the line. A check of the written programs on
         kernels that were measured: what a tiling never compiled would be predicted as.
+    streamed_requests : bool
+        A request reaches the L2 and HBM as a stream of bytes over the time its SM's memory
+        path takes to send it, and they serve bytes first come, first served, instead of whole
+        requests: SMs that send at once finish together (docs/model.md, "Streamed requests").
     """
 
     shared_issue: bool = False
     prefetch_kernels: tuple[str, ...] = ()
     issue_model: bool = False
     written_programs: bool = False
+    streamed_requests: bool = False
 
     def __post_init__(self):
         names = self.prefetch_kernels
@@ -310,6 +316,7 @@ def _config(
     shared_issue: bool = False,
     prefetch: bool = False,
     hold_reductions: bool = False,
+    streamed_requests: bool = False,
 ) -> np.ndarray:
     cfg = np.zeros(E.N_CFG)
     cfg[E.C_L2_BW] = gpu.l2_bandwidth_bytes_per_s
@@ -329,6 +336,7 @@ def _config(
     cfg[E.C_SYNC] = cost.sync_s
     cfg[E.C_SHARED_ISSUE] = float(shared_issue)
     cfg[E.C_PREFETCH] = float(prefetch)
+    cfg[E.C_STREAMS] = float(streamed_requests)
     if cost.step is not None:
         cfg[E.C_CTA_LEAD] = cost.step.lead_s
         cfg[E.C_CTA_TAIL] = cost.step.tail_s
@@ -458,7 +466,8 @@ def replay(
     srv = np.zeros(2)  # L2 and HBM servers: time each is next free
     tstat = np.zeros((n_tensors, 4), np.int64)
     busy = np.zeros(7)
-    cnt = np.zeros(8, np.int64)
+    cnt = np.zeros(E.N_CNT, np.int64)
+    sv = new_streams(used=options.streamed_requests)
     t_now = 0.0
     kernel_results = []
     spans = []
@@ -471,15 +480,20 @@ def replay(
         shared = options.shared_issue or cost.step is not None  # the replay priced all pipes
         cfg = _config(
             gpu, dtype, cost, shared, prefetches(kinfo, options, comp),
-            holds_reductions(comp, shared),
+            holds_reductions(comp, shared), options.streamed_requests,
         )  # fmt: skip
-        mem = E.Memory(l2_on, l2, srv, local, space, tstat, busy, cnt)
+        mem = E.Memory(l2_on, l2, srv, sv, local, space, tstat, busy, cnt)
         end_s, span = _replay_kernel(
             source, k, kinfo, occ, gpu, cfg, start, mem, window_events, timeline, progress,
             spill_bytes(kinfo, occ, gpu, comp), (probes or {}).get(k),
         )  # fmt: skip
         if progress:
             progress(k, kinfo.ctas, kinfo.ctas)
+        if cnt[E.K_SERVER_FULL]:
+            raise FlashioError(
+                f"kernel {kinfo.name!r}: more than {CAPACITY // 2:,} memory requests streaming at "
+                "once into the L2 or HBM; replay it with ModelOptions(streamed_requests=False)"
+            )
         if cnt[E.K_BAD_SMEM]:
             raise CapacityError(
                 f"kernel {kinfo.name!r}: the trace's live shared memory reached "

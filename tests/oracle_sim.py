@@ -50,6 +50,68 @@ class Server:
         return finish
 
 
+class Request:
+    """A request streaming into a server from ``start`` to ``end`` (its SM path's time)."""
+
+    def __init__(self, server: StreamServer, start: float, end: float, nbytes: float):
+        self.server, self.start, self.end, self.nbytes = server, start, end, nbytes
+        self.latency = server.latency
+
+
+class StreamServer:
+    """ "they serve bytes first come, first served": a fluid queue fed by every request's
+    stream. The backlog when a stream ends is Reich's formula over all streams so far,
+    Q(e) = max(0, max over x <= e of A(e) - A(x) - R (e - x)), with A the bytes that arrived
+    by x (the maximum is at a stream's start or end), and its last byte leaves at
+    e + Q(e) / R."""
+
+    def __init__(self, rate: float, latency: float):
+        self.rate, self.latency = rate, latency
+        self.requests: list[Request] = []
+        self.busy = 0.0
+
+    def serve(self, start: float, end: float, w: float) -> Request:
+        req = Request(self, start, end, w)
+        self.requests.append(req)
+        self.busy += w / self.rate
+        return req
+
+    def through(self, req: Request) -> float:
+        """When ``req``'s last byte leaves: final once no stream can start before req.end."""
+        e = req.end
+        # A(x) at every stream's start and end up to e, by a sweep over the arrival rate
+        changes = sorted(
+            (p, d)
+            for r in self.requests
+            if r.start < e
+            for p, d in (
+                (r.start, r.nbytes / (r.end - r.start)),
+                (r.end, -r.nbytes / (r.end - r.start)),
+            )
+            if p <= e
+        )
+        arrived, flow, at = 0.0, 0.0, -math.inf
+        best = -math.inf  # max over x of R x - A(x)
+        for p, d in changes:
+            if at > -math.inf:
+                arrived += flow * (p - at)
+            at = p
+            best = max(best, self.rate * p - arrived)
+            flow += d
+        if at == -math.inf:
+            return e
+        arrived += flow * (e - at)
+        backlog = arrived - self.rate * e + max(best, self.rate * e - arrived)
+        return e + max(0.0, backlog) / self.rate
+
+
+def _landed(reqs: list) -> tuple[float, float]:
+    """When streamed requests land (last byte through plus latency), and the last stream end:
+    the landing is known once no request can start before it."""
+    done = max((r.server.through(r) + r.latency for r in reqs), default=-math.inf)
+    return done, max((r.end for r in reqs), default=-math.inf)
+
+
 class Granule:
     """64 lines of one tensor, each with a present bit and a dirty bit (sets of line indices)."""
 
@@ -119,6 +181,11 @@ class Cta:
         self.pf_step = -1
         self.pf_lo = self.pf_hi = -1
         self.ready_next = t
+        # streamed requests in flight: operands, the next step's operands, stores
+        self.waits: list = []
+        self.waits_next: list = []
+        self.waits_stores: list = []
+        self.end: float | None = None  # t + tail, once the events are done
 
 
 def _events_by_cta(trace: Trace, kernel: int, ctas: int) -> list[list[dict]]:
@@ -139,11 +206,17 @@ def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic, r
         written_back: dict[int, int] = {}
         # every request passes the SM's own memory path, in parallel with the chip's servers;
         # "it sends reductions at their own rate"
+        sent_from = max(port.free, cta.t)  # the SM path sends the bytes until through_sm
         through_sm = port.serve(cta.t, b, reduce_rate if op == Op.REDUCE else None)
+        shared = []  # streamed: the requests that say when the rest lands
         if l2 is not None:
             miss = sum(l2.access(op, tensor, lo, hi, written_back) for lo, hi in ranges)
             # "done = max(finish_L2, finish_SM) + l2_latency"
-            done = max(l2_server.serve(cta.t, b), through_sm) + l2_latency
+            if isinstance(l2_server, StreamServer):
+                shared.append(l2_server.serve(sent_from, through_sm, b))
+                done = through_sm + l2_latency
+            else:
+                done = max(l2_server.serve(cta.t, b), through_sm) + l2_latency
         else:  # no L2: loads miss, stores and atomics write through
             miss = b if op == Op.LOAD else 0
             if op != Op.LOAD:
@@ -153,14 +226,19 @@ def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic, r
         traffic[tensor][2] += miss
         for owner, nbytes in written_back.items():
             traffic[owner][3] += nbytes
-        if miss + wb > 0:
+        if miss + wb > 0 and isinstance(hbm_server, StreamServer):
+            shared.append(hbm_server.serve(sent_from, through_sm, miss + wb))
+        elif miss + wb > 0:
             done = max(done, hbm_server.serve(cta.t, miss + wb) + hbm_latency)
         if op == Op.LOAD and early:  # a prefetched load: an operand of the next step
             cta.ready_next = max(cta.ready_next, done)
+            cta.waits_next += shared
         elif op == Op.LOAD:
             cta.ready = max(cta.ready, done)
+            cta.waits += shared
         else:
             cta.stores = max(cta.stores, done)
+            cta.waits_stores += shared
 
     return request
 
@@ -234,8 +312,14 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
     occs = [occupancy(k, gpu, buffers) for k in kinfos]
 
     l2 = L2(gpu.l2_bytes, gpu.l2_line_bytes) if gpu.l2_bytes > 0 else None
-    l2_server = Server(gpu.l2_bandwidth_bytes_per_s)
-    hbm_server = Server(gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency)
+    l2_latency = gpu.l2_latency_cycles / gpu.clock_hz
+    hbm_latency = gpu.hbm_latency_cycles / gpu.clock_hz
+    hbm_rate = gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency
+    if options.streamed_requests:  # "serve bytes first come, first served"
+        l2_server = StreamServer(gpu.l2_bandwidth_bytes_per_s, l2_latency)
+        hbm_server = StreamServer(hbm_rate, hbm_latency)
+    else:
+        l2_server, hbm_server = Server(gpu.l2_bandwidth_bytes_per_s), Server(hbm_rate)
     # per-SM rates: one SM's per-cycle rate at the SM clock, whatever sm_count is
     fp32 = gpu.fp64_flops_per_cycle_per_sm if dtype == "fp64" else gpu.fp32_flops_per_cycle_per_sm
     rates = {
@@ -246,8 +330,6 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
     }
     pipe_busy = dict.fromkeys(PIPES, 0.0)  # summed over SMs and kernels
     sm_memory_busy = 0.0  # the SMs' memory paths, summed over SMs and kernels
-    l2_latency = gpu.l2_latency_cycles / gpu.clock_hz
-    hbm_latency = gpu.hbm_latency_cycles / gpu.clock_hz
 
     n_t = len(meta.tensors)
     local = n_t  # pseudo-tensor of register spills (docs/model.md)
@@ -262,7 +344,8 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
         before = [sum(row[i] for row in traffic) for i in range(4)]
         start = t_now + gpu.kernel_launch_s  # "starts kernel_launch_s after" the previous one
         for srv in (l2_server, hbm_server):  # free times raised to the kernel's start
-            srv.free = max(srv.free, start)
+            if isinstance(srv, Server):
+                srv.free = max(srv.free, start)
         # how arithmetic is charged: "occupies ... w / R * occupy", "at least w / R * duration"
         cost = arithmetic_cost(trace, k, kinfo, occ, gpu, options, comp)
         # "one arithmetic server per SM", each op at its own rate
@@ -305,7 +388,21 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
             sm = s % sms
             while True:
                 if cta.pos == len(cta.events):  # finished: max(t + tail, ready, stores)
-                    finish = max(cta.t + tail, cta.ready, cta.stores)
+                    if cta.end is None:
+                        cta.end = cta.t + tail
+                    if cta.waits or cta.waits_stores:  # they land once through the servers
+                        done, end = _landed(cta.waits)
+                        done_stores, end_stores = _landed(cta.waits_stores)
+                        if max(end, end_stores) > cta.t:
+                            cta.t = max(end, end_stores)
+                            if heap and (cta.t, s) > heap[0]:
+                                heapq.heappush(heap, (cta.t, s))
+                                break
+                            continue
+                        cta.ready = max(cta.ready, done)
+                        cta.stores = max(cta.stores, done_stores)
+                        cta.waits, cta.waits_stores = [], []
+                    finish = max(cta.end, cta.ready, cta.stores)
                     kernel_end = max(kernel_end, finish)
                     if next_cta < kinfo.ctas:  # the next CTA starts in this slot, now
                         resident[s] = Cta(cta_events[next_cta], finish + lead)
@@ -324,8 +421,22 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                 if cta.pf_lo <= cta.pos < cta.pf_hi:
                     if cta.pos == cta.pf_lo:  # the prefetched step begins: its operands
                         cta.ready = max(cta.ready, cta.ready_next)
+                        cta.waits += cta.waits_next
+                        cta.waits_next = []
                     cta.pos += 1  # issued already
                     continue
+                if (op in PIPE_OF or op == Op.SYNC) and cta.waits:
+                    # streamed operands are known once no CTA can start a request before their
+                    # streams end: this CTA is the earliest of all at cta.t >= their ends
+                    done, end = _landed(cta.waits)
+                    if end > cta.t:
+                        cta.t = end
+                        if heap and (cta.t, s) > heap[0]:
+                            heapq.heappush(heap, (cta.t, s))
+                            break
+                        continue
+                    cta.ready = max(cta.ready, done)
+                    cta.waits = []
                 if (op in PIPE_OF or op == Op.SYNC) and cta.ready > cta.t:
                     # operands still in flight: wait for them, then queue in time order
                     cta.t = cta.ready
@@ -337,6 +448,7 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                     cta.pf_step = e["step"]
                     cta.pf_lo, cta.pf_hi = _next_step_loads(cta.events, cta.pos)
                     cta.ready_next = cta.t
+                    cta.waits_next = []
                     for nxt in cta.events[cta.pf_lo : cta.pf_hi]:
                         b = nxt["rows"] * nxt["row_bytes"]
                         request(

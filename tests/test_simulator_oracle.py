@@ -57,14 +57,17 @@ def assert_agrees(r: simulator.SimResult, o: dict) -> None:
             assert getattr(r, part)[key] == pytest.approx(value, rel=REL, abs=1e-300), key
 
 
-def _check_against_oracle(trace: Trace, gpu: simulator.GPUSpec) -> None:
+def _check_against_oracle(
+    trace: Trace, gpu: simulator.GPUSpec, options: simulator.ModelOptions | None = None
+) -> None:
+    options = options or simulator.ModelOptions()
     try:
-        want = simulate_oracle(trace, gpu)
+        want = simulate_oracle(trace, gpu, options)
     except simulator.CapacityError:
         with pytest.raises(simulator.CapacityError):
-            simulator.simulate(trace, gpu)
+            simulator.simulate(trace, gpu, options=options)
         return
-    assert_agrees(simulator.simulate(trace, gpu), want)
+    assert_agrees(simulator.simulate(trace, gpu, options=options), want)
 
 
 @pytest.mark.parametrize("name", _names())
@@ -90,6 +93,29 @@ def test_masked_schedules_agree_with_oracle(name, data):
 @given(trace=random_traces(), gpu=gpu_specs())
 def test_random_traces_agree_with_oracle(trace, gpu):
     _check_against_oracle(trace, gpu)
+
+
+SHARED = simulator.ModelOptions(streamed_requests=True)
+
+
+@given(trace=random_traces(), gpu=gpu_specs(), prefetch=st.booleans())
+def test_streamed_requests_agree_with_oracle(trace, gpu, prefetch):
+    """The L2 and HBM shared among the requests in flight: the engine keeps sorted tags and
+    decides when a departure is final from its heap of SMs, the oracle yields until its CTA is
+    the earliest of all; prefetched loads and spills land as the CTA's other loads do."""
+    names = tuple(k.name for k in trace.meta.kernels) if prefetch else ()
+    _check_against_oracle(
+        trace, gpu, simulator.ModelOptions(streamed_requests=True, prefetch_kernels=names)
+    )
+
+
+@pytest.mark.parametrize("name", ("flash2", "flash2_bwd", "standard"))
+@given(data=st.data())
+def test_streamed_requests_agree_with_oracle_on_schedules(name, data):
+    sched = data.draw(attention_schedules(name))
+    trace = sched.trace()
+    assume(len(trace) <= 6000)
+    _check_against_oracle(trace, data.draw(gpu_specs()), SHARED)
 
 
 def _one_cta_trace(events, tensors, warps=1, smem_bytes=0):
