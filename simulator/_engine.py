@@ -19,105 +19,78 @@ with ``ModelOptions.shared_issue``).
 
 from __future__ import annotations
 
-from collections import namedtuple
-
 import numpy as np
 from numba import njit
 
 from flashio.simulator._cpu_prefetch import prefetch_ahead
-from flashio.simulator._l2 import HOT, access, held_bytes
-from flashio.simulator._streams import FULL, advance, arrive, later, through
-from flashio.simulator.trace import Op
-
-LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in Op)
-
-# float configuration vector
-(
-    C_L2_BW,
-    C_HBM_BW,
-    C_L2_LAT,
-    C_HBM_LAT,
-    C_TENSOR,
-    C_FP32,
-    C_SFU,
-    C_SMEM,
-    C_OCCUPY,
-    C_SYNC,
-    C_SHARED_ISSUE,
-    C_PREFETCH,
-    C_SM_MEM_BW,
-    C_DURATION,
+from flashio.simulator._l2 import HOT, held_bytes
+from flashio.simulator._requests import landed, request, settle, track
+from flashio.simulator._state import (
+    ALLOC,
+    B_TENSOR,
     C_CTA_LEAD,
     C_CTA_TAIL,
-    C_SM_RED_BW,
+    C_DURATION,
+    C_FP32,
+    C_OCCUPY,
+    C_PREFETCH,
     C_RED_HOLD,
+    C_SFU,
+    C_SHARED_ISSUE,
+    C_SM_RED_BW,
+    C_SMEM,
     C_STREAMS,
-) = range(19)
-N_CFG = 19
-# C_OCCUPY, C_DURATION: an arithmetic event of work w at rate R occupies its SM's pipe for
-# w / R * C_OCCUPY and takes its CTA at least w / R * C_DURATION (docs/model.md)
-# C_CTA_LEAD, C_CTA_TAIL: seconds a CTA spends before its first event and after its last (its
-# compiled prologue and epilogue, with the issue model; else 0)
-# C_RED_HOLD: 1 where the kernel's loop sends its reductions after all its tensor-core work,
-# so that its SM waits while they leave at C_SM_RED_BW (docs/model.md, "Reductions")
-# C_STREAMS: 1 where requests stream into the L2 and HBM (docs/model.md, "Streamed requests")
-# integer slot state columns; S_PF_* mark the LOADs of the next step issued early (prefetch)
-S_CTA, S_PTR, S_END, S_LIVE_SMEM, S_LIVE_REGS, S_STEP, S_PF_STEP, S_PF_LO, S_PF_HI = range(9)
-# with streamed requests, the requests a CTA waits for, by what they are (its operands, the next
-# step's prefetched operands, its stores), each an (L2, HBM) pair of request ids, -1 for none:
-# of each server's, the one whose stream ends last
-S_REQ_READY, S_REQ_NEXT, S_REQ_STORES = 9, 11, 13
-N_SLOT_INT = 15
-# float slot state columns; F_READY_NEXT: when the prefetched loads have arrived; F_FIN: when
-# the CTA's own work ends (its epilogue), once it has reached its end (-1 before)
-F_T, F_READY, F_STORES, F_START, F_READY_NEXT, F_FIN = range(6)
-N_SLOT_FLOAT = 6
-# per-SM servers: the arithmetic pipes, then the SM's path to the memory system
-U_TENSOR, U_FP32, U_SFU, U_SMEM, U_SM_MEM = range(5)
-N_UNITS = 5
-# per-tensor counters
-T_GLOBAL_READ, T_GLOBAL_WRITE, T_HBM_READ, T_HBM_WRITE = range(4)
-# busy seconds of each resource (per-SM ones summed over SMs)
-B_L2, B_HBM, B_TENSOR, B_FP32, B_SFU, B_SMEM, B_SM_MEM = range(7)
-# scalar integer counters
-(
-    K_MMA_FLOPS,
+    C_SYNC,
+    C_TENSOR,
+    EW,
+    EXP,
+    F_FIN,
+    F_READY,
+    F_READY_NEXT,
+    F_START,
+    F_STORES,
+    F_T,
+    K_BAD_SMEM,
     K_EW_FLOPS,
     K_EXPS,
-    K_SHARED_BYTES,
-    K_DIRTIED,
-    K_PEAK_SMEM,
+    K_MMA_FLOPS,
     K_PEAK_REGS,
-    K_BAD_SMEM,
-    K_SERVER_FULL,
-) = range(9)
-N_CNT = 9
-# runner registers: next CTA to dispatch, slot waiting for a CTA outside the window (or -1),
-# next checkpoint (index into Kernel.marks)
-R_NEXT, R_PENDING, R_MARK = range(3)
-N_REG = 3
-# checkpoint columns (Kernel.snaps): the time a marked CTA is dispatched, the busy seconds then,
-# the bytes the L2 holds and the dirty ones among them, then each tensor's HBM read and write
-# bytes (2 columns a tensor)
-SNAP_T, SNAP_BUSY, SNAP_HELD, SNAP_DIRTY, SNAP_HBM = 0, 1, 8, 9, 10
-
-# The engine's state, named (numba passes namedtuples of arrays as they are).
-# What the memory system keeps across kernels: the L2 (``l2_on`` false: no L2), the L2 and HBM
-# servers' free times (or, streamed, their state ``sv``: _streams.Streams), the spill
-# pseudo-tensor and each tensor's space, and the counters.
-Memory = namedtuple("Memory", "l2_on l2 srv sv local space tstat busy cnt")
-# One kernel: its CTA count, the SM count (slot s runs on SM s % sm_stride), the register spill
-# bytes a CTA stores and loads back per step, the shared memory a CTA declares, when it ends so
-# far, the per-CTA timeline, and the CTAs at whose dispatch the memory system is checkpointed
-# (ascending; empty for none) with their checkpoints (simulator.sampled).
-Kernel = namedtuple(
-    "Kernel",
-    "n_ctas sm_stride spill_first spill_store spill_load smem_limit kernel_end span marks snaps",
+    K_PEAK_SMEM,
+    K_SHARED_BYTES,
+    LOAD,
+    MMA,
+    R_MARK,
+    R_NEXT,
+    R_PENDING,
+    REDUCE,
+    S_CTA,
+    S_END,
+    S_LIVE_REGS,
+    S_LIVE_SMEM,
+    S_PF_HI,
+    S_PF_LO,
+    S_PF_STEP,
+    S_PTR,
+    S_REQ_NEXT,
+    S_REQ_READY,
+    S_REQ_STORES,
+    S_STEP,
+    SHARED,
+    SNAP_BUSY,
+    SNAP_DIRTY,
+    SNAP_HBM,
+    SNAP_HELD,
+    SNAP_T,
+    STORE,
+    SYNC,
+    T_HBM_READ,
+    T_HBM_WRITE,
+    U_FP32,
+    U_SFU,
+    U_SM_MEM,
+    U_SMEM,
+    U_TENSOR,
 )
-# The resident CTAs: integer and float slot state, the per-SM servers, the runner registers.
-Slots = namedtuple("Slots", "si sf units reg")
-# The heap of SMs: key time, key slot, SM, and its size (one-element array).
-Heap = namedtuple("Heap", "ht hs hm hn")
 
 
 @njit(inline="always", **HOT)
@@ -182,7 +155,7 @@ def _stop(si, sf, s, ptr, ready, stores):
 
 
 @njit(**HOT)
-def _start_cta(s, c, t, si, sf, cta_off, win_c0, lead=0.0):
+def start_cta(s, c, t, si, sf, cta_off, win_c0, lead=0.0):
     """Slot s takes CTA c at time t; its first event issues ``lead`` later (its prologue)."""
     si[s, S_CTA] = c
     si[s, S_PTR] = cta_off[c - win_c0]
@@ -220,109 +193,6 @@ def _next_step_loads(ev, ptr, end, step):
     return i, j
 
 
-@njit(inline="always", **HOT)
-def _request(mem, cfg, port, op, tensor, offset, rows, row_bytes, stride, nbytes, t):
-    """One LOAD/STORE/REDUCE issued at ``t`` by an SM whose memory path is the server ``port``
-    (a one-element view): counts its bytes, runs it through the L2 and the bandwidth servers of
-    ``mem`` (a Memory), and returns when it completes: (time, L2 request, HBM request). With
-    streamed requests the time is the SM path's alone and the two requests (ids, -1 for none)
-    say when the rest lands (``_landed``)."""
-    shared = cfg[C_STREAMS] > 0
-    r_l2 = r_hbm = -1
-    l2_on, l2, srv, tstat, busy, cnt = mem.l2_on, mem.l2, mem.srv, mem.tstat, mem.busy, mem.cnt
-    # the SM's own path to the memory system, in parallel with the chip's servers; it sends
-    # reductions at their own rate
-    path = nbytes / (cfg[C_SM_RED_BW] if op == REDUCE else cfg[C_SM_MEM_BW])
-    p0 = max(port[0], t)  # the bytes leave the SM from p0 to port[0]
-    port[0] = p0 + path
-    busy[B_SM_MEM] += path
-    if op == LOAD:
-        tstat[tensor, T_GLOBAL_READ] += nbytes
-    else:
-        tstat[tensor, T_GLOBAL_WRITE] += nbytes
-    miss = 0
-    wb = 0
-    if l2_on:
-        is_read, writes = op != STORE, op != LOAD
-        if rows == 1 or row_bytes == stride:  # one contiguous range
-            rows, row_bytes = 1, nbytes
-        miss, wb, dd = access(
-            l2, is_read, writes, tensor, offset, rows, row_bytes, stride, tstat, T_HBM_WRITE
-        )
-        cnt[K_DIRTIED] += dd
-        tstat[tensor, T_HBM_READ] += miss
-        busy[B_L2] += nbytes / cfg[C_L2_BW]
-        if shared:
-            r_l2 = _arrive(mem, 0, t, p0, port[0], nbytes, cfg[C_L2_BW])
-            done = port[0] + cfg[C_L2_LAT]
-        else:
-            srv[0] = max(srv[0], t) + nbytes / cfg[C_L2_BW]
-            done = max(srv[0], port[0]) + cfg[C_L2_LAT]
-    else:  # no L2: every global access is an HBM access (the FA paper's model)
-        if op == LOAD:
-            miss = nbytes
-            tstat[tensor, T_HBM_READ] += nbytes
-        else:
-            wb = nbytes
-            tstat[tensor, T_HBM_WRITE] += nbytes
-        done = port[0]
-    if miss + wb > 0:  # the HBM request goes out at the CTA's time t
-        busy[B_HBM] += (miss + wb) / cfg[C_HBM_BW]
-        if shared:
-            r_hbm = _arrive(mem, 1, t, p0, port[0], miss + wb, cfg[C_HBM_BW])
-        else:
-            srv[1] = max(srv[1], t) + (miss + wb) / cfg[C_HBM_BW]
-            done = max(done, srv[1] + cfg[C_HBM_LAT])
-    return done, r_l2, r_hbm
-
-
-@njit(inline="always", **HOT)
-def _arrive(mem, k, t, start, end, w, rate):
-    """A request of w bytes issued at t streaming into server k (0: L2, 1: HBM) from ``start``
-    to ``end``; its id, -1 where the server had no room (counted: simulate raises)."""
-    r = arrive(mem.sv, k, t, start, end, w, rate)
-    if r == FULL:
-        mem.cnt[K_SERVER_FULL] += 1
-        return -1
-    return r
-
-
-@njit(inline="always", **HOT)
-def _hold(mem, si, s, col, r_l2, r_hbm):
-    """Slot s waits for streamed requests r_l2 and r_hbm too, in the pair of columns at
-    ``col`` (nothing to hold where requests are not streamed: both -1)."""
-    if r_l2 >= 0 or r_hbm >= 0:
-        si[s, col] = later(mem.sv, 0, si[s, col], r_l2)
-        si[s, col + 1] = later(mem.sv, 1, si[s, col + 1], r_hbm)
-
-
-@njit(**HOT)
-def _landed(mem, cfg, si, s, col):
-    """When the requests slot s holds at ``col`` land (their last bytes' departure plus the
-    server's latency), if both departures are known; else the last of their streams' ends,
-    before which some request may still start (docs/model.md, "Streamed requests"). Returns
-    (done, known, last stream end)."""
-    done, known, end = -np.inf, True, -np.inf
-    for k in range(2):
-        r = si[s, col + k]
-        if r >= 0:
-            tk, kk = through(mem.sv, k, r)
-            lat = cfg[C_L2_LAT] if k == 0 else cfg[C_HBM_LAT]
-            done = max(done, tk + lat)
-            known = known and kk
-            end = max(end, tk if not kk else -np.inf)
-    return done, known, end
-
-
-@njit(**HOT)
-def _settle(mem, cfg, si, s, col, end):
-    """Bring both servers to ``end`` (no request can start before it any more): the requests
-    slot s holds at ``col`` are then known; returns when they land."""
-    advance(mem.sv, 0, end, cfg[C_L2_BW])
-    advance(mem.sv, 1, end, cfg[C_HBM_BW])
-    return _landed(mem, cfg, si, s, col)[0]
-
-
 @njit(**HOT)
 def _sample_memory(mem, span, c):
     """The memory system as CTA ``c`` ends (timeline columns 3-5): HBM bytes moved so far in
@@ -351,7 +221,7 @@ def _dispatch(s, c, t, si, sf, cta_off, win_c0, lead, reg, kern, mem):
             snaps[m, SNAP_HBM + 2 * tensor] = mem.tstat[tensor, T_HBM_READ]
             snaps[m, SNAP_HBM + 2 * tensor + 1] = mem.tstat[tensor, T_HBM_WRITE]
         reg[R_MARK] = m + 1
-    _start_cta(s, c, t, si, sf, cta_off, win_c0, lead)
+    start_cta(s, c, t, si, sf, cta_off, win_c0, lead)
     reg[R_NEXT] = c + 1
 
 
@@ -439,21 +309,21 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                         nb += spill_first  # the CTA's first step: the stores outside the loop
                     if nb == 0:
                         continue
-                    done, r_l2, r_hbm = _request(
+                    done, r_l2, r_hbm = request(
                         mem, cfg, units[sm, U_SM_MEM:], o, local, off, 1, nb, nb, nb, t
                     )
                     if o == STORE:
                         stores = max(stores, done)
-                        _hold(mem, si, s, S_REQ_STORES, r_l2, r_hbm)
+                        track(mem, si, s, S_REQ_STORES, r_l2, r_hbm)
                     else:
                         ready = max(ready, done)
-                        _hold(mem, si, s, S_REQ_READY, r_l2, r_hbm)
+                        track(mem, si, s, S_REQ_READY, r_l2, r_hbm)
                 si[s, S_STEP] = step
             if prefetch and ptr == si[s, S_PF_LO] and ptr < si[s, S_PF_HI]:
                 # the step whose loads were prefetched begins: they are this step's operands
                 ready = max(ready, sf[s, F_READY_NEXT])
                 if streams:
-                    _hold(mem, si, s, S_REQ_READY, si[s, S_REQ_NEXT], si[s, S_REQ_NEXT + 1])
+                    track(mem, si, s, S_REQ_READY, si[s, S_REQ_NEXT], si[s, S_REQ_NEXT + 1])
                     si[s, S_REQ_NEXT] = si[s, S_REQ_NEXT + 1] = -1
             if prefetch and ptr >= si[s, S_PF_LO] and ptr < si[s, S_PF_HI]:
                 ptr += 1  # issued already, at the prefetch
@@ -467,13 +337,13 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                 # streamed operands: known once no other CTA can still start a request before
                 # their streams end, the earliest other at (gt, gs) (ties in the order of
                 # (time, slot), as every request)
-                done, known, end_by = _landed(mem, cfg, si, s, S_REQ_READY)
+                done, known, end_by = landed(mem, cfg, si, s, S_REQ_READY)
                 if not known:
                     if not _less(end_by, s, gt, gs):
                         t = max(t, end_by)
                         waits = True
                         break
-                    done = _settle(mem, cfg, si, s, S_REQ_READY, end_by)
+                    done = settle(mem, cfg, si, s, S_REQ_READY, end_by)
                 ready = max(ready, done)
                 si[s, S_REQ_READY] = si[s, S_REQ_READY + 1] = -1
             if op >= MMA and op <= SYNC and ready > t:
@@ -492,12 +362,12 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                 si[s, S_REQ_NEXT] = si[s, S_REQ_NEXT + 1] = -1
                 for i in range(lo, hi):
                     e = ev[i]
-                    done, r_l2, r_hbm = _request(
+                    done, r_l2, r_hbm = request(
                         mem, cfg, units[sm, U_SM_MEM:], LOAD, e.tensor, e.offset_bytes, e.rows,
                         e.row_bytes, e.row_stride_bytes, e.bytes, t,
                     )  # fmt: skip
                     sf[s, F_READY_NEXT] = max(sf[s, F_READY_NEXT], done)
-                    _hold(mem, si, s, S_REQ_NEXT, r_l2, r_hbm)
+                    track(mem, si, s, S_REQ_NEXT, r_l2, r_hbm)
             if finished or op <= REDUCE:
                 first = _less(t, s, gt, gs)
             elif op <= SHARED:
@@ -511,16 +381,16 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                 if sf[s, F_FIN] < 0:
                     sf[s, F_FIN] = t + tail
                 if streams:
-                    done, known, end_by = _landed(mem, cfg, si, s, S_REQ_READY)
-                    done2, known2, end_by2 = _landed(mem, cfg, si, s, S_REQ_STORES)
+                    done, known, end_by = landed(mem, cfg, si, s, S_REQ_READY)
+                    done2, known2, end_by2 = landed(mem, cfg, si, s, S_REQ_STORES)
                     if not (known and known2):
                         end_by = max(end_by, end_by2)
                         if not _less(end_by, s, gt, gs):
                             t = max(t, end_by)
                             waits = True
                             break
-                        done = _settle(mem, cfg, si, s, S_REQ_READY, end_by)
-                        done2 = _landed(mem, cfg, si, s, S_REQ_STORES)[0]
+                        done = settle(mem, cfg, si, s, S_REQ_READY, end_by)
+                        done2 = landed(mem, cfg, si, s, S_REQ_STORES)[0]
                     ready, stores = max(ready, done), max(stores, done2)
                 fin = max(sf[s, F_FIN], ready, stores)
                 kernel_end[0] = max(kernel_end[0], fin)
@@ -543,16 +413,16 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                 break  # the SM's earliest CTA may have changed
             e = ev[ptr]
             if op <= REDUCE:  # LOAD, STORE, REDUCE
-                done, r_l2, r_hbm = _request(
+                done, r_l2, r_hbm = request(
                     mem, cfg, units[sm, U_SM_MEM:], op, e.tensor, e.offset_bytes, e.rows,
                     e.row_bytes, e.row_stride_bytes, e.bytes, t,
                 )  # fmt: skip
                 if op == LOAD:
                     ready = max(ready, done)
-                    _hold(mem, si, s, S_REQ_READY, r_l2, r_hbm)
+                    track(mem, si, s, S_REQ_READY, r_l2, r_hbm)
                 else:
                     stores = max(stores, done)
-                    _hold(mem, si, s, S_REQ_STORES, r_l2, r_hbm)
+                    track(mem, si, s, S_REQ_STORES, r_l2, r_hbm)
                 if op == REDUCE and cfg[C_RED_HOLD] > 0:
                     # nothing of the step is left to run beside them: the CTA and the SM's
                     # arithmetic (one server with the issue model) wait while they leave

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flashio.simulator import _engine as E
+from flashio.simulator import _state as E
 from flashio.simulator._counted import Counter
 from flashio.simulator._wave_classes import by_class, class_error, periods_touched, time_trend
 from flashio.simulator.gpu import GPUSpec

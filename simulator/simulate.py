@@ -11,7 +11,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from flashio.simulator import _engine as E
+from flashio.simulator import _state as E
+from flashio.simulator._engine import run_window, start_cta
 from flashio.simulator._l2 import LINES_PER_GRANULE, SLOT_BITS, dirty_bytes, new_l2
 from flashio.simulator._streams import CAPACITY, new_streams
 from flashio.simulator._windows import Windows
@@ -413,7 +414,7 @@ def simulate(
 class Probe:
     """What ``simulator.sampled`` watches in one kernel of a replay (``replay``'s
     ``probes``): the memory system at the dispatch of the CTAs ``marks`` (ascending), into
-    ``snaps`` (``_engine.Kernel``'s checkpoint columns, one row a mark); every window of the
+    ``snaps`` (``_state.Kernel``'s checkpoint columns, one row a mark); every window of the
     kernel's events, handed to ``window(events, offsets, c0, c1)`` as the engine receives it
     (``Windows.current``); and the engine's busy seconds at the end of the replay."""
 
@@ -538,7 +539,7 @@ def _replay_kernel(
     units = np.full((gpu.sm_count, E.N_UNITS), start)
     si = np.zeros((slots, E.N_SLOT_INT), np.int64)  # slot s runs on SM s % sm_count
     sf = np.zeros((slots, E.N_SLOT_FLOAT))
-    span = np.zeros((kinfo.ctas if timeline else 0, 6))  # E._sample_memory: columns 3-5
+    span = np.zeros((kinfo.ctas if timeline else 0, 6))  # _engine._sample_memory: columns 3-5
     # the heap of SMs with CTAs: key (time, slot) of each SM's earliest CTA, and the SM
     busy_sms = min(slots, gpu.sm_count)
     lead = cfg[E.C_CTA_LEAD]  # the first wave's CTAs issue their first events after it
@@ -566,8 +567,8 @@ def _replay_kernel(
         if probe:
             probe.window(ev, cta_off, c0, c1)
         for s in range(slots):  # the first wave, in CTA order; equal times form a valid heap
-            E._start_cta(s, s, start, si, sf, cta_off, c0, lead)
-        while E.run_window(ev, cta_off, c0, c1, kern, cfg, mem, state, heap):
+            start_cta(s, s, start, si, sf, cta_off, c0, lead)
+        while run_window(ev, cta_off, c0, c1, kern, cfg, mem, state, heap):
             if progress:
                 progress(k, c1, kinfo.ctas)
             # next window; resident CTAs keep their remaining events, copied to the front

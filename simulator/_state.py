@@ -1,0 +1,99 @@
+"""The replay engine's state, laid out: the columns of its arrays and the named tuples that carry
+them (numba passes namedtuples of arrays as they are). ``_engine`` replays with it, ``_requests``
+serves memory requests with it, ``simulate`` fills it in."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+from flashio.simulator.trace import Op
+
+LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in Op)
+
+# float configuration vector
+(
+    C_L2_BW,
+    C_HBM_BW,
+    C_L2_LAT,
+    C_HBM_LAT,
+    C_TENSOR,
+    C_FP32,
+    C_SFU,
+    C_SMEM,
+    C_OCCUPY,
+    C_SYNC,
+    C_SHARED_ISSUE,
+    C_PREFETCH,
+    C_SM_MEM_BW,
+    C_DURATION,
+    C_CTA_LEAD,
+    C_CTA_TAIL,
+    C_SM_RED_BW,
+    C_RED_HOLD,
+    C_STREAMS,
+) = range(19)
+N_CFG = 19
+# C_OCCUPY, C_DURATION: an arithmetic event of work w at rate R occupies its SM's pipe for
+# w / R * C_OCCUPY and takes its CTA at least w / R * C_DURATION (docs/model.md)
+# C_CTA_LEAD, C_CTA_TAIL: seconds a CTA spends before its first event and after its last (its
+# compiled prologue and epilogue, with the issue model; else 0)
+# C_RED_HOLD: 1 where the kernel's loop sends its reductions after all its tensor-core work,
+# so that its SM waits while they leave at C_SM_RED_BW (docs/model.md, "Reductions")
+# C_STREAMS: 1 where requests stream into the L2 and HBM (docs/model.md, "Streamed requests")
+# integer slot state columns; S_PF_* mark the LOADs of the next step issued early (prefetch)
+S_CTA, S_PTR, S_END, S_LIVE_SMEM, S_LIVE_REGS, S_STEP, S_PF_STEP, S_PF_LO, S_PF_HI = range(9)
+# with streamed requests, the requests a CTA waits for, by what they are (its operands, the next
+# step's prefetched operands, its stores), each an (L2, HBM) pair of request ids, -1 for none:
+# of each server's, the one whose stream ends last
+S_REQ_READY, S_REQ_NEXT, S_REQ_STORES = 9, 11, 13
+N_SLOT_INT = 15
+# float slot state columns; F_READY_NEXT: when the prefetched loads have arrived; F_FIN: when
+# the CTA's own work ends (its epilogue), once it has reached its end (-1 before)
+F_T, F_READY, F_STORES, F_START, F_READY_NEXT, F_FIN = range(6)
+N_SLOT_FLOAT = 6
+# per-SM servers: the arithmetic pipes, then the SM's path to the memory system
+U_TENSOR, U_FP32, U_SFU, U_SMEM, U_SM_MEM = range(5)
+N_UNITS = 5
+# per-tensor counters
+T_GLOBAL_READ, T_GLOBAL_WRITE, T_HBM_READ, T_HBM_WRITE = range(4)
+# busy seconds of each resource (per-SM ones summed over SMs)
+B_L2, B_HBM, B_TENSOR, B_FP32, B_SFU, B_SMEM, B_SM_MEM = range(7)
+# scalar integer counters
+(
+    K_MMA_FLOPS,
+    K_EW_FLOPS,
+    K_EXPS,
+    K_SHARED_BYTES,
+    K_DIRTIED,
+    K_PEAK_SMEM,
+    K_PEAK_REGS,
+    K_BAD_SMEM,
+    K_SERVER_FULL,
+) = range(9)
+N_CNT = 9
+# runner registers: next CTA to dispatch, slot waiting for a CTA outside the window (or -1),
+# next checkpoint (index into Kernel.marks)
+R_NEXT, R_PENDING, R_MARK = range(3)
+N_REG = 3
+# checkpoint columns (Kernel.snaps): the time a marked CTA is dispatched, the busy seconds then,
+# the bytes the L2 holds and the dirty ones among them, then each tensor's HBM read and write
+# bytes (2 columns a tensor)
+SNAP_T, SNAP_BUSY, SNAP_HELD, SNAP_DIRTY, SNAP_HBM = 0, 1, 8, 9, 10
+
+# The engine's state, named (numba passes namedtuples of arrays as they are).
+# What the memory system keeps across kernels: the L2 (``l2_on`` false: no L2), the L2 and HBM
+# servers' free times (or, streamed, their state ``sv``: _streams.Streams), the spill
+# pseudo-tensor and each tensor's space, and the counters.
+Memory = namedtuple("Memory", "l2_on l2 srv sv local space tstat busy cnt")
+# One kernel: its CTA count, the SM count (slot s runs on SM s % sm_stride), the register spill
+# bytes a CTA stores and loads back per step, the shared memory a CTA declares, when it ends so
+# far, the per-CTA timeline, and the CTAs at whose dispatch the memory system is checkpointed
+# (ascending; empty for none) with their checkpoints (simulator.sampled).
+Kernel = namedtuple(
+    "Kernel",
+    "n_ctas sm_stride spill_first spill_store spill_load smem_limit kernel_end span marks snaps",
+)
+# The resident CTAs: integer and float slot state, the per-SM servers, the runner registers.
+Slots = namedtuple("Slots", "si sf units reg")
+# The heap of SMs: key time, key slot, SM, and its size (one-element array).
+Heap = namedtuple("Heap", "ht hs hm hn")
