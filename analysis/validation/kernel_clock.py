@@ -21,6 +21,7 @@ from flashio.analysis.paths import DATA
 from flashio.analysis.validation import families
 from flashio.analysis.validation.family_rows import CUDNN_TILING, Measured
 from flashio.analysis.validation.gpu_data import parse_ncu_csv
+from flashio.simulator import issue
 
 PROBE = DATA / "gpu" / "probe"
 CLOCK = "sm__cycles_elapsed.avg.per_second"
@@ -83,6 +84,15 @@ def gpu_cycles(run: str) -> list[dict]:
     read on its last launch: ``hopper_cycles`` (the validation shapes), ``hopper_cta_cost``
     (``--cta-cost``: one and ten rounds of 132 CTAs), ``hopper_skeleton`` (the same built
     without arithmetic: ``--skeleton``)."""
+    return [
+        {**o, "cycles": m["sm__cycles_elapsed.max"], "clock_hz": m[CLOCK]}
+        for o, m in _last_launches(run)
+    ]
+
+
+def _last_launches(run: str) -> list[tuple[dict, dict]]:
+    """(launch-order row, Nsight Compute's metrics of its last launch) of hopper_cycles.py's
+    run ``run``."""
     order = json.loads((PROBE / f"{run}_launches.json").read_text())["launches"]
     profiled = parse_ncu_csv((PROBE / f"{run}_ncu.csv").read_text())
     if len(profiled) != sum(o["launches"] for o in order):
@@ -90,8 +100,30 @@ def gpu_cycles(run: str) -> list[dict]:
     out, at = [], 0
     for o in order:
         at += o["launches"]
-        m = profiled[at - 1]["metrics"]  # the last launch of each build and shape
-        out.append({**o, "cycles": m["sm__cycles_elapsed.max"], "clock_hz": m[CLOCK]})
+        out.append((o, profiled[at - 1]["metrics"]))  # the last launch of each build and shape
+    return out
+
+
+def pipe_activity(run: str = "hopper_pipes") -> list[dict]:
+    """Per Hopper build of hopper_cycles.py's run ``run`` (taken with pipe metrics: run 11's
+    ``hopper_pipes``, the d = 128 builds at N = 16384; ``hopper_pipes64``, data/gpu/runs/
+    hopper_pipes64_run.sh, the d = 64 ones): the share of cycles the GPU's tensor pipes are busy
+    (``sm__pipe_shared_cycles_active``, the wgmma's) and its sub-partitions issue, against the
+    same of the replayed step (one CTA an SM, its consumer warps: ``StepTime``)."""
+    gpu = simulator.load_gpu(families.GPU)
+    pct = ".avg.pct_of_peak_sustained_active"
+    out = []
+    for o, m in _last_launches(run):
+        warps = 4 * (o["block_q"] // 64 + 1)
+        key = issue.hopper_key(o["head_dim"], o["block_q"], o["block_kv"], warps, "bf16",
+                               o["overlap"])  # fmt: skip
+        # the consumer warps: the producer warpgroup only issues copies
+        step = issue.step_costs(gpu, key, warps - 4, 1, impl="flashio-hopper")
+        out.append({**o, "census_key": key,
+                    "gpu_tensor": m["sm__pipe_shared_cycles_active" + pct] / 100,
+                    "gpu_issue": m["smsp__issue_active" + pct] / 100,
+                    "model_tensor": step.replay.pipe_busy["tensor"],
+                    "model_issue": step.replay.issue_busy})  # fmt: skip
     return out
 
 
