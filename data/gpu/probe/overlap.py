@@ -224,6 +224,11 @@ HKERNELS = {
     "hsamed_ffma": ((0,), (0,), "ffma"),
     "hsplit_fadd": ((0,), (1,), "fadd"),
     "hsplit_fmul": ((0,), (1,), "fmul"),
+    # FFMA in one to three dependent chains beside another warp's mma.sync (run 8 asked the
+    # same beside wgmma): does sparse FP32 work run under the HMMAs that dense FFMA waits for?
+    "hsplit_ffma_c1": ((0,), (1,), "ffma_c1"),
+    "hsplit_ffma_c2": ((0,), (1,), "ffma_c2"),
+    "hsplit_ffma_c3": ((0,), (1,), "ffma_c3"),
 }
 
 ISSUE = """\
