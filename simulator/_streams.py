@@ -16,8 +16,8 @@ The state of the servers (index k: 0 the L2, 1 the HBM) is ``Streams``:
 - ``st[k]``: the backlog Q in bytes, the time T at which it holds, the arrival rate L then;
 - ``ix[k]``: the number of pending stream events, the streams flowing, the next request id;
 - ``et``, ``ek``, ``ex``, ``eid``: the pending events as a binary heap on their time: a stream's
-  start (kind START, x its rate) or end (END, x its rate), or a stream of no length (BURST, x its
-  bytes), and the request's id;
+  start (kind START) or end (END), x its rate, and the request's id (a stream always has a
+  length: the spec's rates are positive and finite);
 - ``rend``, ``rleft``, ``rid``: per request id (modulo ``RING``): its stream's end, when its last
   byte leaves (-1 until known), and the id itself, to tell a reused entry from its own.
 """
@@ -33,7 +33,7 @@ from flashio.simulator._l2 import HOT
 
 Q, T, L = range(3)  # float state of a server
 N_EVENTS, FLOWING, NEXT_ID = range(3)  # integer state of a server
-START, END, BURST = range(3)  # event kinds
+START, END = range(2)  # event kinds
 CAPACITY = 1 << 16  # pending events of one server (two a stream in flight)
 RING = 1 << 16  # request ids remembered: an id this many requests old left long ago
 FULL = -2  # ``arrive``'s answer when CAPACITY events are pending already
@@ -116,12 +116,9 @@ def advance(sv, k, x, rate):
             st[k, L] += amount
             ix[k, FLOWING] += 1
         else:
-            if kind == END:
-                ix[k, FLOWING] -= 1
-                # no stream flowing: exactly none arriving (no rounding left over)
-                st[k, L] = st[k, L] - amount if ix[k, FLOWING] > 0 else 0.0
-            else:  # BURST: all its bytes at once
-                st[k, Q] += amount
+            ix[k, FLOWING] -= 1
+            # no stream flowing: exactly none arriving (no rounding left over)
+            st[k, L] = st[k, L] - amount if ix[k, FLOWING] > 0 else 0.0
             if sv.rid[k, rid % RING] == rid:  # else its entry was reused: left long ago
                 sv.rleft[k, rid % RING] = te + st[k, Q] / rate
     _flow(sv, k, x, rate)
@@ -130,7 +127,7 @@ def advance(sv, k, x, rate):
 @njit(**HOT)
 def arrive(sv, k, t, start, end, w, rate):
     """A request of ``w`` bytes issued at time t streams into server k from ``start`` to
-    ``end`` (t <= start <= end); returns its id (FULL: no room)."""
+    ``end`` (t <= start < end); returns its id (FULL: no room)."""
     if sv.ix[k, N_EVENTS] + 2 > sv.et.shape[1]:
         return FULL
     advance(sv, k, t, rate)
@@ -140,12 +137,9 @@ def arrive(sv, k, t, start, end, w, rate):
     sv.rend[k, slot] = end
     sv.rleft[k, slot] = -1.0
     sv.rid[k, slot] = rid
-    if end > start:
-        flow = w / (end - start)
-        _push(sv, k, start, START, flow, rid)
-        _push(sv, k, end, END, flow, rid)
-    else:
-        _push(sv, k, start, BURST, float(w), rid)
+    flow = w / (end - start)
+    _push(sv, k, start, START, flow, rid)
+    _push(sv, k, end, END, flow, rid)
     return rid
 
 
