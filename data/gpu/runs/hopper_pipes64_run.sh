@@ -9,17 +9,8 @@ python3 -m pip install --quiet --no-deps --no-build-isolation -e .  # the packag
 L=$OUT/hopper_pipes64.log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv > $L
 git rev-parse HEAD >> $L 2>&1
-ncu --query-metrics --chip gh100 > $OUT/ncu_query.txt 2>&1
 . data/gpu/runs/ncu_metrics.sh  # M: time, bytes, issue activity, clock, stall reasons
-# the pipes run 11 read (overlap_roles_run.sh), those this ncu knows
-for b in sm__pipe_tensor_op_gmma_cycles_active sm__pipe_fma_cycles_active \
-         sm__pipe_fmaheavy_cycles_active sm__pipe_alu_cycles_active sm__pipe_xu_cycles_active \
-         sm__pipe_shared_cycles_active sm__pipe_uniform_cycles_active \
-         sm__inst_executed_pipe_fma sm__inst_executed_pipe_alu sm__inst_executed_pipe_xu \
-         sm__inst_executed_pipe_uniform; do
-  grep -q "^$b " $OUT/ncu_query.txt && M=$M,$b.avg.pct_of_peak_sustained_active
-done
-M=$M,sm__cycles_elapsed.max
+. data/gpu/runs/ncu_pipes.sh  # M += the pipes this ncu knows, the SMs' elapsed cycles
 echo "metrics: $M" >> $L
 timeout 300 ncu --clock-control none --print-units base --csv \
   --log-file $OUT/hopper_pipes64_ncu.csv --metrics $M -k regex:hopper_fwd \

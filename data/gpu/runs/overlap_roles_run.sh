@@ -14,16 +14,8 @@ K="$K split_fmnmx split_imad split_f2fp split_soft intra_ffma intra_mufu intra_f
 K="$K both_soft both_ffma both_mufu rsplit_ffma rsplit_mufu rintra_ffma"
 timeout 300 python3 data/gpu/probe/overlap.py --out $OUT/probe --only $K >> $L 2>&1
 echo "overlap rc=$?" >> $L
-ncu --query-metrics --chip gh100 > $OUT/ncu_query.txt 2>&1
 . data/gpu/runs/ncu_metrics.sh  # M: time, bytes, issue activity, clock, stall reasons
-for b in sm__pipe_tensor_op_gmma_cycles_active sm__pipe_fma_cycles_active \
-         sm__pipe_fmaheavy_cycles_active sm__pipe_alu_cycles_active sm__pipe_xu_cycles_active \
-         sm__pipe_shared_cycles_active sm__pipe_uniform_cycles_active \
-         sm__inst_executed_pipe_fma sm__inst_executed_pipe_alu sm__inst_executed_pipe_xu \
-         sm__inst_executed_pipe_uniform; do
-  grep -q "^$b " $OUT/ncu_query.txt && M=$M,$b.avg.pct_of_peak_sustained_active
-done
-M=$M,sm__cycles_elapsed.max
+. data/gpu/runs/ncu_pipes.sh  # M += the pipes this ncu knows, the SMs' elapsed cycles
 echo "metrics: $M" >> $L
 timeout 200 ncu --clock-control none --print-units base --csv \
   --log-file $OUT/hopper_pipes_ncu.csv --metrics $M -k regex:hopper_fwd \
