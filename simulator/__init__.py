@@ -13,7 +13,7 @@ from flashio.simulator.errors import (
 from flashio.simulator.gpu import GPUSpec
 from flashio.simulator.occupancy import Occupancy, occupancy
 from flashio.simulator.result import KernelResult, SimResult, TensorTraffic
-from flashio.simulator.simulate import ModelOptions, simulate
+from flashio.simulator.simulate import VALIDATED, ModelOptions, simulate
 from flashio.simulator.specfiles import builtin_gpus, load_gpu
 from flashio.simulator.trace import (
     EVENT_DTYPE,
@@ -27,6 +27,7 @@ from flashio.simulator.trace import (
 
 __all__ = [
     "EVENT_DTYPE",
+    "VALIDATED",
     "CapacityError",
     "FileError",
     "FlashioError",

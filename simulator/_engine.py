@@ -33,6 +33,7 @@ from flashio.simulator._state import (
     C_DURATION,
     C_FP32,
     C_OCCUPY,
+    C_PACED,
     C_PREFETCH,
     C_RED_HOLD,
     C_SFU,
@@ -59,6 +60,7 @@ from flashio.simulator._state import (
     K_SHARED_BYTES,
     LOAD,
     MMA,
+    N_CFG,
     R_MARK,
     R_NEXT,
     R_PENDING,
@@ -85,6 +87,7 @@ from flashio.simulator._state import (
     SYNC,
     T_HBM_READ,
     T_HBM_WRITE,
+    U_AGES,
     U_FP32,
     U_SFU,
     U_SM_MEM,
@@ -225,6 +228,24 @@ def _dispatch(s, c, t, si, sf, cta_off, win_c0, lead, reg, kern, mem):
     reg[R_NEXT] = c + 1
 
 
+@njit(inline="always", **HOT)
+def _ages(si, sf, sm, sm_stride, s, t):
+    """Of the CTAs on slot ``s``'s SM: how many launched before it, and, of those computing at
+    ``t`` (their operands have arrived), how many there are with it and how many of them
+    launched before it (CTA drift: ``C_PACED``)."""
+    older, n_on, older_on, me = 0, 1, 0, si[s, S_CTA]
+    s2 = sm
+    while s2 < si.shape[0]:
+        c2 = si[s2, S_CTA]
+        if s2 != s and c2 >= 0:
+            older += c2 < me
+            if sf[s2, F_READY] <= t:
+                n_on += 1
+                older_on += c2 < me
+        s2 += sm_stride
+    return older, n_on, older_on
+
+
 @njit(cache=True, nogil=True, **HOT)
 def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
     """Replay until the kernel ends (returns 0) or a slot needs a CTA beyond the loaded window
@@ -246,6 +267,8 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
     lead, tail = cfg[C_CTA_LEAD], cfg[C_CTA_TAIL]
     prefetch = cfg[C_PREFETCH] > 0
     streams = cfg[C_STREAMS] > 0
+    paced = cfg[C_PACED] > 0
+    n_ages = units.shape[1] - U_AGES  # CTA drift's queue clocks, one per age
     if reg[R_PENDING] >= 0:  # resume: give the waiting slot its CTA
         s = reg[R_PENDING]
         reg[R_PENDING] = -1
@@ -400,6 +423,10 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                     span[c_done, 1] = fin
                     span[c_done, 2] = sm
                     _sample_memory(mem, span, c_done)
+                if paced:  # the younger CTAs move up an age: their clocks with them
+                    older = _ages(si, sf, sm, sm_stride, s, t)[0]
+                    for r in range(U_AGES + older, U_AGES + n_ages - 1):
+                        units[sm, r] = units[sm, r + 1]
                 c = reg[R_NEXT]
                 sf[s, F_T] = fin
                 if c < n_ctas:
@@ -446,9 +473,20 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                 # with shared issue, every kind of arithmetic queues at one server per SM
                 q = 0 if cfg[C_SHARED_ISSUE] > 0 else u
                 cost = work / rate
-                units[sm, q] = max(units[sm, q], start) + cost * occupy
                 busy[B_TENSOR + u] += cost * occupy
-                t = max(start + cost * duration, units[sm, q])
+                if paced:
+                    # CTA drift: the SM serves its CTAs oldest first (the work of a CTA with
+                    # r older ones queues behind theirs and its own, at clock U_AGES + r),
+                    # and a CTA steps no faster than its pace by age among those computing
+                    older, n_on, older_on = _ages(si, sf, sm, sm_stride, s, t)
+                    pace = cfg[N_CFG + n_on * (n_on - 1) // 2 + older_on]
+                    start = max(start, units[sm, q])  # where a reduction holds the SM
+                    for r in range(U_AGES + older, U_AGES + n_ages):
+                        units[sm, r] = max(units[sm, r], start) + cost * occupy
+                    t = max(start + cost * pace, units[sm, U_AGES + older])
+                else:
+                    units[sm, q] = max(units[sm, q], start) + cost * occupy
+                    t = max(start + cost * duration, units[sm, q])
             elif op == SYNC:
                 t = t + cfg[C_SYNC]
             else:  # ALLOC, FREE

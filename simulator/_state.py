@@ -31,8 +31,9 @@ LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in 
     C_SM_RED_BW,
     C_RED_HOLD,
     C_STREAMS,
-) = range(19)
-N_CFG = 19
+    C_PACED,
+) = range(20)
+N_CFG = 20
 # C_OCCUPY, C_DURATION: an arithmetic event of work w at rate R occupies its SM's pipe for
 # w / R * C_OCCUPY and takes its CTA at least w / R * C_DURATION (docs/model.md)
 # C_CTA_LEAD, C_CTA_TAIL: seconds a CTA spends before its first event and after its last (its
@@ -40,6 +41,8 @@ N_CFG = 19
 # C_RED_HOLD: 1 where the kernel's loop sends its reductions after all its tensor-core work,
 # so that its SM waits while they leave at C_SM_RED_BW (docs/model.md, "Reductions")
 # C_STREAMS: 1 where requests stream into the L2 and HBM (docs/model.md, "Streamed requests")
+# C_PACED: with CTA drift, the most CTAs the paces by age cover (0: no drift); the pace of the
+# CTA with r older ones among n resident is cfg[N_CFG + n (n - 1) / 2 + r] (a C_DURATION)
 # integer slot state columns; S_PF_* mark the LOADs of the next step issued early (prefetch)
 S_CTA, S_PTR, S_END, S_LIVE_SMEM, S_LIVE_REGS, S_STEP, S_PF_STEP, S_PF_LO, S_PF_HI = range(9)
 # with streamed requests, the requests a CTA waits for, by what they are (its operands, the next
@@ -51,9 +54,10 @@ N_SLOT_INT = 15
 # the CTA's own work ends (its epilogue), once it has reached its end (-1 before)
 F_T, F_READY, F_STORES, F_START, F_READY_NEXT, F_FIN = range(6)
 N_SLOT_FLOAT = 6
-# per-SM servers: the arithmetic pipes, then the SM's path to the memory system
+# per-SM servers: the arithmetic pipes, then the SM's path to the memory system; with CTA drift,
+# one queue clock per age follows from U_AGES (the work of the CTA with r older ones and theirs)
 U_TENSOR, U_FP32, U_SFU, U_SMEM, U_SM_MEM = range(5)
-N_UNITS = 5
+N_UNITS = U_AGES = 5
 # per-tensor counters
 T_GLOBAL_READ, T_GLOBAL_WRITE, T_HBM_READ, T_HBM_WRITE = range(4)
 # busy seconds of each resource (per-SM ones summed over SMs)

@@ -35,7 +35,14 @@ from flashio.simulator.synth_sync import (
     work_terms,
     xor_swizzle_ways,
 )
-from flashio.simulator.warp_replay import IssueModel, StepTime, first_turn, once, replay
+from flashio.simulator.warp_replay import (
+    IssueModel,
+    StepTime,
+    first_turn,
+    once,
+    rank_paces,
+    replay,
+)
 
 __all__ = [
     "CENSUS_DIR",
@@ -296,6 +303,13 @@ class StepCost:
     # a CTA's code before its first step and after its last (prologue, epilogue), alone
     lead_s: float = 0.0
     tail_s: float = 0.0
+    # with CTA drift: each resident CTA's step by age, oldest first, with 1, 2, ... CTAs
+    # resident (``warp_replay.rank_paces``); empty without
+    paces_s: tuple[tuple[float, ...], ...] = ()
+
+
+def _paces_s(gpu: GPUSpec, paces, steps: int = 1) -> tuple[tuple[float, ...], ...]:
+    return tuple(tuple(gpu.cycles_to_s(p / steps) for p in row) for row in paces)
 
 
 @functools.lru_cache(maxsize=256)
@@ -304,21 +318,30 @@ def _replayed(key: str, impl: str, model: IssueModel, warps: int, ctas: int) -> 
     return None if prog is None else replay(prog, model, warps, ctas, turns=first_turn(prog))
 
 
+@functools.lru_cache(maxsize=256)
+def _ranked(key: str, impl: str, model: IssueModel, warps: int, ctas: int) -> tuple:
+    prog = _program(key, impl)
+    return rank_paces(prog, model, warps, ctas, turns=first_turn(prog))
+
+
 @functools.lru_cache(maxsize=64)
 def synthetic_step_costs(
     gpu: GPUSpec, block_kv: int, head_dim: int, elem_bytes: int, overlap: str,
-    consumer_warps: int, ctas_per_sm: int,
+    consumer_warps: int, ctas_per_sm: int, drift: bool = False,
 ) -> StepCost:  # fmt: skip
     """The replayed step of a wgmma forward whose machine code is unknown: the consumer warps'
     program that ``simulator.synth`` writes from its description (the producer warp's TMA
-    issue is left out: a few instructions a step)."""
+    issue is left out: a few instructions a step). ``drift``: with the paces by age."""
     prog = flash_forward_program(block_kv, head_dim, elem_bytes, overlap)
-    st = replay(prog, issue_model(gpu), consumer_warps, ctas_per_sm)
+    model = issue_model(gpu)
+    st = replay(prog, model, consumer_warps, ctas_per_sm)
+    paces = rank_paces(prog, model, consumer_warps, ctas_per_sm) if drift else ()
     return StepCost(
         key=prog.name,
         occupancy_s=gpu.cycles_to_s(st.together / st.ctas),
         duration_s=gpu.cycles_to_s(st.alone),
         replay=st,
+        paces_s=_paces_s(gpu, paces),
     )
 
 
@@ -361,12 +384,13 @@ def written_registers(
 @functools.lru_cache(maxsize=256)
 def synthetic_sync_step_costs(
     gpu: GPUSpec, impl: str, block_q: int, block_kv: int, head_dim: int, warps: int,
-    ctas_per_sm: int, hold_out: bool = False,
+    ctas_per_sm: int, hold_out: bool = False, drift: bool = False,
 ) -> StepCost | None:  # fmt: skip
     """The replayed step of an mma.sync forward at a tiling ``impl``'s census lacks: the
     program ``simulator.synth_sync`` writes with the instruction mix of ``impl``'s compiled
     tilings (without this one's where ``hold_out``). None where there is no mix, or the
-    tiling cannot be written (rows per warp not a multiple of 16)."""
+    tiling cannot be written (rows per warp not a multiple of 16). ``drift``: with the paces
+    by age."""
     mix = _writable_mix(impl, block_q, block_kv, head_dim, warps, hold_out)
     if mix is None:
         return None
@@ -378,6 +402,7 @@ def synthetic_sync_step_costs(
         block_q, block_kv, head_dim, warps, mix, HOPPER_ISA["latency"]["hmma"], ldsm_ways=ways
     )
     st = replay(prog, model, warps, ctas_per_sm)
+    paces = rank_paces(prog, model, warps, ctas_per_sm) if drift else ()
     demand = mix.register_demand(work_terms(block_q, block_kv, head_dim, warps))
     spills = demand > gpu.regs_per_thread_max
     return StepCost(
@@ -386,18 +411,21 @@ def synthetic_sync_step_costs(
         occupancy_s=gpu.cycles_to_s(st.together / st.ctas),
         duration_s=gpu.cycles_to_s(st.alone),
         replay=st,
+        paces_s=_paces_s(gpu, paces),
     )
 
 
 def step_costs(
     gpu: GPUSpec, key: str, warps: int, ctas_per_sm: int, impl: str = DEFAULT_IMPL,
     spills_hit: bool = True, streams: bool = False, loads_traced: bool = False,
+    drift: bool = False,
 ) -> StepCost | None:  # fmt: skip
     """The replayed step of census program ``key`` of ``impl`` on ``gpu`` (None: not in the
     census); with ``spills_hit`` False, spill reloads miss L1 and wait the L2's latency; with
     ``streams``, global loads wait the HBM's latency (data read once: Compiled.streams); with
     ``loads_traced``, global loads cost their issue only: they are the step's LOAD events,
-    whose latency the engine already waits before the step's arithmetic."""
+    whose latency the engine already waits before the step's arithmetic; with ``drift``, the
+    paces by age (``StepCost.paces_s``)."""
     model = issue_model(gpu)
     latency = dict(model.latency)
     if not spills_hit:
@@ -414,6 +442,7 @@ def step_costs(
     lead, tail = _fixed_cycles(key, impl, model, warps)
     # a program of several loops' iterations stands for as many of the trace's steps
     steps = int(census(impl)[key].get("loop_steps", 1))
+    paces = _ranked(key, impl, model, warps, ctas_per_sm) if drift else ()
     return StepCost(
         key=key,
         occupancy_s=gpu.cycles_to_s(st.together / st.ctas / steps),
@@ -421,4 +450,5 @@ def step_costs(
         replay=st,
         lead_s=gpu.cycles_to_s(lead),
         tail_s=gpu.cycles_to_s(tail),
+        paces_s=_paces_s(gpu, paces, steps),
     )

@@ -34,7 +34,7 @@ from flashio.simulator.result import KernelResult, SimResult, TensorTraffic
 from flashio.simulator.specfiles import load_gpu
 from flashio.simulator.trace import Op, Space, TraceSource
 
-__all__ = ["ModelOptions", "simulate"]
+__all__ = ["VALIDATED", "ModelOptions", "simulate"]
 
 WINDOW_EVENTS = 1_000_000  # events held per window of CTAs (bounds memory for long traces)
 LOCAL_NAME = "local (register spills)"  # the pseudo-tensor of spill traffic
@@ -69,6 +69,12 @@ class ModelOptions:
         A request reaches the L2 and HBM as a stream of bytes over the time its SM's memory
         path takes to send it, and they serve bytes first come, first served, instead of whole
         requests: SMs that send at once finish together (docs/model.md, "Streamed requests").
+    cta_drift : bool
+        With ``issue_model``: an SM serves its oldest CTA's work first, and each resident CTA
+        steps at its pace by age (``simulator.warp_replay.rank_paces``, the warp replay with
+        the oldest CTA's warps issued first), so CTAs launched together drift apart, as the
+        H200's do, instead of sharing the SM evenly (docs/model.md, "CTA drift", with what it
+        changes and why it is not the validated model).
     """
 
     shared_issue: bool = False
@@ -76,6 +82,7 @@ class ModelOptions:
     issue_model: bool = False
     written_programs: bool = False
     streamed_requests: bool = False
+    cta_drift: bool = False
 
     def __post_init__(self):
         names = self.prefetch_kernels
@@ -88,6 +95,11 @@ class ModelOptions:
 
 
 DEFAULT_OPTIONS = ModelOptions()
+# the model the validation measures against the GPU (docs/validation.md): each kernel's main
+# loop replayed where its code is known, this project's forward copying a step ahead
+# (analysis/validation/calibration.toml's [model] adds shared issue for the kernels it prices
+# at the pipe rates)
+VALIDATED = ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +107,16 @@ class ArithmeticCost:
     """How a kernel's arithmetic events are charged (docs/model.md, "Arithmetic events" and
     "Issue model"): an event of work w at pipe rate R occupies its SM's pipe for
     ``w / R * occupy`` and takes its CTA at least ``w / R * duration``; a SYNC costs ``sync_s``.
-    ``step`` is the issue model's replayed step, when it priced the kernel."""
+    ``step`` is the issue model's replayed step, when it priced the kernel. With CTA drift,
+    ``paces[n - 1][r]`` is what takes the place of ``duration`` for the CTA with ``r`` older
+    ones beside it among ``n`` resident, and the SM's pipes no longer queue its CTAs (``occupy``
+    then only counts the pipes' busy time)."""
 
     occupy: float
     duration: float
     sync_s: float
     step: StepCost | None = None
+    paces: tuple[tuple[float, ...], ...] = ()
 
 
 def _pipe_rates(gpu: GPUSpec, dtype: str) -> dict[int, float]:
@@ -198,6 +214,11 @@ def arithmetic_cost(
     frac = min(1.0, kinfo.warps / gpu.sm_sub_partitions)
     base = ArithmeticCost(1.0, 1.0 / frac, gpu.cycles_to_s(gpu.smem_latency_cycles))
     params = source.meta.params
+    mid = kinfo.ctas // 2
+    events = source.cta_events(k, mid, mid + 1)
+    steps = len(np.unique(events["step"][events["step"] >= 0]))
+    ctas = occ.ctas_per_sm
+    drift = options.cta_drift and ctas > 1 and steps >= STEPS_PER_AGE * ctas
     if comp is not None:
         hit = spill_reloads_hit(kinfo, occ, gpu, comp)
         # the census holds the computing warps' loop: producer warps only issue copies (in
@@ -206,22 +227,28 @@ def arithmetic_cost(
         producers = int(params.get("warp_roles", {}).get("producer_warps", 0)) * specialized
         warps = kinfo.warps - producers
         traced = kinfo.name in TRACED_LOADS
-        step = step_costs(
-            gpu, comp.key, warps, occ.ctas_per_sm, comp.impl, hit, comp.streams, traced
-        )
+        step = step_costs(gpu, comp.key, warps, ctas, comp.impl, hit, comp.streams, traced, drift)
     elif options.issue_model and kinfo.name in SYNTHESIZED:
-        step = _synthetic_step(kinfo, occ, gpu, params, options.written_programs)
+        step = _synthetic_step(kinfo, occ, gpu, params, options.written_programs, drift)
     else:
         return base
-    mid = kinfo.ctas // 2
     dtype = str(source.meta.params.get("dtype", "fp16"))
-    ideal = _ideal_step_s(source.cta_events(k, mid, mid + 1), _pipe_rates(gpu, dtype))
+    ideal = _ideal_step_s(events, _pipe_rates(gpu, dtype))
     if step is None or ideal <= 0:
         return base
     # the replayed step holds its barriers: SYNC events cost nothing more
-    return ArithmeticCost(step.occupancy_s / ideal, step.duration_s / ideal, 0.0, step)
+    if not step.paces_s:
+        return ArithmeticCost(step.occupancy_s / ideal, step.duration_s / ideal, 0.0, step)
+    paces = tuple(tuple(p / ideal for p in row) for row in step.paces_s)
+    # the SM's time per step with every CTA resident, at the paces' rate
+    occupy = 1.0 / sum(1.0 / p for p in paces[-1])
+    return ArithmeticCost(occupy, paces[0][0], 0.0, step, paces)
 
 
+# CTA drift charges a step at the pace of the age its CTA has as the step begins; a CTA changes
+# age as older ones end (up to ctas_per_sm - 1 times), so the paces apply where it runs this
+# many steps per age at least; a shorter CTA, or one alone on its SM, shares it as without drift
+STEPS_PER_AGE = 4
 # kernels whose warp program simulator.synth writes when the census lacks them
 SYNTHESIZED = ("flash2_fwd",)
 # kernels whose loop's global loads are rows the trace loads at each step (flash2_bwd's L_i and
@@ -237,13 +264,14 @@ def holds_reductions(comp: Compiled | None, shared_issue: bool) -> bool:
 
 
 def _synthetic_step(
-    kinfo, occ, gpu: GPUSpec, params: dict, hold_out: bool = False
+    kinfo, occ, gpu: GPUSpec, params: dict, hold_out: bool = False, drift: bool = False
 ) -> StepCost | None:  # fmt: skip
     """The issue model's step of a forward outside the census, from a written program: a
     wgmma forward's from its implementation's description (``simulator.synth``), an mma.sync
     forward's from its implementation's compiled tilings (``simulator.synth_sync``); None
     where the trace lacks the tiling or there is nothing to write it from. ``hold_out``:
-    the mma.sync program is written without this tiling's own compiled code."""
+    the mma.sync program is written without this tiling's own compiled code; ``drift``: with
+    the paces by age."""
     try:
         block_kv, head_dim = int(params["block_kv"]), int(params["head_dim"])
         elem = {"fp16": 2, "bf16": 2}[str(params["dtype"])]
@@ -254,12 +282,13 @@ def _synthetic_step(
         impl = str(params.get("impl", DEFAULT_IMPL))
         return synthetic_sync_step_costs(
             gpu, impl, int(params["block_q"]), block_kv, head_dim, kinfo.warps,
-            occ.ctas_per_sm, hold_out,
+            occ.ctas_per_sm, hold_out, drift,
         )  # fmt: skip
     consumers = kinfo.warps - int(roles["producer_warps"])
     return synthetic_step_costs(
-        gpu, block_kv, head_dim, elem, str(roles["softmax_overlap"]), consumers, occ.ctas_per_sm
-    )
+        gpu, block_kv, head_dim, elem, str(roles["softmax_overlap"]), consumers,
+        occ.ctas_per_sm, drift,
+    )  # fmt: skip
 
 
 def prefetches(kinfo, options: ModelOptions, comp: Compiled | None) -> bool:
@@ -319,7 +348,11 @@ def _config(
     hold_reductions: bool = False,
     streamed_requests: bool = False,
 ) -> np.ndarray:
-    cfg = np.zeros(E.N_CFG)
+    # with CTA drift, the paces by age follow the fixed entries: row n - 1 at N_CFG + n(n-1)/2
+    paces = [p for row in cost.paces for p in row]
+    cfg = np.zeros(E.N_CFG + len(paces))
+    cfg[E.N_CFG :] = paces
+    cfg[E.C_PACED] = len(cost.paces)
     cfg[E.C_L2_BW] = gpu.l2_bandwidth_bytes_per_s
     cfg[E.C_HBM_BW] = gpu.effective_hbm_bandwidth_bytes_per_s
     cfg[E.C_SM_MEM_BW] = gpu.sm_memory_bandwidth_bytes_per_s
@@ -536,7 +569,7 @@ def _replay_kernel(
     start, end and SM of each CTA. Updates ``mem``, the shared engine state (L2, servers,
     counters), and ``probe`` (a Probe of this kernel, or None)."""
     slots = min(kinfo.ctas, occ.ctas_per_sm * gpu.sm_count)
-    units = np.full((gpu.sm_count, E.N_UNITS), start)
+    units = np.full((gpu.sm_count, E.N_UNITS + int(cfg[E.C_PACED])), start)
     si = np.zeros((slots, E.N_SLOT_INT), np.int64)  # slot s runs on SM s % sm_count
     sf = np.zeros((slots, E.N_SLOT_FLOAT))
     span = np.zeros((kinfo.ctas if timeline else 0, 6))  # _engine._sample_memory: columns 3-5

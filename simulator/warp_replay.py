@@ -62,7 +62,15 @@ from numba import njit
 from flashio.simulator.errors import FlashioError
 from flashio.simulator.sass import CLASS_ID, CLASSES, NO_BARRIER, WarpProgram
 
-__all__ = ["IssueModel", "StepTime", "execute_roles", "first_turn", "replay", "smsp_warps"]
+__all__ = [
+    "IssueModel",
+    "StepTime",
+    "execute_roles",
+    "first_turn",
+    "rank_paces",
+    "replay",
+    "smsp_warps",
+]
 
 # pipes of an SMSP; the shared-memory port is accounted separately (bytes)
 PIPES = ("tensor", "xu", "fma", "alu", "mio", "uniform", "control", "lsu")
@@ -214,7 +222,7 @@ def _late(k):
 def _run(
     klass, stall, wbar, rbar, wait, sbytes, flops, group, fresh, pipe_of, interval, latency,
     rate, read_lat, port_rate, link_rate, bar_lat, cta_of, slot_of, first, end, steps, bar_class,
-    async_class, mio_queue, overlap, named, group_of, turns, jitter,
+    async_class, mio_queue, overlap, named, group_of, turns, jitter, age_first,
 ):  # fmt: skip
     # the instructions are the programs of a CTA's warps on this SMSP, one after the other:
     # the warp in slot j runs [first[j], end[j]); warp w on this SMSP is of CTA cta_of[w] and
@@ -245,7 +253,7 @@ def _run(
     tensor_until = 0.0  # when the tensor pipe finishes the last instruction queued on it
     tensor_class = async_class  # and that instruction's class
     tensor_warp = -1  # and the warp that issued it
-    warp_end = np.zeros(n_w)  # when each warp issued the last instruction of its last step
+    step_end = np.zeros((n_w, steps))  # when each warp issued the last instruction of a step
     pipe_free = np.zeros(len(interval))
     pipe_busy = np.zeros(len(interval))
     port_free = 0.0
@@ -288,7 +296,10 @@ def _run(
                 if done > 0:
                     t = max(t, groups[w, done - 1])
             if t <= now:
-                if best < 0 or k == 0 or last_issue[w] < last_issue[best]:
+                # the warp waiting longest; with ``age_first``, of the oldest CTA first
+                older = age_first and cta_of[w] < cta_of[best]
+                same = not age_first or cta_of[w] == cta_of[best]
+                if best < 0 or k == 0 or older or (same and last_issue[w] < last_issue[best]):
                     best = w
                     if k == 0:
                         break
@@ -296,7 +307,7 @@ def _run(
                 soonest = t
         if best < 0:
             if soonest == np.inf:  # every warp waits at a barrier: cannot happen
-                return np.inf, pipe_busy, warp_end
+                return np.inf, pipe_busy, step_end
             now = max(now + 1.0, math.ceil(soonest))
             continue
         w = best
@@ -372,10 +383,10 @@ def _run(
         pc[w] += 1
         if pc[w] == end[slot_of[w]]:
             pc[w] = first[slot_of[w]]
+            step_end[w, step[w]] = now + 1.0
             step[w] += 1
-            warp_end[w] = now + 1.0
         now += 1.0
-    return now, pipe_busy, warp_end
+    return now, pipe_busy, step_end
 
 
 # the replay's named barriers: ids 0-15, then one a warpgroup for ids held in registers
@@ -394,15 +405,17 @@ def smsp_warps(warps_per_cta: int, ctas: int, sub_partitions: int) -> np.ndarray
 
 def _execute(
     prog: WarpProgram, model: IssueModel, warps_per_cta: int, ctas: int, steps: int,
-    turns: int = 0,
+    turns: int = 0, age_first: bool = False,
 ):  # fmt: skip
-    """(end cycle, pipe busy cycles) of ``ctas`` CTAs each running ``prog`` ``steps`` times,
-    on the busiest sub-partition (``smsp_warps``)."""
+    """(end cycle, pipe busy cycles, each warp's step ends) of ``ctas`` CTAs each running
+    ``prog`` ``steps`` times, on the busiest sub-partition (``smsp_warps``)."""
     cta_of = smsp_warps(warps_per_cta, ctas, model.sub_partitions)
     # the warp slots s, s + 4, ... of this sub-partition: each warp's warpgroup in its CTA
     slots = np.arange(0, ctas * warps_per_cta, model.sub_partitions)
     group_of = (slots % warps_per_cta) // WARPGROUP
-    return execute_roles([prog], model, warps_per_cta, ctas, steps, cta_of, group_of, turns)
+    return execute_roles(
+        [prog], model, warps_per_cta, ctas, steps, cta_of, group_of, turns, True, age_first
+    )
 
 
 WARPGROUP = 4  # warps
@@ -422,15 +435,18 @@ def first_turn(loop: WarpProgram) -> int:
 def execute_roles(
     progs: list[WarpProgram], model: IssueModel, warps_per_cta: int, ctas: int, steps: int,
     cta_of: np.ndarray | None = None, group_of: np.ndarray | None = None, turns: int = 0,
-    warp_ends: bool = False,
+    step_ends: bool = False, age_first: bool = False,
 ):  # fmt: skip
-    """(end cycle, pipe busy cycles[, the cycle each warp ended where ``warp_ends``]) of
-    ``ctas`` CTAs whose warps on one SMSP run ``progs``, one program per warp (warp roles: a
-    producer beside consumers, or warpgroups doing different work), each ``steps`` times;
+    """(end cycle, pipe busy cycles[, the cycle each warp ended each step, where
+    ``step_ends``]) of ``ctas`` CTAs whose warps on one SMSP run ``progs``, one program per
+    warp (warp roles: a producer beside consumers, or warpgroups doing different work), each
+    ``steps`` times;
     ``warps_per_cta`` counts all of the CTA's warps (for its barriers). ``cta_of``: the CTA of
     each warp on the SMSP, all running ``progs[0]`` (``smsp_warps``), and ``group_of`` each
     one's warpgroup (default 0); by default each CTA has one warp per program. ``turns``:
-    arrivals on warpgroup 0's turn barrier before the first step (``first_turn``)."""
+    arrivals on warpgroup 0's turn barrier before the first step (``first_turn``).
+    ``age_first``: a sub-partition's scheduler picks among its ready warps those of the
+    oldest CTA first (``rank_paces``), else the warp waiting longest."""
     pipe_of, interval, latency, rate, overlap, read_lat = model.arrays()
     port = model.smem_bytes_per_cycle_per_sm / model.sub_partitions
     ends = np.cumsum([len(p) for p in progs])
@@ -455,9 +471,9 @@ def execute_roles(
         latency, rate, read_lat, port, model.smem_bytes_per_cycle_per_sm,
         model.bar_latency + model.bar_latency_per_warp * warps_per_cta, cta_of, slot_of, first,
         end, steps, CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue), overlap, named,
-        group_of.astype(np.int64), int(turns), float(model.latency_jitter),
+        group_of.astype(np.int64), int(turns), float(model.latency_jitter), bool(age_first),
     )  # fmt: skip
-    return out if warp_ends else out[:2]
+    return out if step_ends else out[:2]
 
 
 def replay(
@@ -475,7 +491,7 @@ def replay(
     here = len(smsp_warps(warps_per_cta, ctas, model.sub_partitions))
 
     def run(n, k):
-        return _execute(prog, model, warps_per_cta, n, k, turns)
+        return _execute(prog, model, warps_per_cta, n, k, turns)[:2]
 
     def per_step(n):
         end_short, _ = run(n, steps)
@@ -498,6 +514,52 @@ def replay(
         pipe_busy={p: float(busy[k] / span) for k, p in enumerate(PIPES)},
         issue_busy=issued / span,
     )
+
+
+def rank_paces(
+    prog: WarpProgram, model: IssueModel, warps_per_cta: int, ctas: int, turns: int = 0,
+    steps: int = 12,
+) -> tuple[tuple[float, ...], ...]:  # fmt: skip
+    """Cycles per step of each resident CTA by age when the SM's schedulers serve the oldest
+    CTA's warps first (``execute_roles(..., age_first=True)``): row n - 1 holds, for n = 1 ..
+    ``ctas`` CTAs resident, the pace of the oldest, the next, ... the youngest. The H200 runs
+    an SM's CTAs ahead in launch order (data/gpu/probe/cta_placement.py: three CTAs that start
+    together end 12-21 us apart in 186), and the engine charges each CTA its age's pace
+    (``ModelOptions.cta_drift``; docs/model.md, "CTA drift", says why that is not the
+    default: this scheduling rule is not one measured on the H200).
+
+    Steady state while all ``n`` run: each CTA runs ``steps`` steps; a CTA's pace is the slope
+    of its step ends over the later half of the steps it completed before the first CTA ended
+    (the first step, the warm-up, never counts). Where a young CTA completes fewer than four
+    steps by then, the replay runs again with twice the steps, up to eight times as many; a
+    CTA still starved then is given the span per step it completed (or the span, for none)."""
+    rows = []
+    for n in range(1, ctas + 1):
+        k = steps
+        while True:
+            _, _, ends = _execute(prog, model, warps_per_cta, n, k, turns, age_first=True)
+            cta_of = smsp_warps(warps_per_cta, n, model.sub_partitions)
+            # a CTA's step ends when the last of its warps on this SMSP ends it
+            done = np.array([ends[cta_of == c].max(axis=0) for c in range(n)])
+            cut = done[:, -1].min()
+            if not np.isfinite(cut):
+                raise FlashioError(
+                    f"{prog.name}: every warp waits at a barrier that never completes"
+                )
+            last = (done <= cut).sum(axis=1) - 1  # each CTA's last step ended by the cut
+            if last.min() >= 3 or k >= 8 * steps:
+                break
+            k *= 2
+        row = []
+        for c in range(n):
+            hi = int(last[c])
+            lo = max(1, hi // 2)
+            if hi - lo >= 1:
+                row.append(float((done[c, hi] - done[c, lo]) / (hi - lo)))
+            else:  # starved while the oldest ran: at least the span per step it finished
+                row.append(float(cut / max(hi + 1, 1)))
+        rows.append(tuple(row))
+    return tuple(rows)
 
 
 def once(prog: WarpProgram, model: IssueModel, warps_per_cta: int) -> float:

@@ -167,8 +167,10 @@ class L2:
 class Cta:
     """A resident CTA: its events, position, clock t, ready and stores, live on-chip bytes."""
 
-    def __init__(self, events: list, t: float):
+    def __init__(self, events: list, t: float, index: int = 0):
         self.events = events
+        self.index = index  # launch order: the grid's CTA number
+        self.done = False  # it has ended and left its SM
         self.pos = 0
         self.t = t
         self.ready = t
@@ -359,6 +361,9 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
         for per_sm in pipes:
             for srv in per_sm.values():
                 srv.free = start
+        # CTA drift: per SM, one queue clock per age (the work of the CTA with r older ones
+        # beside it and of those)
+        ages = [[start] * len(cost.paces) for _ in range(sms)]
         # each SM's path to the memory system (L2 and HBM), free from the kernel's start
         ports = [Server(gpu.sm_memory_bandwidth_bytes_per_s) for _ in range(sms)]
         for port in ports:
@@ -375,7 +380,7 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
         # "first event ... after its prologue", "done ... after its epilogue" (the issue model)
         lead = cost.step.lead_s if cost.step is not None else 0.0
         tail = cost.step.tail_s if cost.step is not None else 0.0
-        resident = [Cta(cta_events[s], start + lead) for s in range(slots)]  # CTA c in slot c
+        resident = [Cta(cta_events[s], start + lead, s) for s in range(slots)]  # CTA c in slot c
         heap = [(start + lead, s) for s in range(slots)]
         heapq.heapify(heap)
         next_cta = slots
@@ -404,8 +409,13 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                         cta.waits, cta.waits_stores = [], []
                     finish = max(cta.end, cta.ready, cta.stores)
                     kernel_end = max(kernel_end, finish)
+                    if cost.paces:  # the younger ones move up an age, their clocks with them
+                        older = sum(c.index < cta.index for c in resident[sm::sms] if not c.done)
+                        clocks = ages[sm]
+                        clocks[older:] = clocks[older + 1 :] + clocks[-1:]
+                    cta.done = True
                     if next_cta < kinfo.ctas:  # the next CTA starts in this slot, now
-                        resident[s] = Cta(cta_events[next_cta], finish + lead)
+                        resident[s] = Cta(cta_events[next_cta], finish + lead, next_cta)
                         next_cta += 1
                         heapq.heappush(heap, (finish + lead, s))
                     break
@@ -471,9 +481,22 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                     pipe = pipes[sm][PIPE_OF[op]]
                     rate = rates[PIPE_OF[op]]
                     begin = max(cta.t, cta.ready)  # operands must have arrived
-                    pipe.free = max(pipe.free, begin) + w / rate * cost.occupy
                     pipe_busy[PIPE_OF[op]] += w / rate * cost.occupy
-                    cta.t = max(begin + w / rate * cost.duration, pipe.free)
+                    if cost.paces:
+                        # "CTA drift": served oldest first, "no faster than its pace by age
+                        # among those computing"; the pipe only marks a reduction's hold
+                        here = [c for c in resident[sm::sms] if c is not cta and not c.done]
+                        older = sum(c.index < cta.index for c in here)
+                        on = [c for c in here if c.ready <= cta.t]
+                        pace = cost.paces[len(on)][sum(c.index < cta.index for c in on)]
+                        begin = max(begin, pipe.free)
+                        clocks = ages[sm]
+                        for r in range(older, len(clocks)):
+                            clocks[r] = max(clocks[r], begin) + w / rate * cost.occupy
+                        cta.t = max(begin + w / rate * pace, clocks[older])
+                    else:
+                        pipe.free = max(pipe.free, begin) + w / rate * cost.occupy
+                        cta.t = max(begin + w / rate * cost.duration, pipe.free)
                 elif op == Op.SYNC:
                     cta.t = max(cta.t, cta.ready) + cost.sync_s
                 elif op in (Op.ALLOC, Op.FREE):

@@ -135,6 +135,14 @@ def test_measured_constants_are_what_the_probe_data_give():
     assert cal.options.prefetch_kernels == calibrate.PREFETCH_KERNELS
 
 
+def test_the_committed_calibration_is_what_fit_writes_today():
+    """The harness's launch costs are the tiny shapes' measured intervals less the model's
+    kernel times, so a change of the model changes them: the committed file must be what
+    ``flashio crosscheck --fit`` writes with today's model (it prints 4 significant digits)."""
+    cal = load_calibration()
+    assert Path(cal.path).read_text() == calibrate.render_calibration(calibrate.fit_harness(cal))
+
+
 def test_the_committed_calibration_fits_nothing(tmp_path):
     cal = load_calibration()
     assert "[fit" not in Path(cal.path).read_text()

@@ -149,7 +149,7 @@ def scaling_rows():
 
 
 # What the committed data achieve (docs/hypothetical-gpus.md), rounded up a little: largest
-# 11.8%, median 1.4%; the target of 5% at every n is met by 48 of the 50 rows (45 before
+# 11.8%, median 1.5%; the target of 5% at every n is met by 48 of the 50 rows (45 before
 # FFMA took one cycle and the interference rates were refitted so: docs/model.md).
 SCALING_MAX_ERROR, SCALING_MEDIAN_ERROR = 0.12, 0.015
 

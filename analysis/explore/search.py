@@ -36,9 +36,9 @@ __all__ = [
 # standard 1x16x1024, 4.3 M/s. With the other core busy, flash2 dropped to 5.5 M/s.
 EVENTS_PER_S = 8e6
 
-# The time model of a compiled search: each kernel priced by its compiled main loop, as the
-# cross-check against this project's kernels does (analysis/validation/calibration.toml, [model]).
-COMPILED = simulator.ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
+# The time model of a compiled search: each kernel priced by its compiled main loop, the model
+# the validation measures (simulator.VALIDATED; analysis/validation/calibration.toml, [model]).
+COMPILED = simulator.VALIDATED
 # ``priced_by`` of a rule's block that a compiled search keeps although the issue model prices
 # no kernel at it: simulated at the pipe rates, a lower bound ranked after every priced tiling
 PIPE_RATES_BOUND = "pipe rates (no kernel)"

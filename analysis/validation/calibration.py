@@ -116,6 +116,8 @@ def load_calibration(path: str | os.PathLike | None = None) -> Calibration:
             shared_issue=bool(model.get("shared_issue", False)),
             prefetch_kernels=tuple(model.get("prefetch_kernels", ())),
             issue_model=bool(model.get("issue_model", False)),
+            streamed_requests=bool(model.get("streamed_requests", False)),
+            cta_drift=bool(model.get("cta_drift", False)),
         )
         harness = Harness(**data["harness"])
     except (TypeError, ValueError) as err:

@@ -69,7 +69,7 @@ from flashio.analysis.validation.family_rows import (
     measurements,
 )
 from flashio.kernels.registry import spec
-from flashio.simulator.simulate import ModelOptions
+from flashio.simulator.simulate import VALIDATED, ModelOptions
 
 __all__ = [
     "FAMILIES",
@@ -93,7 +93,7 @@ MARKERS = ("<!-- families:begin -->", "<!-- families:end -->")  # in docs/valida
 # a pick within this of the measured best counts as right (issue 11's criterion); the tile
 # search names the tilings predicted this close to its fastest (explore.search_reading)
 PICK_WITHIN = 0.05
-OPTIONS = ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
+OPTIONS = VALIDATED
 # forwards priced by their written programs, each without its own tiling's compiled code
 WRITTEN = dataclasses.replace(OPTIONS, written_programs=True)
 NOT_MODELLED = ("torch_cudnn", "flex")

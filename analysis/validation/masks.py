@@ -24,7 +24,7 @@ from flashio.analysis.paths import DATA
 from flashio.analysis.validation.calibration import load_calibration
 from flashio.analysis.validation.gpu_data import parse_ncu_csv
 from flashio.kernels.mask import block_sums
-from flashio.simulator.simulate import ModelOptions
+from flashio.simulator.simulate import VALIDATED
 
 __all__ = [
     "NCU_BWD_CASES",
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 GPU = "h200-measured"
-OPTIONS = ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
+OPTIONS = VALIDATED
 SECTOR = 32  # bytes the memory system moves at least
 NCU_BASE = {"batch": 1, "heads": 8, "head_dim": 64, "dtype": "bf16"}
 NCU_CASES = (  # (label, shape fields, tiling): the launches benchmarks/masks_ncu.py profiles

@@ -88,8 +88,8 @@ def spans(name: str, doc: dict, programs: dict, model, iters: int | None = None)
 
     iters = iters or doc["config"]["iters"]
     progs = [programs[k] for k in roles(name, doc)]
-    _, _, ends = execute_roles(progs, model, 4 * len(progs), 1, iters, warp_ends=True)
-    return [float(e) / iters for e in ends]
+    _, _, ends = execute_roles(progs, model, 4 * len(progs), 1, iters, step_ends=True)
+    return [float(e) / iters for e in ends[:, -1]]
 
 
 def _rate(cycles, target: float) -> float:
