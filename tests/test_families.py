@@ -112,7 +112,7 @@ def test_flashio_forwards_priced_by_written_programs(flashio_rep):
     """This project's forwards, each tiling's program written from the other compiled
     tilings' mix, occupancy from the program's register line (103 rows of compiled tilings,
     54 of them the search grid's, data/gpu/search, and the 30 of tilings never compiled,
-    data/gpu/unseen). Achieved 10.4% (max 56.2%): 128-row tiles with 8 warps that keep their
+    data/gpu/unseen). Achieved 10.6% (max 56.4%): 128-row tiles with 8 warps that keep their
     registers within 5%, the tilings the compiler spills (d = 128 at 128x128; 4 warps at
     128-row tiles) 15-58% too fast, as the written program keeps every register
     (docs/model.md); 9.6% over the 79 rows before the search grid, whose nine tilings
