@@ -118,7 +118,8 @@ def pipe_activity(run: str = "hopper_pipes") -> list[dict]:
         key = issue.hopper_key(o["head_dim"], o["block_q"], o["block_kv"], warps, "bf16",
                                o["overlap"])  # fmt: skip
         # the consumer warps: the producer warpgroup only issues copies
-        step = issue.step_costs(gpu, key, warps - 4, 1, impl="flashio-hopper")
+        consumers = warps - kernels.implementation("flashio-hopper").producer_warps
+        step = issue.step_costs(gpu, key, consumers, 1, impl="flashio-hopper")
         out.append({**o, "census_key": key,
                     "gpu_tensor": m["sm__pipe_shared_cycles_active" + pct] / 100,
                     "gpu_issue": m["smsp__issue_active" + pct] / 100,
