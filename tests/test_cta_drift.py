@@ -10,6 +10,7 @@ cycles of warm-up and drain over several steps of over a thousand cycles, so wit
 
 import dataclasses
 import gzip
+import importlib.util
 import json
 
 import numpy as np
@@ -172,3 +173,30 @@ def test_drift_places_and_times_the_forward_as_the_h200():
             gpu_kernel.append((g_end.max() - g_start.min()) * 1e-9)
         assert np.median(end - start) == pytest.approx(np.median(gpu_cta), rel=0.03)
         assert res.kernels[0].time_s == pytest.approx(np.median(gpu_kernel), rel=0.03)
+
+
+def _sched_share():
+    spec = importlib.util.spec_from_file_location("sched_share", "data/gpu/probe/sched_share.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_scheduler_probe_reads_shares_by_age_off_its_checkpoints():
+    """data/gpu/probe/sched_share.py's summary (prepared for a device call; no data yet) on
+    made-up records: one SM, two CTAs of two warps starting together, the older's warps at
+    two iterations a cycle, the younger's at one, so 2/3 and 1/3 of the SM's issue, and the
+    older done at half the younger's time. The CTAs are told apart by start, not by number."""
+    probe = _sched_share()
+    k, per = probe.CHECKPOINTS, 10  # iterations between checkpoints
+    records = []
+    for cta, rate in ((7, 2.0), (3, 1.0)):  # CTA 7 starts first: the older
+        start = 100 if cta == 7 else 101
+        for warp in (0, 1):
+            marks = [start + round(per * (j + 1) / rate) for j in range(k)]
+            records.append([5, cta, warp, start, *marks])
+    run = {"ctas_per_sm": 2, "iters": per * k, "records": records}
+    s = probe.shares(run)
+    # marks rounded to whole cycles over a window of 80: within 2%
+    assert s["share_by_age"] == pytest.approx([2 / 3, 1 / 3], rel=0.02)
+    assert s["finish_gap"] == pytest.approx(0.5, rel=0.02)
