@@ -73,8 +73,8 @@ class ModelOptions:
         With ``issue_model``: an SM serves its oldest CTA's work first, and each resident CTA
         steps at its pace by age (``simulator.warp_replay.rank_paces``, the warp replay with
         the oldest CTA's warps issued first), so CTAs launched together drift apart, as the
-        H200's do, instead of sharing the SM evenly (docs/model.md, "CTA drift", with what it
-        changes and why it is not the validated model).
+        H200's do, instead of sharing the SM evenly (docs/model.md, "CTA drift": the rule
+        splits an SM among CTAs of equal work as the H200 does; part of ``VALIDATED``).
     """
 
     shared_issue: bool = False
@@ -96,10 +96,10 @@ class ModelOptions:
 
 DEFAULT_OPTIONS = ModelOptions()
 # the model the validation measures against the GPU (docs/validation.md): each kernel's main
-# loop replayed where its code is known, this project's forward copying a step ahead
-# (analysis/validation/calibration.toml's [model] adds shared issue for the kernels it prices
-# at the pipe rates)
-VALIDATED = ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
+# loop replayed where its code is known, this project's forward copying a step ahead, an SM's
+# CTAs drifting apart by age (analysis/validation/calibration.toml's [model] adds shared issue
+# for the kernels it prices at the pipe rates)
+VALIDATED = ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",), cta_drift=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -521,45 +521,70 @@ def rank_paces(
     steps: int = 12,
 ) -> tuple[tuple[float, ...], ...]:  # fmt: skip
     """Cycles per step of each resident CTA by age when the SM's schedulers serve the oldest
-    CTA's warps first (``execute_roles(..., age_first=True)``): row n - 1 holds, for n = 1 ..
-    ``ctas`` CTAs resident, the pace of the oldest, the next, ... the youngest. The H200 runs
-    an SM's CTAs ahead in launch order (data/gpu/probe/cta_placement.py: three CTAs that start
-    together end 12-21 us apart in 186), and the engine charges each CTA its age's pace
-    (``ModelOptions.cta_drift``; docs/model.md, "CTA drift", says why that is not the
-    default: this scheduling rule is not one measured on the H200).
+    CTA's ready warps first (``execute_roles(..., age_first=True)``): row n - 1 holds, for
+    n = 1 .. ``ctas`` CTAs resident, the pace of the oldest, the next, ... the youngest. That
+    rule splits an SM among CTAs of equal work as the H200 does (data/gpu/probe/cta_dispatch.py,
+    tests/test_cta_drift.py), and the engine charges each CTA its age's pace
+    (``ModelOptions.cta_drift``; docs/model.md, "CTA drift").
 
     Steady state while all ``n`` run: each CTA runs ``steps`` steps; a CTA's pace is the slope
     of its step ends over the later half of the steps it completed before the first CTA ended
     (the first step, the warm-up, never counts). Where a young CTA completes fewer than four
     steps by then, the replay runs again with twice the steps, up to eight times as many; a
-    CTA still starved then is given the span per step it completed (or the span, for none)."""
+    CTA still starved then is given the span per step it completed (or the span, for none).
+    Each distinct sub-partition is replayed (CTAs of fewer or other than four warps put
+    different CTAs on each: ``smsp_warps``), and a CTA steps at the pace of its slowest."""
     rows = []
     for n in range(1, ctas + 1):
-        k = steps
-        while True:
-            _, _, ends = _execute(prog, model, warps_per_cta, n, k, turns, age_first=True)
-            cta_of = smsp_warps(warps_per_cta, n, model.sub_partitions)
-            # a CTA's step ends when the last of its warps on this SMSP ends it
-            done = np.array([ends[cta_of == c].max(axis=0) for c in range(n)])
-            cut = done[:, -1].min()
-            if not np.isfinite(cut):
-                raise FlashioError(
-                    f"{prog.name}: every warp waits at a barrier that never completes"
-                )
-            last = (done <= cut).sum(axis=1) - 1  # each CTA's last step ended by the cut
-            if last.min() >= 3 or k >= 8 * steps:
-                break
-            k *= 2
-        row = []
-        for c in range(n):
-            hi = int(last[c])
-            lo = max(1, hi // 2)
-            if hi - lo >= 1:
-                row.append(float((done[c, hi] - done[c, lo]) / (hi - lo)))
-            else:  # starved while the oldest ran: at least the span per step it finished
-                row.append(float(cut / max(hi + 1, 1)))
-        rows.append(tuple(row))
+        pace = np.zeros(n)
+        for cta_of, group_of in _sub_partitions(warps_per_cta, n, model.sub_partitions):
+            pace = np.maximum(pace, _paces_on(prog, model, warps_per_cta, n, cta_of, group_of,
+                                              turns, steps))  # fmt: skip
+        rows.append(tuple(float(p) for p in pace))
     return tuple(rows)
+
+
+def _sub_partitions(warps_per_cta: int, ctas: int, sub_partitions: int):
+    """The distinct sub-partitions of an SM with ``ctas`` CTAs: (CTA of each warp, its
+    warpgroup), for the warp slots s, s + sub_partitions, ... of each."""
+    seen = set()
+    for s in range(sub_partitions):
+        slots = np.arange(s, ctas * warps_per_cta, sub_partitions)
+        cta_of = (slots // warps_per_cta).astype(np.int64)
+        group_of = ((slots % warps_per_cta) // WARPGROUP).astype(np.int64)
+        key = (tuple(cta_of), tuple(group_of))
+        if len(slots) and key not in seen:
+            seen.add(key)
+            yield cta_of, group_of
+
+
+def _paces_on(prog, model, warps_per_cta, n, cta_of, group_of, turns, steps) -> np.ndarray:
+    """Each of the ``n`` CTAs' pace on one sub-partition (``rank_paces``); 0 for a CTA with no
+    warp there."""
+    present = np.unique(cta_of)
+    k = steps
+    while True:
+        _, _, ends = execute_roles(
+            [prog], model, warps_per_cta, n, k, cta_of, group_of, turns, True, True
+        )
+        # a CTA's step ends when the last of its warps on this sub-partition ends it
+        done = np.array([ends[cta_of == c].max(axis=0) for c in present])
+        cut = done[:, -1].min()
+        if not np.isfinite(cut):
+            raise FlashioError(f"{prog.name}: every warp waits at a barrier that never completes")
+        last = (done <= cut).sum(axis=1) - 1  # each CTA's last step ended by the cut
+        if last.min() >= 3 or k >= 8 * steps:
+            break
+        k *= 2
+    pace = np.zeros(n)
+    for i, c in enumerate(present):
+        hi = int(last[i])
+        lo = max(1, hi // 2)
+        if hi - lo >= 1:
+            pace[c] = (done[i, hi] - done[i, lo]) / (hi - lo)
+        else:  # starved while the oldest ran: at least the span per step it finished
+            pace[c] = cut / max(hi + 1, 1)
+    return pace
 
 
 def once(prog: WarpProgram, model: IssueModel, warps_per_cta: int) -> float:

@@ -131,7 +131,7 @@ def test_measured_constants_are_what_the_probe_data_give():
     assert set(measured) == set(calibrate.SPEC_SOURCES)
     for key, value in measured.items():
         assert getattr(cal.gpu, key) == pytest.approx(value, rel=1e-3), key
-    assert cal.options.issue_model and cal.options.shared_issue
+    assert cal.options.issue_model and cal.options.shared_issue and cal.options.cta_drift
     assert cal.options.prefetch_kernels == calibrate.PREFETCH_KERNELS
 
 

@@ -22,8 +22,15 @@ from flashio import kernels, simulator
 from flashio.analysis.validation import sm_scaling
 from flashio.analysis.validation.calibration import load_calibration
 from flashio.kernels import AttentionShape
-from flashio.simulator import ModelOptions, issue
-from flashio.simulator.warp_replay import first_turn, rank_paces, replay
+from flashio.simulator import ModelOptions, issue, sass, sass_paths
+from flashio.simulator.sass import WarpProgram
+from flashio.simulator.warp_replay import (
+    execute_roles,
+    first_turn,
+    rank_paces,
+    replay,
+    smsp_warps,
+)
 from tests._sim_common import gpu_specs
 from tests.oracle_sim import simulate_oracle
 from tests.test_simulator_oracle import assert_agrees
@@ -152,7 +159,7 @@ def test_drift_places_and_times_the_forward_as_the_h200():
     CTAs ending in launch order and 12-21 us apart (the model's about 36), and the median CTA's
     time. Without drift the model's CTAs of one SM end together, its last wave lands two and
     three an SM on 96 and 64 SMs, and its CTAs take 213 us against the H200's 186-188
-    (docs/model.md, "CTA drift", which says why drift is not the default). Times within 3%:
+    (docs/model.md, "CTA drift"). Times within 3%:
     the median CTA is 1% off, the kernel 0.3-1.2%."""
     cal = load_calibration()
     options = dataclasses.replace(cal.options, cta_drift=True)
@@ -200,3 +207,61 @@ def test_the_scheduler_probe_reads_shares_by_age_off_its_checkpoints():
     # marks rounded to whole cycles over a window of 80: within 2%
     assert s["share_by_age"] == pytest.approx([2 / 3, 1 / 3], rel=0.02)
     assert s["finish_gap"] == pytest.approx(0.5, rel=0.02)
+
+
+def _dispatch_gaps():
+    """Per (CTAs an SM, warps, loads) of data/gpu/probe/cta_dispatch.json.gz on the whole
+    chip: the median over SMs and launches of how far apart an SM's first-wave CTAs end, as a
+    fraction of the last one's time."""
+    path = sm_scaling.PROBE.parent / "cta_dispatch.json.gz"
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    gaps: dict[tuple, list] = {}
+    for launch in doc["launches"]:
+        c, n = launch["ctas_per_sm"], launch["sms"]
+        if c == 1 or n != 132:
+            continue
+        sm, start, end = (np.array(launch[x]) for x in ("smid", "start_ns", "end_ns"))
+        first = np.argsort(start, kind="stable")[: c * n]
+        for s in np.unique(sm[first]):
+            mine = first[sm[first] == s]
+            took = end[mine].max() - start[mine].min()
+            gaps.setdefault((c, launch["warps"], launch["loads"]), []).append(
+                np.ptp(end[mine]) / took
+            )
+    return {k: float(np.median(v)) for k, v in gaps.items()}
+
+
+def _replayed_gap(prog, warps: int, ctas: int, iters: int, age_first: bool) -> float:
+    _, _, ends = execute_roles(
+        [prog], MODEL, warps, ctas, iters, smsp_warps(warps, ctas, 4), None, 0, True, age_first
+    )
+    cta_of = smsp_warps(warps, ctas, 4)
+    done = np.array([ends[cta_of == c, -1].max() for c in range(ctas)])
+    return float(np.ptp(done) / done.max())
+
+
+def test_oldest_cta_first_splits_an_sm_as_the_h200_does():
+    """cta_dispatch.py's CTAs of equal work on the H200 (132 SMs): an SM's first-wave CTAs end
+    apart by 0.4% of their time (three 4-warp CTAs of FFMA chains), 22.5% (two 8-warp ones),
+    0.0% and 0.0% (the same with a dependent load an iteration). Its loops as CuPy compiled
+    them (cta_dispatch.sass.gz, the script's ``--sass``), replayed for the probe's iterations
+    on one sub-partition, end so apart when the scheduler serves the oldest CTA's ready warps
+    first (``age_first``): 0.3%, 25.6%, 0.9% and 1.0%, within 4 points each (the replay is one
+    sub-partition in a steady state; the GPU's gaps also hold the launch's skew, up to 0.5 us
+    of 44). With the warp waiting longest first, the replay's default, the two 8-warp FFMA
+    CTAs end together (0.3%), 22 points short. This is the rule CTA drift rests on."""
+    gpu = _dispatch_gaps()
+    text = gzip.decompress((sm_scaling.PROBE.parent / "cta_dispatch.sass.gz").read_bytes())
+    code = sass.parse(text.decode())["work"]
+    with_load, ffma = (
+        WarpProgram.from_instructions(f"loop {i}", sass_paths.straight_path(code, lo, hi))
+        for i, (lo, hi) in enumerate(sass_paths.loops(code, "FFMA"))
+    )
+    assert "global" in with_load.counts() and "global" not in ffma.counts()
+    cases = {(3, 4, 0): (ffma, 200), (2, 8, 0): (ffma, 150), (3, 4, 1): (with_load, 40),
+             (2, 8, 1): (with_load, 30)}  # fmt: skip
+    for (c, w, loads), (prog, iters) in cases.items():
+        model = _replayed_gap(prog, w, c, iters, age_first=True)
+        assert model == pytest.approx(gpu[(c, w, loads)], abs=0.04), (c, w, loads)
+    assert gpu[(2, 8, 0)] > 0.2
+    assert _replayed_gap(ffma, 8, 2, 150, age_first=False) < gpu[(2, 8, 0)] - 0.15

@@ -149,9 +149,10 @@ def scaling_rows():
 
 
 # What the committed data achieve (docs/hypothetical-gpus.md), rounded up a little: largest
-# 11.8%, median 1.5%; the target of 5% at every n is met by 48 of the 50 rows (45 before
-# FFMA took one cycle and the interference rates were refitted so: docs/model.md).
-SCALING_MAX_ERROR, SCALING_MEDIAN_ERROR = 0.12, 0.015
+# 11.8%, median 1.4%; the target of 5% at every n is met by 49 of the 50 rows (48 before CTA
+# drift, 45 before FFMA took one cycle and the interference rates were refitted so:
+# docs/model.md).
+SCALING_MAX_ERROR, SCALING_MEDIAN_ERROR, SCALING_WITHIN_5 = 0.12, 0.015, 49
 
 
 def test_predicted_scaling_follows_the_measured_curve(scaling_rows):
@@ -159,6 +160,7 @@ def test_predicted_scaling_follows_the_measured_curve(scaling_rows):
     assert s["rows"] == 50
     assert s["ratio_max_error"] <= SCALING_MAX_ERROR
     assert s["ratio_median_error"] <= SCALING_MEDIAN_ERROR
+    assert s["ratio_within_5pct"] >= SCALING_WITHIN_5
 
 
 TENSOR_KERNELS = ("flash2_fwd", "flash2_bwd")

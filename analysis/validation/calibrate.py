@@ -111,6 +111,7 @@ def render_calibration(harness: dict) -> str:
         "shared_issue = true  # one arithmetic server per SM (kernels the census does not hold)",
         f"prefetch_kernels = {json.dumps(list(PREFETCH_KERNELS))}  # cp.async ahead",
         "issue_model = true  # compiled main loops replayed (simulator.issue)",
+        "cta_drift = true  # an SM's schedulers serve its oldest CTA first (docs/model.md)",
         "",
         "[harness]",
     ]

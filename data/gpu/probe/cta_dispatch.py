@@ -10,8 +10,12 @@ grid's last, partial wave land on (one CTA an SM, or packed c to an SM), and how
 last CTAs take.
 
     python data/gpu/probe/cta_dispatch.py --out DIR [--sms 132 96 64]
+    python data/gpu/probe/cta_dispatch.py --sass FILE   # no GPU: the kernel's SASS listing
 
 Writes DIR/cta_dispatch.json.gz (provenance; per launch the per-CTA records as columns).
+``--sass`` compiles the kernel with NVRTC as CuPy compiles a RawKernel (its options for
+sm_90, benchmarks/nvrtc.py) and writes cuobjdump's listing, gzipped: the loops the warp
+replay runs to compare its scheduling with the H200's (tests/test_cta_drift.py).
 """
 
 from __future__ import annotations
@@ -114,13 +118,39 @@ def dispatch(ctx: GreenContext, per_sm: int) -> list[dict]:
     return rows
 
 
+def write_sass(path: Path) -> None:
+    """cuobjdump's listing of the kernel as CuPy compiles it for sm_90, gzipped to ``path``."""
+    import subprocess
+
+    from benchmarks import sass_census
+    from benchmarks.nvrtc import compile_cubin
+    from flashio.kernels.gpu import CUPY_NVRTC_OPTIONS
+
+    cubin, _ = compile_cubin(SRC, (*CUPY_NVRTC_OPTIONS, "-arch=sm_90"))
+    cub = path.with_suffix(".cubin")
+    cub.write_bytes(cubin)
+    try:
+        dump = [sass_census._tool("cuobjdump"), "--dump-sass", str(cub)]
+        text = subprocess.run(dump, capture_output=True, text=True, check=True).stdout
+    finally:
+        cub.unlink()
+    with gzip.open(path, "wt") as f:
+        f.write(text)
+
+
 def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out")
+    ap.add_argument("--sms", type=int, nargs="+", default=[132, 96, 64])
+    ap.add_argument("--sass", type=Path, help="write the kernel's SASS listing here (no GPU)")
+    args = ap.parse_args(argv)
+    if args.sass:
+        write_sass(args.sass)
+        return
+    if not args.out:
+        ap.error("--out DIR (measure) or --sass FILE")
     import cupy
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--sms", type=int, nargs="+", default=[132, 96, 64])
-    args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance()
