@@ -14,7 +14,8 @@ path's time, first come, first served (``_streams``): a CTA then waits for its l
 last bytes' departure is final, that is until no other CTA can still start a request before
 their streams end. L2 and HBM are global servers; each SM's path to the memory system, and its
 tensor, FP32, SFU and shared-memory pipes are per SM (the pipes: one arithmetic server per SM,
-with ``ModelOptions.shared_issue``).
+with ``ModelOptions.shared_issue``; with C_PACED, CTA drift, that server keeps a clock per CTA
+age and serves the oldest CTA first).
 """
 
 from __future__ import annotations

@@ -42,7 +42,8 @@ N_CFG = 20
 # so that its SM waits while they leave at C_SM_RED_BW (docs/model.md, "Reductions")
 # C_STREAMS: 1 where requests stream into the L2 and HBM (docs/model.md, "Streamed requests")
 # C_PACED: with CTA drift, the most CTAs the paces by age cover (0: no drift); the pace of the
-# CTA with r older ones among n resident is cfg[N_CFG + n (n - 1) / 2 + r] (a C_DURATION)
+# CTA with r older ones among the n computing on its SM is cfg[N_CFG + n (n - 1) / 2 + r] (in
+# place of C_DURATION)
 # integer slot state columns; S_PF_* mark the LOADs of the next step issued early (prefetch)
 S_CTA, S_PTR, S_END, S_LIVE_SMEM, S_LIVE_REGS, S_STEP, S_PF_STEP, S_PF_LO, S_PF_HI = range(9)
 # with streamed requests, the requests a CTA waits for, by what they are (its operands, the next

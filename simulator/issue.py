@@ -13,7 +13,9 @@ the two numbers the event engine charges per step (docs/model.md, "Issue model")
 - **duration**: the time one CTA needs for its step, however idle the SM (``alone`` cycles).
 
 Both are spread over the step's arithmetic events in proportion to the work they carry at the
-spec's pipe rates, so the engine's per-event booking sums to the replayed step.
+spec's pipe rates, so the engine's per-event booking sums to the replayed step. With CTA drift
+(``ModelOptions.cta_drift``) a third: each resident CTA's step by age, oldest first, for 1 ..
+``ctas`` CTAs (``warp_replay.rank_paces``).
 """
 
 from __future__ import annotations

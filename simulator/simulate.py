@@ -108,9 +108,9 @@ class ArithmeticCost:
     "Issue model"): an event of work w at pipe rate R occupies its SM's pipe for
     ``w / R * occupy`` and takes its CTA at least ``w / R * duration``; a SYNC costs ``sync_s``.
     ``step`` is the issue model's replayed step, when it priced the kernel. With CTA drift,
-    ``paces[n - 1][r]`` is what takes the place of ``duration`` for the CTA with ``r`` older
-    ones beside it among ``n`` resident, and the SM's pipes no longer queue its CTAs (``occupy``
-    then only counts the pipes' busy time)."""
+    ``paces[n - 1][r]`` takes the place of ``duration`` for the CTA with ``r`` older ones among
+    the ``n`` computing on its SM, and the SM's queue serves them oldest first, a clock per age
+    (docs/model.md, "CTA drift")."""
 
     occupy: float
     duration: float
