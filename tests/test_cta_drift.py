@@ -64,6 +64,18 @@ def test_the_oldest_cta_steps_fastest():
     assert youngest / oldest > 1.05
 
 
+def test_ctas_of_two_warps_get_a_pace_on_the_sub_partitions_they_use():
+    """Three 2-warp CTAs: the SM's warp slots 0-5 go to sub-partitions 0, 1, 2, 3, 0, 1, so
+    CTA 1 has sub-partitions 2 and 3 to itself and none of its warps on sub-partition 0 (the
+    one ``replay`` times). It steps at the pace of a CTA alone; CTAs 0 and 2 share 0 and 1,
+    each slower than alone (at two CTAs of this loop the ages step within 1% of each other)."""
+    prog = issue._program(PROGRAMS[0][0], "flashio")
+    paces = rank_paces(prog, MODEL, 2, 3)
+    oldest, middle, youngest = paces[2]
+    assert middle == pytest.approx(paces[0][0], rel=1e-9)
+    assert paces[0][0] < min(oldest, youngest)
+
+
 def _drift(options: ModelOptions) -> ModelOptions:
     return ModelOptions(
         shared_issue=options.shared_issue,
