@@ -214,6 +214,9 @@ def arithmetic_cost(
     frac = min(1.0, kinfo.warps / gpu.sm_sub_partitions)
     base = ArithmeticCost(1.0, 1.0 / frac, gpu.cycles_to_s(gpu.smem_latency_cycles))
     params = source.meta.params
+    synthesized = options.issue_model and kinfo.name in SYNTHESIZED
+    if comp is None and not synthesized:  # the pipe rates price it
+        return base
     mid = kinfo.ctas // 2
     events = source.cta_events(k, mid, mid + 1)
     steps = len(np.unique(events["step"][events["step"] >= 0]))
@@ -228,10 +231,8 @@ def arithmetic_cost(
         warps = kinfo.warps - producers
         traced = kinfo.name in TRACED_LOADS
         step = step_costs(gpu, comp.key, warps, ctas, comp.impl, hit, comp.streams, traced, drift)
-    elif options.issue_model and kinfo.name in SYNTHESIZED:
-        step = _synthetic_step(kinfo, occ, gpu, params, options.written_programs, drift)
     else:
-        return base
+        step = _synthetic_step(kinfo, occ, gpu, params, options.written_programs, drift)
     dtype = str(source.meta.params.get("dtype", "fp16"))
     ideal = _ideal_step_s(events, _pipe_rates(gpu, dtype))
     if step is None or ideal <= 0:

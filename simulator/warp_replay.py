@@ -399,8 +399,15 @@ def smsp_warps(warps_per_cta: int, ctas: int, sub_partitions: int) -> np.ndarray
     ``warps_per_cta`` warps are resident: the SM numbers its warp slots CTA after CTA and
     sub-partition s takes the slots s, s + 4, ... (so two 6-warp CTAs put three warps on
     each, not four on two of them); sub-partition 0 has the most."""
-    slots = np.arange(0, ctas * warps_per_cta, sub_partitions)
-    return (slots // warps_per_cta).astype(np.int64)
+    return _layout(warps_per_cta, ctas, sub_partitions)[0]
+
+
+def _layout(warps_per_cta: int, ctas: int, sub_partitions: int, s: int = 0):
+    """(the CTA of each warp, its warpgroup in its CTA) on sub-partition ``s``, which takes the
+    SM's warp slots s, s + sub_partitions, ... (``smsp_warps``)."""
+    slots = np.arange(s, ctas * warps_per_cta, sub_partitions)
+    cta_of = (slots // warps_per_cta).astype(np.int64)
+    return cta_of, ((slots % warps_per_cta) // WARPGROUP).astype(np.int64)
 
 
 def _execute(
@@ -409,10 +416,7 @@ def _execute(
 ):  # fmt: skip
     """(end cycle, pipe busy cycles, each warp's step ends) of ``ctas`` CTAs each running
     ``prog`` ``steps`` times, on the busiest sub-partition (``smsp_warps``)."""
-    cta_of = smsp_warps(warps_per_cta, ctas, model.sub_partitions)
-    # the warp slots s, s + 4, ... of this sub-partition: each warp's warpgroup in its CTA
-    slots = np.arange(0, ctas * warps_per_cta, model.sub_partitions)
-    group_of = (slots % warps_per_cta) // WARPGROUP
+    cta_of, group_of = _layout(warps_per_cta, ctas, model.sub_partitions)
     return execute_roles(
         [prog], model, warps_per_cta, ctas, steps, cta_of, group_of, turns, True, age_first
     )
@@ -549,11 +553,9 @@ def _sub_partitions(warps_per_cta: int, ctas: int, sub_partitions: int):
     warpgroup), for the warp slots s, s + sub_partitions, ... of each."""
     seen = set()
     for s in range(sub_partitions):
-        slots = np.arange(s, ctas * warps_per_cta, sub_partitions)
-        cta_of = (slots // warps_per_cta).astype(np.int64)
-        group_of = ((slots % warps_per_cta) // WARPGROUP).astype(np.int64)
+        cta_of, group_of = _layout(warps_per_cta, ctas, sub_partitions, s)
         key = (tuple(cta_of), tuple(group_of))
-        if len(slots) and key not in seen:
+        if len(cta_of) and key not in seen:
             seen.add(key)
             yield cta_of, group_of
 

@@ -187,7 +187,8 @@ def test_drift_places_and_times_the_forward_as_the_h200():
             g_sm, g_start, g_end = (np.array(launch[x]) for x in ("sm", "start_ns", "end_ns"))
             last, in_order, apart = _waves(g_sm, g_start, g_end, n)
             assert (last, in_order) == model[:2] == (min(len(g_sm) % (3 * n), n), True)
-            assert 10e3 < apart < model[2] * 1e9
+            # both drift: the H200's CTAs 12-21 us apart, the model's about twice as far
+            assert apart > 10e3 and 10e-6 < model[2] < 3 * apart * 1e-9
             gpu_cta.append(np.median(g_end - g_start) * 1e-9)
             gpu_kernel.append((g_end.max() - g_start.min()) * 1e-9)
         assert np.median(end - start) == pytest.approx(np.median(gpu_cta), rel=0.03)
@@ -244,10 +245,8 @@ def _dispatch_gaps():
 
 
 def _replayed_gap(prog, warps: int, ctas: int, iters: int, age_first: bool) -> float:
-    _, _, ends = execute_roles(
-        [prog], MODEL, warps, ctas, iters, smsp_warps(warps, ctas, 4), None, 0, True, age_first
-    )
     cta_of = smsp_warps(warps, ctas, 4)
+    _, _, ends = execute_roles([prog], MODEL, warps, ctas, iters, cta_of, None, 0, True, age_first)
     done = np.array([ends[cta_of == c, -1].max() for c in range(ctas)])
     return float(np.ptp(done) / done.max())
 

@@ -45,7 +45,9 @@ WORKS = ("ffma8", "ffma1", "mufu", "hmma", "mix")
 # (CTAs per SM, warps a CTA): the forward's residencies (64x64 w4: 3; 128x128 w8: 2), the
 # cases cta_dispatch.py timed, and one and two warps a CTA on each sub-partition at two CTAs
 CONFIGS = ((3, 4), (2, 8), (2, 4), (4, 4), (1, 8))
-# iterations per work kind: about 40 us of work a CTA at three CTAs of 4 warps an SM
+# iterations per work kind: ffma8's as cta_dispatch.py's (41 us a CTA there at three 4-warp
+# CTAs an SM); the others sized from their instructions' latencies to the same order (not
+# timed)
 ITERS = {"ffma8": 200, "ffma1": 200, "mufu": 400, "hmma": 2000, "mix": 800}
 REPS = 3
 
