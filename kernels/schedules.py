@@ -188,6 +188,7 @@ class Schedule:
         }
         if self.impl is not None:  # time models look the implementation up by name
             params["impl"] = self.impl.name
+            params["copy_stages"] = _specialized(self).stages  # how loads overlap products
             registers = _launch_registers(self)
             if registers:
                 params["launch_registers"] = registers

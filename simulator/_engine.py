@@ -48,6 +48,7 @@ from flashio.simulator._state import (
     EXP,
     F_FIN,
     F_READY,
+    F_READY_LATE,
     F_READY_NEXT,
     F_START,
     F_STORES,
@@ -62,18 +63,21 @@ from flashio.simulator._state import (
     LOAD,
     MMA,
     N_CFG,
+    PREFETCH_STAGED,
     R_MARK,
     R_NEXT,
     R_PENDING,
     REDUCE,
     S_CTA,
     S_END,
+    S_LATE,
     S_LIVE_REGS,
     S_LIVE_SMEM,
     S_PF_HI,
     S_PF_LO,
     S_PF_STEP,
     S_PTR,
+    S_REQ_LATE,
     S_REQ_NEXT,
     S_REQ_READY,
     S_REQ_STORES,
@@ -170,13 +174,15 @@ def start_cta(s, c, t, si, sf, cta_off, win_c0, lead=0.0):
     si[s, S_PF_STEP] = -1
     si[s, S_PF_LO] = -1
     si[s, S_PF_HI] = -1
+    si[s, S_LATE] = -1
     sf[s, F_T] = t + lead
     sf[s, F_READY] = t + lead
     sf[s, F_STORES] = t + lead
     sf[s, F_START] = t
     sf[s, F_READY_NEXT] = t + lead
     sf[s, F_FIN] = -1.0
-    for col in range(S_REQ_READY, S_REQ_STORES + 2):
+    sf[s, F_READY_LATE] = t + lead
+    for col in range(S_REQ_READY, S_REQ_LATE + 2):
         si[s, col] = -1
 
 
@@ -195,6 +201,17 @@ def _next_step_loads(ev, ptr, end, step):
     while j < end and ev[j].step == nxt and np.int64(ev[j].op) == LOAD:
         j += 1
     return i, j
+
+
+@njit(inline="always", **HOT)
+def _last_product(ev, ptr, end, step):
+    """Whether the MMA event at ``ptr`` is its step's last (P V in a forward step)."""
+    i = ptr + 1
+    while i < end and ev[i].step == step:
+        if np.int64(ev[i].op) == MMA:
+            return False
+        i += 1
+    return True
 
 
 @njit(**HOT)
@@ -267,6 +284,7 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
     occupy, duration = cfg[C_OCCUPY], cfg[C_DURATION]
     lead, tail = cfg[C_CTA_LEAD], cfg[C_CTA_TAIL]
     prefetch = cfg[C_PREFETCH] > 0
+    staged = cfg[C_PREFETCH] == PREFETCH_STAGED
     streams = cfg[C_STREAMS] > 0
     paced = cfg[C_PACED] > 0
     n_ages = units.shape[1] - U_AGES  # CTA drift's queue clocks, one per age
@@ -345,6 +363,10 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                 si[s, S_STEP] = step
             if prefetch and ptr == si[s, S_PF_LO] and ptr < si[s, S_PF_HI]:
                 # the step whose loads were prefetched begins: they are this step's operands
+                # (once it is its SM's earliest CTA: its siblings' paces see its operands)
+                if not _less(t, s, lt, ls):
+                    waits = True
+                    break
                 ready = max(ready, sf[s, F_READY_NEXT])
                 if streams:
                     track(mem, si, s, S_REQ_READY, si[s, S_REQ_NEXT], si[s, S_REQ_NEXT + 1])
@@ -352,34 +374,68 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
             if prefetch and ptr >= si[s, S_PF_LO] and ptr < si[s, S_PF_HI]:
                 ptr += 1  # issued already, at the prefetch
                 continue
-            if (
-                streams
-                and op >= MMA
-                and op <= SYNC
-                and (si[s, S_REQ_READY] >= 0 or si[s, S_REQ_READY + 1] >= 0)
-            ):
+            # staged loads: the step's late load waits for its other operands, and its last
+            # product (pv) for the late load
+            late = staged and ptr == si[s, S_LATE]
+            pv = (
+                staged
+                and op == MMA
+                and step >= 0
+                and si[s, S_PF_STEP] != step
+                and _last_product(ev, ptr, end, step)
+            )
+            if pv:
+                if not _less(t, s, lt, ls):
+                    waits = True
+                    break
+                ready = max(ready, sf[s, F_READY_LATE])
+            needs = (op >= MMA and op <= SYNC) or late  # what waits for the operands
+            if streams and needs:
                 # streamed operands: known once no other CTA can still start a request before
                 # their streams end, the earliest other at (gt, gs) (ties in the order of
                 # (time, slot), as every request)
-                done, known, end_by = landed(mem, cfg, si, s, S_REQ_READY)
-                if not known:
-                    if not _less(end_by, s, gt, gs):
-                        t = max(t, end_by)
-                        waits = True
-                        break
-                    done = settle(mem, cfg, si, s, S_REQ_READY, end_by)
-                ready = max(ready, done)
-                si[s, S_REQ_READY] = si[s, S_REQ_READY + 1] = -1
-            if op >= MMA and op <= SYNC and ready > t:
+                for col in (S_REQ_READY, S_REQ_LATE):
+                    if (col == S_REQ_LATE and not pv) or (si[s, col] < 0 and si[s, col + 1] < 0):
+                        continue
+                    done, known, end_by = landed(mem, cfg, si, s, col)
+                    if not known:
+                        if not _less(end_by, s, gt, gs):
+                            t = max(t, end_by)
+                            waits = True
+                            break
+                        done = settle(mem, cfg, si, s, col, end_by)
+                    ready = max(ready, done)
+                    si[s, col] = si[s, col + 1] = -1
+                if waits:
+                    break
+            if needs and ready > t:
                 t = ready  # operands still in flight: wait for them
-            # prefetch: at the first arithmetic event of a step, the loads that open the next
-            # step are issued (cp.async double buffering); they are memory requests
-            if prefetch and op >= MMA and op <= SHARED and step >= 0 and si[s, S_PF_STEP] != step:
+            if late:  # issued now, awaited by the step's last product
+                if not _less(t, s, gt, gs):
+                    waits = True
+                    break
+                e = ev[ptr]
+                done, r_l2, r_hbm = request(
+                    mem, cfg, units[sm, U_SM_MEM:], LOAD, e.tensor, e.offset_bytes, e.rows,
+                    e.row_bytes, e.row_stride_bytes, e.bytes, t,
+                )  # fmt: skip
+                sf[s, F_READY_LATE] = done
+                track(mem, si, s, S_REQ_LATE, r_l2, r_hbm)
+                si[s, S_LATE] = -1
+                ptr += 1
+                continue
+            # prefetch: at the first arithmetic event of a step (staged: at its last product),
+            # the loads that open the next step are issued (cp.async); they are memory requests
+            issues = pv if staged else op >= MMA and op <= SHARED
+            if prefetch and issues and step >= 0 and si[s, S_PF_STEP] != step:
                 if not _less(t, s, gt, gs):
                     waits = True
                     break
                 si[s, S_PF_STEP] = step
                 lo, hi = _next_step_loads(ev, ptr, end, step)
+                if staged and hi - lo >= 2:  # the last of them waits for the others
+                    hi -= 1
+                    si[s, S_LATE] = hi
                 si[s, S_PF_LO] = lo
                 si[s, S_PF_HI] = hi
                 sf[s, F_READY_NEXT] = t

@@ -44,17 +44,25 @@ N_CFG = 20
 # C_PACED: with CTA drift, the most CTAs the paces by age cover (0: no drift); the pace of the
 # CTA with r older ones among the n computing on its SM is cfg[N_CFG + n (n - 1) / 2 + r] (in
 # place of C_DURATION)
-# integer slot state columns; S_PF_* mark the LOADs of the next step issued early (prefetch)
+# C_PREFETCH: 0 none; PREFETCH_STEP: a step's first arithmetic issues the next step's loads;
+# PREFETCH_STAGED: single-buffered K and V (FlashAttention-2's loop): the step's last matrix
+# product issues the next step's loads but its last, which its step issues once the others
+# have landed and which only that last product waits for (docs/model.md, "Staged loads")
+PREFETCH_STEP, PREFETCH_STAGED = 1, 2
+# integer slot state columns; S_PF_* mark the LOADs of the next step issued early (prefetch),
+# S_LATE the staged load its step issues later (-1: none)
 S_CTA, S_PTR, S_END, S_LIVE_SMEM, S_LIVE_REGS, S_STEP, S_PF_STEP, S_PF_LO, S_PF_HI = range(9)
 # with streamed requests, the requests a CTA waits for, by what they are (its operands, the next
-# step's prefetched operands, its stores), each an (L2, HBM) pair of request ids, -1 for none:
-# of each server's, the one whose stream ends last
-S_REQ_READY, S_REQ_NEXT, S_REQ_STORES = 9, 11, 13
-N_SLOT_INT = 15
+# step's prefetched operands, its stores, its staged load), each an (L2, HBM) pair of request
+# ids, -1 for none: of each server's, the one whose stream ends last
+S_REQ_READY, S_REQ_NEXT, S_REQ_STORES, S_REQ_LATE = 9, 11, 13, 15
+S_LATE = 17
+N_SLOT_INT = 18
 # float slot state columns; F_READY_NEXT: when the prefetched loads have arrived; F_FIN: when
-# the CTA's own work ends (its epilogue), once it has reached its end (-1 before)
-F_T, F_READY, F_STORES, F_START, F_READY_NEXT, F_FIN = range(6)
-N_SLOT_FLOAT = 6
+# the CTA's own work ends (its epilogue), once it has reached its end (-1 before);
+# F_READY_LATE: when the staged load has arrived
+F_T, F_READY, F_STORES, F_START, F_READY_NEXT, F_FIN, F_READY_LATE = range(7)
+N_SLOT_FLOAT = 7
 # per-SM servers: the arithmetic pipes, then the SM's path to the memory system; with CTA drift,
 # one queue clock per age follows from U_AGES (the work of the CTA with r older ones and theirs)
 U_TENSOR, U_FP32, U_SFU, U_SMEM, U_SM_MEM = range(5)

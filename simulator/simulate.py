@@ -75,6 +75,12 @@ class ModelOptions:
         the oldest CTA's warps issued first), so CTAs launched together drift apart, as the
         H200's do, instead of sharing the SM evenly (docs/model.md, "CTA drift": the rule
         splits an SM among CTAs of equal work as the H200 does; part of ``VALIDATED``).
+    staged_loads : bool
+        With ``prefetch_kernels``: a kernel whose implementation keeps one buffer per streamed
+        tile (``Implementation.stages`` 1, FlashAttention-2's forward) loads as its loop
+        does: a step's last matrix product (P V) issues the next step's first tile (K), and
+        the step issues its last tile (V) once the others have landed, for its last product
+        only (docs/model.md, "Staged loads"). Without it such a kernel loads a whole step ahead.
     """
 
     shared_issue: bool = False
@@ -83,6 +89,7 @@ class ModelOptions:
     written_programs: bool = False
     streamed_requests: bool = False
     cta_drift: bool = False
+    staged_loads: bool = False
 
     def __post_init__(self):
         names = self.prefetch_kernels
@@ -96,10 +103,12 @@ class ModelOptions:
 
 DEFAULT_OPTIONS = ModelOptions()
 # the model the validation measures against the GPU (docs/validation.md): each kernel's main
-# loop replayed where its code is known, this project's forward copying a step ahead, an SM's
+# loop replayed where its code is known, the forwards copying ahead as their loops do, an SM's
 # CTAs drifting apart by age (analysis/validation/calibration.toml's [model] adds shared issue
 # for the kernels it prices at the pipe rates)
-VALIDATED = ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",), cta_drift=True)
+VALIDATED = ModelOptions(
+    issue_model=True, prefetch_kernels=("flash2_fwd",), cta_drift=True, staged_loads=True
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,13 +301,20 @@ def _synthetic_step(
     )  # fmt: skip
 
 
-def prefetches(kinfo, options: ModelOptions, comp: Compiled | None) -> bool:
-    """Whether the engine issues the kernel's next-step loads a step early: a kernel
-    ``options.prefetch_kernels`` names, unless its compiled loop waits for its copies before
-    any tensor-core work since it issued them (``Compiled.copies_overlap`` False: Triton's
-    2-stage forward, which Nsight Compute sees waiting on memory)."""
+def prefetches(kinfo, options: ModelOptions, comp: Compiled | None, params=None) -> int:
+    """How the engine issues the kernel's next-step loads (``_state.C_PREFETCH``): a step
+    early (``PREFETCH_STEP``) for a kernel ``options.prefetch_kernels`` names, unless its
+    compiled loop waits for its copies before any tensor-core work since it issued them
+    (``Compiled.copies_overlap`` False: Triton's 2-stage forward, which Nsight Compute sees
+    waiting on memory: 0, where the trace has them); staged (``PREFETCH_STAGED``) with
+    ``options.staged_loads`` where the trace's implementation keeps one buffer per tile
+    (``params["copy_stages"]`` 1; absent: this project's kernels, which do)."""
     named = kinfo.name in options.prefetch_kernels
-    return named and not (comp is not None and comp.copies_overlap is False)
+    if not named or (comp is not None and comp.copies_overlap is False):
+        return 0
+    if options.staged_loads and int((params or {}).get("copy_stages", 1)) == 1:
+        return E.PREFETCH_STAGED
+    return E.PREFETCH_STEP
 
 
 def spill_reloads_hit(kinfo, occ, gpu: GPUSpec, comp: Compiled | None) -> bool:
@@ -345,7 +361,7 @@ def _config(
     dtype: str,
     cost: ArithmeticCost,
     shared_issue: bool = False,
-    prefetch: bool = False,
+    prefetch: int = 0,
     hold_reductions: bool = False,
     streamed_requests: bool = False,
 ) -> np.ndarray:
@@ -514,7 +530,7 @@ def replay(
         cost = arithmetic_cost(source, k, kinfo, occ, gpu, options, comp)
         shared = options.shared_issue or cost.step is not None  # the replay priced all pipes
         cfg = _config(
-            gpu, dtype, cost, shared, prefetches(kinfo, options, comp),
+            gpu, dtype, cost, shared, prefetches(kinfo, options, comp, source.meta.params),
             holds_reductions(comp, shared), options.streamed_requests,
         )  # fmt: skip
         mem = E.Memory(l2_on, l2, srv, sv, local, space, tstat, busy, cnt)
@@ -616,6 +632,8 @@ def _replay_kernel(
                     si[s, E.S_PF_HI] += shift
                 else:
                     si[s, E.S_PF_LO] = si[s, E.S_PF_HI] = -1
+                if si[s, E.S_LATE] >= si[s, E.S_PTR]:
+                    si[s, E.S_LATE] += shift
                 si[s, E.S_END] += shift
                 si[s, E.S_PTR] = pos
             ev, cta_off, c0, c1 = windows.current

@@ -9,9 +9,11 @@ they help. It is meant for traces of a few thousand events.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import OrderedDict
 
+from flashio.simulator._state import PREFETCH_STAGED
 from flashio.simulator.gpu import GPUSpec
 from flashio.simulator.occupancy import CapacityError, occupancy
 from flashio.simulator.simulate import (
@@ -183,10 +185,15 @@ class Cta:
         self.pf_step = -1
         self.pf_lo = self.pf_hi = -1
         self.ready_next = t
-        # streamed requests in flight: operands, the next step's operands, stores
+        # staged loads (docs/model.md "Staged loads"): the position of the load its step issues
+        # once its other operands have landed, and when it has arrived
+        self.late_pos = -1
+        self.ready_late = t
+        # streamed requests in flight: operands, the next step's operands, stores, staged load
         self.waits: list = []
         self.waits_next: list = []
         self.waits_stores: list = []
+        self.waits_late: list = []
         self.end: float | None = None  # t + tail, once the events are done
 
 
@@ -203,7 +210,7 @@ def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic, r
     """A LOAD/STORE/REDUCE of byte ranges of one tensor, issued at the CTA's clock by an SM
     whose path to the memory system is the server ``port``."""
 
-    def request(cta, port, op, tensor, ranges, b, early=False):
+    def request(cta, port, op, tensor, ranges, b, early=False, late=False):
         traffic[tensor][0 if op == Op.LOAD else 1] += b
         written_back: dict[int, int] = {}
         # every request passes the SM's own memory path, in parallel with the chip's servers;
@@ -235,6 +242,9 @@ def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic, r
         if op == Op.LOAD and early:  # a prefetched load: an operand of the next step
             cta.ready_next = max(cta.ready_next, done)
             cta.waits_next += shared
+        elif op == Op.LOAD and late:  # a staged load: an operand of its step's last product
+            cta.ready_late = done
+            cta.waits_late = shared
         elif op == Op.LOAD:
             cta.ready = max(cta.ready, done)
             cta.waits += shared
@@ -275,6 +285,13 @@ def _next_step_loads(events: list, pos: int) -> tuple[int, int]:
     ):
         j += 1
     return i, j
+
+
+def _last_product(events: list, pos: int) -> bool:
+    """Whether the MMA at events[pos] is the last of its step."""
+    step = events[pos]["step"]
+    rest = itertools.takewhile(lambda e: e["step"] == step, events[pos + 1 :])
+    return all(e["op"] != Op.MMA for e in rest)
 
 
 def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = None) -> dict:
@@ -368,7 +385,8 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
         ports = [Server(gpu.sm_memory_bandwidth_bytes_per_s) for _ in range(sms)]
         for port in ports:
             port.free = start
-        prefetch = prefetches(kinfo, options, comp)
+        prefetch = prefetches(kinfo, options, comp, trace.meta.params)
+        staged = prefetch == PREFETCH_STAGED
         shared = options.shared_issue or cost.step is not None
         # reductions "hold the SM for h = B / sm_reduce_bandwidth_bytes_per_s" where the loop
         # sends them after all its tensor-core work
@@ -435,7 +453,22 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                         cta.waits_next = []
                     cta.pos += 1  # issued already
                     continue
-                if (op in PIPE_OF or op == Op.SYNC) and cta.waits:
+                # staged loads: "the step issues its last tile once the others have landed,
+                # for its last product only"
+                late = staged and cta.pos == cta.late_pos
+                pv = (
+                    staged
+                    and op == Op.MMA
+                    and e["step"] >= 0
+                    and cta.pf_step != e["step"]
+                    and _last_product(cta.events, cta.pos)
+                )
+                if pv:
+                    cta.ready = max(cta.ready, cta.ready_late)
+                    cta.waits += cta.waits_late
+                    cta.waits_late = []
+                needs = op in PIPE_OF or op == Op.SYNC or late
+                if needs and cta.waits:
                     # streamed operands are known once no CTA can start a request before their
                     # streams end: this CTA is the earliest of all at cta.t >= their ends
                     done, end = _landed(cta.waits)
@@ -447,16 +480,27 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                         continue
                     cta.ready = max(cta.ready, done)
                     cta.waits = []
-                if (op in PIPE_OF or op == Op.SYNC) and cta.ready > cta.t:
+                if needs and cta.ready > cta.t:
                     # operands still in flight: wait for them, then queue in time order
                     cta.t = cta.ready
                     if heap and (cta.t, s) > heap[0]:
                         heapq.heappush(heap, (cta.t, s))
                         break
-                if prefetch and op in PIPE_OF and e["step"] >= 0 and cta.pf_step != e["step"]:
-                    # the first arithmetic of a step issues the loads that open the next one
+                if late:
+                    b = e["rows"] * e["row_bytes"]
+                    request(cta, ports[sm], Op.LOAD, e["tensor"], _ranges(e), b, late=True)
+                    cta.late_pos = -1
+                    cta.pos += 1
+                    continue
+                issues = pv if staged else op in PIPE_OF
+                if prefetch and issues and e["step"] >= 0 and cta.pf_step != e["step"]:
+                    # the first arithmetic of a step (staged: its last product) issues the
+                    # loads that open the next one
                     cta.pf_step = e["step"]
                     cta.pf_lo, cta.pf_hi = _next_step_loads(cta.events, cta.pos)
+                    if staged and cta.pf_hi - cta.pf_lo >= 2:  # the last waits for the others
+                        cta.pf_hi -= 1
+                        cta.late_pos = cta.pf_hi
                     cta.ready_next = cta.t
                     cta.waits_next = []
                     for nxt in cta.events[cta.pf_lo : cta.pf_hi]:

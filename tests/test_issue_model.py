@@ -207,7 +207,7 @@ def test_the_census_knows_which_loops_prefetch():
     for tiles, expected in (((128, 64, 8), False), ((128, 128, 8), True)):
         sched = schedule("flash2", shape, *tiles, impl="triton")
         comp = issue.lookup(sched.meta.params, "flash2_fwd", tiles[2])
-        assert prefetches(sched.kernels[0], opts, comp) is expected
+        assert prefetches(sched.kernels[0], opts, comp) == expected
 
 
 def test_wgmma_reads_its_shared_operands_through_the_port():

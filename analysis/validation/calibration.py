@@ -118,6 +118,7 @@ def load_calibration(path: str | os.PathLike | None = None) -> Calibration:
             issue_model=bool(model.get("issue_model", False)),
             streamed_requests=bool(model.get("streamed_requests", False)),
             cta_drift=bool(model.get("cta_drift", False)),
+            staged_loads=bool(model.get("staged_loads", False)),
         )
         harness = Harness(**data["harness"])
     except (TypeError, ValueError) as err:
