@@ -30,6 +30,11 @@ if [ ! -s $OUT/lone_cta_source.csv ]; then  # an ncu that exports one result at 
       --launch-count 1 >> $OUT/lone_cta_source.csv 2>> $L || break
   done
 fi
+if [ ! -s $OUT/lone_cta_source.csv ]; then  # an ncu without --print-source
+  ncu -i $R.ncu-rep --csv --page source > $OUT/lone_cta_source.csv 2>> $L
+  echo "source (plain) rc=$?" >> $L
+fi
+ncu --help 2>&1 | grep -A4 -- "--page\|--print-source" >> $L
 gzip -f $OUT/lone_cta_source.csv $OUT/lone_cta_ncu.csv $R.ncu-rep
 ls -l $OUT >> $L
 nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader >> $L
