@@ -47,7 +47,7 @@ N_CFG = 20
 # C_PREFETCH: 0 none; PREFETCH_STEP: a step's first arithmetic issues the next step's loads;
 # PREFETCH_STAGED: single-buffered K and V (FlashAttention-2's loop): the step's last matrix
 # product issues the next step's loads but its last, which its step issues once the others
-# have landed and which only that last product waits for (docs/model.md, "Staged loads")
+# have landed and which only that last product waits for (docs/model.md, "Model options")
 PREFETCH_STEP, PREFETCH_STAGED = 1, 2
 # integer slot state columns; S_PF_* mark the LOADs of the next step issued early (prefetch),
 # S_LATE the staged load its step issues later (-1: none)

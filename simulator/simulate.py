@@ -80,7 +80,7 @@ class ModelOptions:
         tile (``Implementation.stages`` 1, FlashAttention-2's forward) loads as its loop
         does: a step's last matrix product (P V) issues the next step's first tile (K), and
         the step issues its last tile (V) once the others have landed, for its last product
-        only (docs/model.md, "Staged loads"). Without it such a kernel loads a whole step ahead.
+        only (docs/model.md, "Model options"). Without it such a kernel loads a step ahead.
     """
 
     shared_issue: bool = False

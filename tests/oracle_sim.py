@@ -185,8 +185,8 @@ class Cta:
         self.pf_step = -1
         self.pf_lo = self.pf_hi = -1
         self.ready_next = t
-        # staged loads (docs/model.md "Staged loads"): the position of the load its step issues
-        # once its other operands have landed, and when it has arrived
+        # staged loads (docs/model.md "Model options"): the position of the load its step
+        # issues once its other operands have landed, and when it has arrived
         self.late_pos = -1
         self.ready_late = t
         # streamed requests in flight: operands, the next step's operands, stores, staged load

@@ -1,4 +1,4 @@
-"""Staged loads (``ModelOptions.staged_loads``; docs/model.md, "Staged loads"): a forward that
+"""Staged loads (``ModelOptions.staged_loads``; docs/model.md, "Model options"): a forward that
 keeps one buffer per K/V tile loads as FlashAttention-2's loop does, the engine against its
 oracle, and which implementations load so.
 
