@@ -6,7 +6,11 @@ The shallow surface: ``flashio.load_gpu``, ``flashio.AttentionShape``, ``flashio
 ``import flashio`` costs nothing until one is asked for."""
 
 import importlib
+import importlib.util
+import os
 from importlib.metadata import PackageNotFoundError, version
+
+from flashio import _jit_cache
 
 try:
     __version__ = version("flashio")
@@ -26,6 +30,18 @@ _SURFACE = {
     "tiling_rule": "flashio.analysis",
 }
 _SUBPACKAGES = ("simulator", "kernels", "analysis")
+# the folders whose code numba compiles and caches (flashio/_jit_cache.py)
+_JITTED = (("simulator", ""), ("kernels", ""), ("analysis", "dag"))
+
+
+def _jitted_folders():
+    for package, sub in _JITTED:
+        spec = importlib.util.find_spec(f"flashio.{package}")  # without importing it
+        for location in spec.submodule_search_locations or ():
+            yield os.path.join(location, sub)
+
+
+_jit_cache.configure(list(_jitted_folders()))
 
 __all__ = ["__version__", *_SURFACE, *_SUBPACKAGES]
 
