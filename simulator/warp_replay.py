@@ -67,6 +67,7 @@ __all__ = [
     "StepTime",
     "execute_roles",
     "first_turn",
+    "pc_cycles",
     "rank_paces",
     "replay",
     "smsp_warps",
@@ -222,7 +223,7 @@ def _late(k):
 def _run(
     klass, stall, wbar, rbar, wait, sbytes, flops, group, fresh, pipe_of, interval, latency,
     rate, read_lat, port_rate, link_rate, bar_lat, cta_of, slot_of, first, end, steps, bar_class,
-    async_class, mio_queue, overlap, named, group_of, turns, jitter, age_first,
+    async_class, mio_queue, overlap, named, group_of, turns, jitter, age_first, at_pc,
 ):  # fmt: skip
     # the instructions are the programs of a CTA's warps on this SMSP, one after the other:
     # the warp in slot j runs [first[j], end[j]); warp w on this SMSP is of CTA cta_of[w] and
@@ -231,6 +232,8 @@ def _run(
     n_w = cta_of.shape[0]
     n_ctas = cta_of.max() + 1
     cta_size = np.bincount(cta_of)  # each CTA's warps on this SMSP
+    # at_pc[i] (where it has room): cycles warps spent at instruction i, from their previous
+    # issue to its own, summed
     # named barriers per CTA: ids 0-15, then one a warpgroup where a register holds the id
     named_arrived = np.zeros((n_ctas, NAMED_SLOTS), np.int64)
     named_arrived[:, REGISTER_IDS] = turns  # warpgroup 0's turn barrier
@@ -351,6 +354,8 @@ def _run(
             sb[w, wbar[i]] = max(sb[w, wbar[i]], start + lat)
         if rbar[i] != 7:
             sb[w, rbar[i]] = max(sb[w, rbar[i]], start + read_lat[c])
+        if i < at_pc.shape[0]:
+            at_pc[i] += now - last_issue[w]
         last_issue[w] = now
         issued += 1
         greedy = w
@@ -439,7 +444,7 @@ def first_turn(loop: WarpProgram) -> int:
 def execute_roles(
     progs: list[WarpProgram], model: IssueModel, warps_per_cta: int, ctas: int, steps: int,
     cta_of: np.ndarray | None = None, group_of: np.ndarray | None = None, turns: int = 0,
-    step_ends: bool = False, age_first: bool = False,
+    step_ends: bool = False, age_first: bool = False, at_pc: np.ndarray | None = None,
 ):  # fmt: skip
     """(end cycle, pipe busy cycles[, the cycle each warp ended each step, where
     ``step_ends``]) of ``ctas`` CTAs whose warps on one SMSP run ``progs``, one program per
@@ -450,7 +455,9 @@ def execute_roles(
     one's warpgroup (default 0); by default each CTA has one warp per program. ``turns``:
     arrivals on warpgroup 0's turn barrier before the first step (``first_turn``).
     ``age_first``: a sub-partition's scheduler picks among its ready warps those of the
-    oldest CTA first (``rank_paces``), else the warp waiting longest."""
+    oldest CTA first (``rank_paces``), else the warp waiting longest. ``at_pc``: a float
+    array per instruction of ``progs`` (concatenated) to which each warp's cycles from its
+    previous issue to that instruction's are added (``pc_cycles``)."""
     pipe_of, interval, latency, rate, overlap, read_lat = model.arrays()
     port = model.smem_bytes_per_cycle_per_sm / model.sub_partitions
     ends = np.cumsum([len(p) for p in progs])
@@ -476,8 +483,27 @@ def execute_roles(
         model.bar_latency + model.bar_latency_per_warp * warps_per_cta, cta_of, slot_of, first,
         end, steps, CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue), overlap, named,
         group_of.astype(np.int64), int(turns), float(model.latency_jitter), bool(age_first),
+        np.zeros(0) if at_pc is None else at_pc,
     )  # fmt: skip
     return out if step_ends else out[:2]
+
+
+def pc_cycles(
+    prog: WarpProgram, model: IssueModel, warps_per_cta: int, ctas: int = 1, steps: int = 4,
+    turns: int = 0,
+) -> np.ndarray:  # fmt: skip
+    """Cycles a warp spends at each instruction of ``prog`` in a step (from its previous
+    issue to that instruction's), in steady state (``2 * steps`` steps less ``steps``, as
+    ``replay``), averaged over the warps on the busiest sub-partition: what a profiler's
+    program-counter sampling attributes to each instruction (Nsight Compute's warp-state
+    samples per SASS instruction). Their sum is a warp's step."""
+    cta_of, group_of = _layout(warps_per_cta, ctas, model.sub_partitions)
+    runs = []
+    for k in (steps, 2 * steps):
+        at_pc = np.zeros(len(prog))
+        execute_roles([prog], model, warps_per_cta, ctas, k, cta_of, group_of, turns, at_pc=at_pc)
+        runs.append(at_pc)
+    return (runs[1] - runs[0]) / (steps * len(cta_of))
 
 
 def replay(
