@@ -1304,3 +1304,37 @@ def test_cycles_at_each_instruction_add_up_to_the_step(key, ctas):
         assert pc.sum() == pytest.approx(step.alone, rel=1e-9)
     else:
         assert pc.sum() == pytest.approx(step.together, rel=0.01)
+
+
+def test_the_lone_cta_probe_reads_samples_per_class(tmp_path, monkeypatch):
+    """data/gpu/probe/lone_cta.py's summary (prepared for a device call; no data yet) on a
+    made-up export of Nsight Compute's source page: two launches of one kernel (the second is
+    read), samples put on each instruction's class, set beside the replay's cycles there."""
+    import gzip
+    import importlib.util
+
+    monkeypatch.syspath_prepend("data/gpu/probe")  # the probe imports occupancy.py beside it
+    spec = importlib.util.spec_from_file_location("lone_cta", "data/gpu/probe/lone_cta.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    head = (
+        '"Address","Source","Warp Stall Sampling (All Samples)",'
+        '"Warp Stall Sampling (Not-issued Samples)"'
+    )
+    rows = [
+        '"0x10","HMMA.16816.F32.BF16 R84, R20.reuse, R88, RZ","600","550"',
+        '"0x20","FMNMX.FTZ R23, R20, R23, !PT","300","250"',
+        '"0x30","@P0 MUFU.EX2 R76, R76","100","90"',
+    ]
+    text = "\n".join(['"Kernel Name","flash2_fwd"', head, *rows] * 2)
+    path = tmp_path / "lone_cta_source.csv.gz"
+    path.write_bytes(gzip.compress(text.encode()))
+    order = {"launches": [{"schedule": "flash2", "head_dim": 64, "tiles": [64, 64, 4],
+                           "ctas_per_sm": 1, "launches": 2}]}  # fmt: skip
+    (tmp_path / "lone_cta_launches.json").write_text(json.dumps(order))
+    tables = probe.source_tables(text)
+    assert len(tables) == 2
+    assert probe.class_shares(tables[1]) == pytest.approx({"hmma": 0.6, "alu": 0.3, "mufu": 0.1})
+    out = probe.summary(path)
+    assert "flash2_fwd d=64 64x64 w=4 bf16, 1 CTA(s) an SM" in out
+    assert out.count("HMMA.16816") == 1  # the read launch's instructions only

@@ -14,12 +14,22 @@ where each instruction's warps wait, alone and beside other CTAs.
 
 Writes the launch order (schedule, head dim, tiles, k, CTAs per SM the driver reports) to
 --order; data/gpu/runs/lone_cta_run.sh exports the per-instruction samples.
+
+    python data/gpu/probe/lone_cta.py --summary DIR/lone_cta_source.csv.gz
+
+prints, per profiled launch, each instruction class's share of the warp-state samples beside
+its share of the replay's cycles at the same code for that kernel alone
+(``simulator.warp_replay.pc_cycles``; the census's NVRTC build), and the instructions with the
+most samples. Runs without a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
+import gzip
+import io
 import json
 import math
 import sys
@@ -67,12 +77,91 @@ def launches():
             yield ck, row
 
 
+def source_tables(text: str) -> list[list[dict]]:
+    """The per-instruction tables of an ``ncu --page source --csv`` export, one per profiled
+    launch in order: a table starts at a header row naming a ``Source`` column and ends where
+    the next begins."""
+    tables: list[list[dict]] = []
+    header = None
+    for row in csv.reader(io.StringIO(text)):
+        if "Source" in row and any("Sampling" in c for c in row):
+            header = row
+            tables.append([])
+        elif header is not None and len(row) == len(header):
+            tables[-1].append(dict(zip(header, row, strict=True)))
+    return tables
+
+
+def _samples(row: dict) -> float:
+    col = next(c for c in row if "Sampling" in c and "All" in c)
+    return float(row[col].replace(",", "") or 0)
+
+
+def class_shares(table: list[dict]) -> dict[str, float]:
+    """Each instruction class's share of a launch's warp-state samples (``sass.classify`` of
+    the opcode in the ``Source`` column)."""
+    from flashio.simulator.sass import classify
+
+    by: dict[str, float] = {}
+    for row in table:
+        text = row["Source"].split()
+        op = next((w for w in text if not w.startswith("@")), "")
+        by[classify(op)] = by.get(classify(op), 0.0) + _samples(row)
+    total = sum(by.values()) or 1.0
+    return {c: v / total for c, v in by.items()}
+
+
+def replay_shares(key: str, ctas: int) -> dict[str, float]:
+    """Each class's share of the replay's cycles at the census program ``key`` (flashio), with
+    ``ctas`` CTAs an SM."""
+    from flashio import simulator
+    from flashio.simulator import issue
+    from flashio.simulator.sass import CLASSES
+    from flashio.simulator.warp_replay import pc_cycles
+
+    model = issue.issue_model(simulator.load_gpu("h200-measured"))
+    prog = issue._program(key, "flashio")
+    pc = pc_cycles(prog, model, 4, ctas)
+    by: dict[str, float] = {}
+    for c, v in zip(prog.klass, pc, strict=True):
+        by[CLASSES[c]] = by.get(CLASSES[c], 0.0) + v
+    return {c: v / pc.sum() for c, v in by.items()}
+
+
+def summary(path: Path, order_path: Path | None = None) -> str:
+    raw = path.read_bytes()
+    tables = source_tables((gzip.decompress(raw) if path.suffix == ".gz" else raw).decode())
+    order_path = order_path or path.with_name("lone_cta_launches.json")
+    launches = [r for r in json.loads(order_path.read_text())["launches"]
+                for _ in range(r["launches"])]  # fmt: skip
+    lines = []
+    for n, (table, r) in enumerate(zip(tables, launches, strict=False)):
+        if n % LAUNCHES != LAUNCHES - 1:
+            continue  # the launch read is the last of each
+        kernel = "flash2_bwd" if r["schedule"] == "flash2_bwd" else "flash2_fwd"
+        bq, bkv, w = r["tiles"]
+        key = f"{kernel} d={r['head_dim']} {bq}x{bkv} w={w} bf16"
+        gpu, model = class_shares(table), replay_shares(key, r["ctas_per_sm"])
+        lines.append(f"{key}, {r['ctas_per_sm']} CTA(s) an SM: class, GPU samples, replay cycles")
+        for c in sorted(set(gpu) | set(model), key=lambda c: -gpu.get(c, 0.0)):
+            lines.append(f"  {c:8s} {gpu.get(c, 0.0):6.1%} {model.get(c, 0.0):6.1%}")
+        top = sorted(table, key=_samples, reverse=True)[:8]
+        lines += [f"    {_samples(t):8.0f}  {t['Source'][:70]}" for t in top]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--order", type=Path, help="where to write the launch order")
+    ap.add_argument("--summary", type=Path, help="summarize an exported source page instead")
+    args = ap.parse_args(argv)
+    if args.summary:
+        print(summary(args.summary))
+        return
+    if args.order is None:
+        ap.error("give --order (to launch) or --summary (to read an export)")
     import cupy
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--order", type=Path, required=True, help="where to write the launch order")
-    args = ap.parse_args(argv)
     order = []
     for ck, row in launches():
         sh = ck.sched.shape
