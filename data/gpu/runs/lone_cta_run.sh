@@ -36,5 +36,6 @@ if [ ! -s $OUT/lone_cta_source.csv ]; then  # an ncu without --print-source
 fi
 ncu --help 2>&1 | grep -A4 -- "--page\|--print-source" >> $L
 gzip -f $OUT/lone_cta_source.csv $OUT/lone_cta_ncu.csv $R.ncu-rep
+timeout 120 python3 data/gpu/probe/lone_cta.py --summary $OUT/lone_cta_source.csv.gz >> $L 2>&1
 ls -l $OUT >> $L
 nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader >> $L
