@@ -47,6 +47,8 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
+from flashio.simulator.errors import ShapeError
+
 __all__ = [
     "BlockSums",
     "allowed",
@@ -72,27 +74,39 @@ _ALL_KEPT.setflags(write=False)
 SKIP, PARTIAL, FULL = 0, 1, 2  # tile_state
 
 
+# the most query rows the tables of ``key_ranges`` cover: 16 bytes a row, 1 GiB at the limit
+# (a context of 67M tokens, beyond any run today; the closed forms of unmasked shapes take any N)
+MAX_TABLE_ROWS = 1 << 26
+
+
 @lru_cache(maxsize=16)
 def _ranges(shape) -> np.ndarray:
     n_q, n_k = shape.seq_len, shape.n_kv
-    rows = np.arange(n_q, dtype=np.int64)
-    pos = rows + (n_k - n_q)  # query i's position among the keys
-    lo = np.zeros(n_q, np.int64)
-    hi = np.full(n_q, n_k - 1, np.int64)
+    if n_q > MAX_TABLE_ROWS:
+        raise ShapeError(
+            f"seq_len={n_q:,}: the tracers keep each query's first and last key, 16 bytes a "
+            f"row ({16 * n_q / 2**30:,.0f} GiB here); they take up to {MAX_TABLE_ROWS:,} rows "
+            "(2**26). Simulate a shorter sequence; the closed forms of an unmasked shape "
+            "(flashio tiling, analysis.io_counts) take any length"
+        )
+    out = np.empty((2, n_q), np.int64)
+    lo, hi = out  # views: the tables are filled in place
+    pos = np.arange(n_k - n_q, n_k, dtype=np.int64)  # query i's position among the keys
+    lo[:] = 0
+    hi[:] = n_k - 1
     if shape.causal:
-        hi = np.minimum(hi, pos)
+        np.minimum(hi, pos, out=hi)
     if shape.window is not None:
         left, right = shape.window_bounds
-        lo = np.maximum(lo, pos - left)
-        hi = np.minimum(hi, pos + right)
+        np.maximum(lo, pos - left, out=lo)
+        np.minimum(hi, pos + right, out=hi)
     if shape.segments is not None:
         ends = np.cumsum(np.asarray(shape.segments, np.int64))
-        seg = np.searchsorted(ends, rows, side="right")
-        lo = np.maximum(lo, ends[seg] - np.asarray(shape.segments, np.int64)[seg])
-        hi = np.minimum(hi, ends[seg] - 1)
+        seg = np.searchsorted(ends, np.arange(n_q, dtype=np.int64), side="right")
+        np.maximum(lo, ends[seg] - np.asarray(shape.segments, np.int64)[seg], out=lo)
+        np.minimum(hi, ends[seg] - 1, out=hi)
     empty = hi < lo
     lo[empty], hi[empty] = 0, -1
-    out = np.stack([lo, hi])
     # the block views rely on both ends being non-decreasing (empty rows: a prefix)
     assert (np.diff(out, axis=1) >= 0).all(), "mask rows are not monotone"
     out.setflags(write=False)

@@ -325,3 +325,19 @@ def test_internal_error_exits_1_with_traceback_from_the_console_script(tmp_path)
     assert run.returncode == 1, run.stderr
     assert "Traceback" in run.stderr and "planted internal bug" in run.stderr
     assert "flashio gpus: error:" not in run.stderr
+
+
+def test_a_sequence_too_long_to_trace_exits_2_before_allocating():
+    """The tracers keep two int64 per query row (``kernels.mask.key_ranges``): a legal
+    seq_len of 2**31 - 1 would need 32 GiB of them, so ``simulate`` refuses it with the reason
+    instead of running out of memory (``test_malformed_input_exits_2...`` draws that value
+    at random); the closed forms of an unmasked shape take longer sequences still."""
+    argv = "simulate flash2 --batch 1 --heads 1 --seq-len 2147483647 --head-dim 16".split()
+    mask = ["--kv-seq-len", "24", "--window", "3,2"]  # few scores: only the tables are large
+    code, err = run_cli([*argv, "--block-q", "16", "--block-kv", "16", *mask])
+    assert code == 2 and "2**26" in err and "32 GiB" in err, err
+    from flashio import analysis
+
+    shape = kernels.AttentionShape(1, 1, 2**28, 128, "fp16")  # four times the tables' limit
+    q = next(t for t in analysis.io_counts("flash2", shape, 16 * 1024).tensors if t.name == "Q")
+    assert q.read_elements == 2**28 * 128
