@@ -60,6 +60,7 @@ from flashio.simulator._state import (
     K_PEAK_REGS,
     K_PEAK_SMEM,
     K_SHARED_BYTES,
+    LATE_IN_FLIGHT,
     LOAD,
     MMA,
     N_CFG,
@@ -374,8 +375,9 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
             if prefetch and ptr >= si[s, S_PF_LO] and ptr < si[s, S_PF_HI]:
                 ptr += 1  # issued already, at the prefetch
                 continue
-            # staged loads: the step's late load waits for its other operands, and its last
-            # product (pv) for the late load
+            # staged loads: the step's late load waits for its other operands; its first
+            # arithmetic other than a product (the softmax), or else its last product (pv),
+            # waits for the late load; pv issues the next step's loads
             late = staged and ptr == si[s, S_LATE]
             pv = (
                 staged
@@ -384,7 +386,10 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                 and si[s, S_PF_STEP] != step
                 and _last_product(ev, ptr, end, step)
             )
-            if pv:
+            awaits = (
+                staged and si[s, S_LATE] == LATE_IN_FLIGHT and (pv or (op > MMA and op <= SHARED))
+            )
+            if awaits:
                 if not _less(t, s, lt, ls):
                     waits = True
                     break
@@ -395,7 +400,9 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                 # their streams end, the earliest other at (gt, gs) (ties in the order of
                 # (time, slot), as every request)
                 for col in (S_REQ_READY, S_REQ_LATE):
-                    if (col == S_REQ_LATE and not pv) or (si[s, col] < 0 and si[s, col + 1] < 0):
+                    if (col == S_REQ_LATE and not awaits) or (
+                        si[s, col] < 0 and si[s, col + 1] < 0
+                    ):
                         continue
                     done, known, end_by = landed(mem, cfg, si, s, col)
                     if not known:
@@ -410,7 +417,9 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                     break
             if needs and ready > t:
                 t = ready  # operands still in flight: wait for them
-            if late:  # issued now, awaited by the step's last product
+            if awaits:
+                si[s, S_LATE] = -1
+            if late:  # issued now, awaited by the step's softmax or last product
                 if not _less(t, s, gt, gs):
                     waits = True
                     break
@@ -421,7 +430,7 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
                 )  # fmt: skip
                 sf[s, F_READY_LATE] = done
                 track(mem, si, s, S_REQ_LATE, r_l2, r_hbm)
-                si[s, S_LATE] = -1
+                si[s, S_LATE] = LATE_IN_FLIGHT
                 ptr += 1
                 continue
             # prefetch: at the first arithmetic event of a step (staged: at its last product),

@@ -47,16 +47,19 @@ N_CFG = 20
 # C_PREFETCH: 0 none; PREFETCH_STEP: a step's first arithmetic issues the next step's loads;
 # PREFETCH_STAGED: single-buffered K and V (FlashAttention-2's loop): the step's last matrix
 # product issues the next step's loads but its last, which its step issues once the others
-# have landed and which only that last product waits for (docs/model.md, "Model options")
+# have landed and which its first arithmetic other than a matrix product (the softmax) waits
+# for, or else its last product (docs/model.md, "Model options")
 PREFETCH_STEP, PREFETCH_STAGED = 1, 2
 # integer slot state columns; S_PF_* mark the LOADs of the next step issued early (prefetch),
-# S_LATE the staged load its step issues later (-1: none)
+# S_LATE the staged load its step issues later (its position; -1: none; LATE_IN_FLIGHT: issued,
+# not yet waited for)
 S_CTA, S_PTR, S_END, S_LIVE_SMEM, S_LIVE_REGS, S_STEP, S_PF_STEP, S_PF_LO, S_PF_HI = range(9)
 # with streamed requests, the requests a CTA waits for, by what they are (its operands, the next
 # step's prefetched operands, its stores, its staged load), each an (L2, HBM) pair of request
 # ids, -1 for none: of each server's, the one whose stream ends last
 S_REQ_READY, S_REQ_NEXT, S_REQ_STORES, S_REQ_LATE = 9, 11, 13, 15
 S_LATE = 17
+LATE_IN_FLIGHT = -2
 N_SLOT_INT = 18
 # float slot state columns; F_READY_NEXT: when the prefetched loads have arrived; F_FIN: when
 # the CTA's own work ends (its epilogue), once it has reached its end (-1 before);

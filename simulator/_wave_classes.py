@@ -57,23 +57,38 @@ def class_error(steps: np.ndarray, seen: np.ndarray, need: np.ndarray, weight) -
     return err
 
 
-def time_trend(steps: np.ndarray, seen: np.ndarray, waves: np.ndarray, need: np.ndarray) -> float:
-    """What a steady, one-way change of the waves' time would add over the waves ``need``
-    (wave indices) beyond their class means, or 0: the least-squares slope of each steady
-    wave's time less its class mean against its index (``waves``), extrapolated to the waves
-    needed, where the line rises (or falls) over the steady waves by more than twice the
+def _drift_slope(values: np.ndarray, seen: np.ndarray, waves: np.ndarray) -> float:
+    """The least-squares slope of each steady wave's value less its class mean against the
+    wave's index, where the line rises (or falls) over the waves by more than twice the
     largest residual about it (a drift, not scatter: a rise that levels off in the last wave
-    still counts). A grid that drifts (the L2 holding less of what the CTAs on the SMs share
-    as the grid goes on) is not in its steady state at the prefix's end; the HBM bytes of a
-    prefix whose L2 still settles rise too, and are not looked at."""
+    still counts); else 0."""
     if len(waves) < 3:
         return 0.0
-    resid = steps.astype(float).copy()
+    resid = values.astype(float).copy()
     for c in np.unique(seen):
-        resid[seen == c] -= steps[seen == c].mean()
+        resid[seen == c] -= values[seen == c].mean()
     x = waves.astype(float) - waves.mean()
     slope = float((x * resid).sum() / (x * x).sum())
     scatter = np.abs(resid - slope * x).max()
     if abs(slope) * float(x.max() - x.min()) <= 2 * scatter:
         return 0.0
-    return slope * float((need - waves.mean()).sum())
+    return slope
+
+
+def time_trend(steps: np.ndarray, seen: np.ndarray, waves: np.ndarray, need: np.ndarray) -> float:
+    """What a steady, one-way change of the waves' time would add over the waves ``need``
+    (wave indices) beyond their class means, or 0 (``_drift_slope``). A grid that drifts (the
+    L2 holding less of what the CTAs on the SMs share as the grid goes on) is not in its
+    steady state at the prefix's end; the HBM bytes of a prefix whose L2 still settles rise
+    too, and are not looked at."""
+    return _drift_slope(steps, seen, waves) * float((need - waves.mean()).sum())
+
+
+def spread_trend(spread: np.ndarray, seen: np.ndarray, waves: np.ndarray, last: int) -> float:
+    """How much the waves' inner spread (``spread``: seconds from a wave's first dispatch to
+    its middle one's, per steady wave ``waves``) would grow by wave ``last`` at a steady,
+    one-way rate (``_drift_slope``), or 0. Waves that dispatch in step have none; SMs falling
+    out of step spread them, up to half a wave. A spread still growing at the prefix's end is
+    a state the prefix has not reached: the grid's end (its last CTAs, the L2 lines its SMs
+    still share) is not the prefix's."""
+    return _drift_slope(spread, seen, waves) * float(last - waves[-1])

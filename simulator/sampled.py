@@ -29,7 +29,10 @@ Where the grid's footprint says so before any replay, and the second prefix woul
 little, the kernel is replayed whole at once. A kernel whose steady waves' time drifts one way
 (a line through them, beyond their classes, rising or falling by more than twice their
 scatter about it) by more than ``DRIFT_TOLERANCE`` of the time over the waves left is
-replayed whole too: its state at the prefix's end is not the grid's. The L2 contents a kernel
+replayed whole too: its state at the prefix's end is not the grid's; so is one whose waves'
+inner spread (from a wave's first dispatch to its middle CTA's: how far its SMs are out of
+step) still grows, by more than that share at its slope to the grid's last wave
+(``_wave_classes.spread_trend``). The L2 contents a kernel
 leaves to the next are those after its replayed prefix.
 """
 
@@ -43,7 +46,13 @@ import numpy as np
 
 from flashio.simulator import _state as E
 from flashio.simulator._counted import Counter
-from flashio.simulator._wave_classes import by_class, class_error, periods_touched, time_trend
+from flashio.simulator._wave_classes import (
+    by_class,
+    class_error,
+    periods_touched,
+    spread_trend,
+    time_trend,
+)
 from flashio.simulator.gpu import GPUSpec
 from flashio.simulator.result import SimResult, TensorTraffic
 from flashio.simulator.simulate import (
@@ -219,10 +228,11 @@ def simulate_sampled(
         # whole periods after the prefix
         a, left = n - plan.period, (full[k] - n) % plan.period
         counter = Counter([(a, n), (a, a + left)], len(meta.tensors), spills)
-        probe = Probe(np.array(plan.marks, np.int64), counter)
+        probe = Probe(np.array(sorted({*plan.marks, *_middles(plan)}), np.int64), counter)
         prefix = _first_ctas(source, [n if i == k else f for i, f in enumerate(full)])
         res = replay(prefix, gpu, options=options, probes={k: probe})
-        ext = _extension(probe.snaps, counter, plan, full[k], gpu.l2_bytes)
+        snaps, spread = _split(probe, plan)
+        ext = _extension(snaps, counter, plan, full[k], gpu.l2_bytes, spread)
         full_l2 = L2_FULL * gpu.l2_bytes
         # where the L2 fills only after the prefix, its steady state is not the grid's (the
         # lines the grid's traffic evicts, the dirty ones it keeps at the end): how much the
@@ -232,12 +242,12 @@ def simulate_sampled(
         unsure = res.l2_dirty_bytes_at_end * (ext.grows - 1)
         if not filling or unsure <= L2_FILL_TOLERANCE * moved:
             out = _extend(res, k, ext, probe.busy, meta, gpu)
-            if abs(ext.trend) <= DRIFT_TOLERANCE * out.time_s:
+            if abs(ext.trend) + abs(ext.spreading) <= DRIFT_TOLERANCE * out.time_s:
                 return out
-            break  # the waves drift: extended, the grid would miss; replayed whole
+            break  # the waves drift or fall out of step: extended, the grid would miss
         # again, checkpoints from a wave after the L2 has filled, at the rate it filled
         # between the checkpoints
-        snaps, marks = probe.snaps, plan.marks
+        marks = plan.marks
         rate = (snaps[-1, E.SNAP_HELD] - snaps[0, E.SNAP_HELD]) / max(1, marks[-1] - marks[0])
         fill = marks[-1] + (full_l2 - snaps[-1, E.SNAP_HELD]) / max(rate, 1e-30)
         waves = math.ceil(fill / slot) + 1
@@ -304,6 +314,7 @@ class _Extension:
     time: float
     time_err: float
     trend: float  # what a drift of the steady waves' time would add (``time_trend``)
+    spreading: float  # how much the waves' inner spread would grow (``spread_trend``)
     hbm: np.ndarray
     counted: np.ndarray
     dirtied: float
@@ -319,8 +330,31 @@ class _Extension:
         return self.held[1] / self.held[0] if self.held[0] else 1.0
 
 
-def _extension(snaps, counter: Counter, plan: _Plan, full: int, l2_bytes: int) -> _Extension:
-    """Kernel ``plan.kernel``'s extension from its checkpoints and counted work."""
+def _middles(plan: _Plan) -> tuple[int, ...]:
+    """The CTAs halfway through each checkpointed wave of alike CTAs, in the prefix: when
+    they are dispatched tells how far the SMs have fallen out of step."""
+    if not plan.alike:
+        return ()
+    half = plan.slot // 2
+    return tuple(m + half for m in plan.marks if m + half < plan.replayed)
+
+
+def _split(probe: Probe, plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
+    """The probe's checkpoints at ``plan.marks``, and each checkpointed wave's inner
+    spread: seconds from its first dispatch to its middle one's (``_middles``)."""
+    row = {int(m): i for i, m in enumerate(probe.marks)}
+    snaps = probe.snaps[[row[m] for m in plan.marks]]
+    t = probe.snaps[:, E.SNAP_T]
+    spread = np.array([t[row[m + plan.slot // 2]] - t[row[m]] for m in plan.marks
+                       if m + plan.slot // 2 in row])  # fmt: skip
+    return snaps, spread
+
+
+def _extension(
+    snaps, counter: Counter, plan: _Plan, full: int, l2_bytes: int, spread_in: np.ndarray
+) -> _Extension:
+    """Kernel ``plan.kernel``'s extension from its checkpoints, counted work and the
+    checkpointed waves' inner spreads (``_split``)."""
     n, slot, period = plan.replayed, plan.slot, plan.period
     periods = (full - n) // period  # whole periods not replayed
     if plan.alike:
@@ -345,17 +379,23 @@ def _extension(snaps, counter: Counter, plan: _Plan, full: int, l2_bytes: int) -
         unit = by_class(steps, seen, need, weight)
         spread = class_error(steps, seen, need, weight)
         trend = time_trend(steps[:, E.SNAP_T], seen, steady, grid_waves)
+        # the waves whose middles the prefix dispatched: one class (how far the SMs are out of
+        # step does not depend on where in its period a wave starts)
+        spread_waves = np.array(plan.marks[: len(spread_in)]) // slot
+        spread_seen = np.zeros(len(spread_in), np.int64)
+        spreading = spread_trend(spread_in, spread_seen, spread_waves, grid_waves[-1])
     else:
         # CTAs that differ: what a period adds, between checkpoints a period apart (the
         # later of two pairs a wave apart, whose disagreement is the error estimate)
         unit = (snaps[3] - snaps[1]) * periods
         spread = np.abs(snaps[3] - snaps[1] - (snaps[2] - snaps[0])) * periods
-        trend = 0.0
+        trend = spreading = 0.0
     last_held = snaps[-1, E.SNAP_HELD]
     return _Extension(
         time=unit[E.SNAP_T],
-        time_err=spread[E.SNAP_T] + abs(trend),
+        time_err=spread[E.SNAP_T] + abs(trend) + abs(spreading),
         trend=trend,
+        spreading=spreading,
         hbm=unit[E.SNAP_HBM :].reshape(-1, 2),
         counted=periods * counter.tensor_bytes[0] + counter.tensor_bytes[1],
         dirtied=unit[E.SNAP_DIRTY],

@@ -186,8 +186,10 @@ class Cta:
         self.pf_lo = self.pf_hi = -1
         self.ready_next = t
         # staged loads (docs/model.md "Model options"): the position of the load its step
-        # issues once its other operands have landed, and when it has arrived
+        # issues once its other operands have landed, whether it is in flight and not yet
+        # waited for, and when it has arrived
         self.late_pos = -1
+        self.late_in_flight = False
         self.ready_late = t
         # streamed requests in flight: operands, the next step's operands, stores, staged load
         self.waits: list = []
@@ -242,7 +244,7 @@ def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic, r
         if op == Op.LOAD and early:  # a prefetched load: an operand of the next step
             cta.ready_next = max(cta.ready_next, done)
             cta.waits_next += shared
-        elif op == Op.LOAD and late:  # a staged load: an operand of its step's last product
+        elif op == Op.LOAD and late:  # a staged load: an operand of its step's softmax
             cta.ready_late = done
             cta.waits_late = shared
         elif op == Op.LOAD:
@@ -453,8 +455,9 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                         cta.waits_next = []
                     cta.pos += 1  # issued already
                     continue
-                # staged loads: "the step issues its last tile once the others have landed,
-                # for its last product only"
+                # staged loads: "the step issues its last tile once the others have landed;
+                # its first arithmetic other than a matrix product, or else its last product,
+                # waits for it"
                 late = staged and cta.pos == cta.late_pos
                 pv = (
                     staged
@@ -463,10 +466,11 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                     and cta.pf_step != e["step"]
                     and _last_product(cta.events, cta.pos)
                 )
-                if pv:
+                if cta.late_in_flight and (pv or (op in PIPE_OF and op != Op.MMA)):
                     cta.ready = max(cta.ready, cta.ready_late)
                     cta.waits += cta.waits_late
                     cta.waits_late = []
+                    cta.late_in_flight = False
                 needs = op in PIPE_OF or op == Op.SYNC or late
                 if needs and cta.waits:
                     # streamed operands are known once no CTA can start a request before their
@@ -490,6 +494,7 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                     b = e["rows"] * e["row_bytes"]
                     request(cta, ports[sm], Op.LOAD, e["tensor"], _ranges(e), b, late=True)
                     cta.late_pos = -1
+                    cta.late_in_flight = True
                     cta.pos += 1
                     continue
                 issues = pv if staged else op in PIPE_OF

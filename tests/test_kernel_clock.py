@@ -133,11 +133,33 @@ def test_the_replayed_step_keeps_the_tensor_pipes_as_busy_as_the_gpu():
     sub-partitions issue (37-43%) against the replayed step's (``kernel_clock.pipe_activity``):
     within 3 points each. The GPU's shares are over the whole kernel, whose CTAs' fixed cost
     is 3-5% of its cycles here, the replay's over a steady step, so they may differ by that
-    much where the step is right. The d = 64 builds, whose steps the replay gets 5-11% wrong,
-    wait for data/gpu/runs/hopper_pipes64_run.sh."""
+    much where the step is right."""
     rows = kernel_clock.pipe_activity("hopper_pipes")
     assert len(rows) == 4
     for r in rows:
         assert 0.6 < r["gpu_tensor"] < 0.85 and 0.3 < r["gpu_issue"] < 0.5, r
         assert abs(r["model_tensor"] - r["gpu_tensor"]) < 0.03, r
         assert abs(r["model_issue"] - r["gpu_issue"]) < 0.03, r
+
+
+def test_at_d64_the_replay_overrates_the_overlaps_and_underrates_plain_warpgroups():
+    """data/gpu/probe/hopper_pipes64_ncu.csv (an H100 SXM, the same SM as the H200's): the
+    d = 64 builds at N = 16384. Their tensor pipes are busy 48-56% of the cycles, and the GPU
+    keeps them busier without overlap (128x128: 48-51%; 192x128: 54-56%) than with both
+    overlaps (47-49%), while the replayed step has it the other way (both: 50-51%, none: 48%
+    and 51%): the builds with both overlaps 2.5-3 points too busy, those without 0-5 points
+    too idle: the same ordering error as the ranking misses of docs/validation.md at d = 64
+    (the model picks 128x176 with both overlaps; the GPU runs 192x128 without overlap
+    fastest). What in the replay gives it is not found yet. Within 6 points each (the
+    d = 128 builds: 3)."""
+    rows = kernel_clock.pipe_activity("hopper_pipes64")
+    assert len(rows) == 8
+    for r in rows:
+        assert 0.45 < r["gpu_tensor"] < 0.6 and abs(r["model_tensor"] - r["gpu_tensor"]) < 0.06
+        if r["overlap"] == "both":
+            assert r["model_tensor"] - r["gpu_tensor"] > 0.02, r
+        elif r["overlap"] == "none":
+            assert r["model_tensor"] - r["gpu_tensor"] < 0.001, r
+    both = max(r["gpu_tensor"] for r in rows if r["overlap"] == "both")
+    plain = [r["gpu_tensor"] for r in rows if r["overlap"] == "none" and r["stages"] == 2]
+    assert min(plain) > both

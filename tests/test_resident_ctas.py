@@ -1,6 +1,7 @@
 """The resident-CTA probe (data/gpu/probe/occupancy.py) against the model, as
 docs/validation.md ("Resident CTAs") shows it."""
 
+import itertools
 import json
 
 from flashio.analysis.validation import resident_ctas
@@ -28,3 +29,17 @@ def test_the_gains_are_relative_to_one_cta_per_sm():
         key = (r["schedule"], r["head_dim"], tuple(r["tiles"]))
         first.setdefault(key, r)
         assert r["measured_gain"] == first[key]["median_ms"] / r["median_ms"]
+
+
+def test_the_profiled_launches_are_read_by_kernel_in_order():
+    """lone_cta_ncu.csv.gz holds 16 profiled launches (two of each configuration, and the
+    forward each backward's setup runs); the read launch of each configuration is its
+    second, of its own kernel, and Nsight Compute's cycles fall with more CTAs an SM."""
+    table = resident_ctas.cycles_rows()
+    order = json.loads(resident_ctas.LONE_ORDER.read_text())["launches"]
+    assert [r["kernel"] for r in table] == [r["kernel"] for r in order]
+    names = ["flash2_fwd"] * 11 + ["flash2_bwd"] * 2 + ["flash2_fwd"] + ["flash2_bwd"] * 2
+    assert resident_ctas.read_launches(names, order) == [1, 3, 5, 7, 9, 12, 15]
+    for a, b in itertools.pairwise(table):
+        if (a["kernel"], a["head_dim"]) == (b["kernel"], b["head_dim"]):
+            assert b["k"] == a["k"] + 1 and b["measured_cycles"] < a["measured_cycles"]

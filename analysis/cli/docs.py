@@ -181,7 +181,7 @@ def _families(jobs: int) -> Rendered:
 def _resident_ctas(jobs: int) -> Rendered:
     from flashio.analysis.validation import resident_ctas
 
-    return Rendered(resident_ctas.block(resident_ctas.rows()))
+    return Rendered(resident_ctas.block(resident_ctas.rows(), resident_ctas.cycles_rows()))
 
 
 def _sm_scaling(jobs: int) -> Rendered:

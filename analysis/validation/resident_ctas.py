@@ -8,6 +8,9 @@ T(1) / T(k) how well k resident CTAs overlap. docs/validation.md, "Resident CTAs
 
 from __future__ import annotations
 
+import csv
+import gzip
+import io
 import json
 from pathlib import Path
 
@@ -17,6 +20,9 @@ from flashio.analysis.validation.families import GPU, OPTIONS
 
 PROBE = DATA / "gpu" / "probe" / "occupancy.json"
 MAIN_KERNELS = ("flash2_fwd", "flash2_bwd")
+# data/gpu/probe/lone_cta.py: the same kernels under Nsight Compute (its launch order, metrics)
+LONE_ORDER = DATA / "gpu" / "probe" / "lone_cta_launches.json"
+LONE_NCU = DATA / "gpu" / "probe" / "lone_cta_ncu.csv.gz"
 
 
 def rows(path: Path = PROBE) -> list[dict]:
@@ -37,6 +43,49 @@ def rows(path: Path = PROBE) -> list[dict]:
     return out
 
 
+def read_launches(kernels_in_order: list[str], order: list[dict]) -> list[int]:
+    """Which profiled launches to read: for each row of a probe's launch order (its
+    ``kernel`` launched ``launches`` times), the index of its last launch among
+    ``kernels_in_order``, the kernel names Nsight Compute profiled in order. A launch of
+    another kernel between them (the forward a backward's setup runs) is skipped."""
+    out, i = [], 0
+    for r in order:
+        got = []
+        while len(got) < r["launches"]:
+            if i == len(kernels_in_order):
+                raise ValueError(f"the profile ends before {r['kernel']}'s launches of {r}")
+            if kernels_in_order[i] == r["kernel"]:
+                got.append(i)
+            i += 1
+        out.append(got[-1])
+    return out
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def cycles_rows(order_path: Path = LONE_ORDER, ncu_path: Path = LONE_NCU) -> list[dict]:
+    """The same kernels as :func:`rows` in SM cycles, which no clock assumption enters: the
+    average SM's elapsed cycles Nsight Compute read (lone_cta.py's runs, the second launch of
+    each), against the predicted time times the spec's clock."""
+    gpu = simulator.load_gpu(GPU)
+    table = list(csv.reader(io.StringIO(gzip.decompress(ncu_path.read_bytes()).decode())))
+    head, launches = table[0], table[2:]  # row 1 holds the units
+    name, cycles = head.index("Kernel Name"), head.index("sm__cycles_elapsed.avg")
+    order = json.loads(order_path.read_text())["launches"]
+    picked = read_launches([ln[name] for ln in launches], order)
+    out = []
+    for r, i in zip(order, picked, strict=True):
+        shape = kernels.AttentionShape(1, 16, 4096, r["head_dim"], "bf16")
+        sched = kernels.schedule(r["schedule"], shape, *r["tiles"])
+        res = simulator.simulate(sched, gpu.replace(max_ctas_per_sm=r["k"]), options=OPTIONS)
+        pred = next(k.time_s for k in res.kernels if k.name == r["kernel"]) * gpu.clock_hz
+        out.append({**r, "measured_cycles": _number(launches[i][cycles]),
+                    "predicted_cycles": pred})  # fmt: skip
+    return out
+
+
 def markdown(table: list[dict]) -> str:
     lines = [
         "| kernel | d | tiling | CTAs per SM | measured ms | predicted ms | error "
@@ -54,6 +103,30 @@ def markdown(table: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def block(table: list[dict]) -> str:
-    """docs/validation.md's generated block of :func:`markdown`, markers included."""
-    return f"<!-- resident-ctas:begin -->\n\n{markdown(table)}\n\n<!-- resident-ctas:end -->"
+def cycles_markdown(table: list[dict]) -> str:
+    lines = [
+        "| kernel | d | tiling | CTAs per SM | Nsight Compute: SM cycles | predicted cycles "
+        "| error |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in table:
+        bq, bk, w = r["tiles"]
+        lines.append(
+            f"| {r['kernel']} | {r['head_dim']} | {bq}x{bk} w{w} | {r['k']} "
+            f"| {r['measured_cycles']:,.0f} | {r['predicted_cycles']:,.0f} "
+            f"| {r['predicted_cycles'] / r['measured_cycles'] - 1:+.1%} |"
+        )
+    return "\n".join(lines)
+
+
+def block(table: list[dict], cycles: list[dict] | None = None) -> str:
+    """docs/validation.md's generated block of :func:`markdown` (and, given ``cycles``,
+    :func:`cycles_markdown` after it), markers included."""
+    body = markdown(table)
+    if cycles is not None:
+        body += (
+            "\n\nThe same kernels under Nsight Compute (data/gpu/probe/lone_cta.py), in the "
+            "average SM's elapsed cycles against the predicted time at the spec's clock:"
+            f"\n\n{cycles_markdown(cycles)}"
+        )
+    return f"<!-- resident-ctas:begin -->\n\n{body}\n\n<!-- resident-ctas:end -->"

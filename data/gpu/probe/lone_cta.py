@@ -77,19 +77,34 @@ def launches():
             yield ck, row
 
 
-def source_tables(text: str) -> list[list[dict]]:
-    """The per-instruction tables of an ``ncu --page source --csv`` export, one per profiled
-    launch in order: a table starts at a header row naming a ``Source`` column and ends where
-    the next begins."""
-    tables: list[list[dict]] = []
-    header = None
+def source_tables(text: str) -> list[tuple[str, list[dict]]]:
+    """(kernel name, per-instruction rows) of each profiled launch in an ``ncu --page source
+    --csv`` export, in launch order. A table starts at its ``"Kernel Name"`` row; its header
+    row names a ``Source`` column. Nsight Compute 2025.3 writes every launch's table twice in
+    a row (lone_cta_source.csv.gz: 32 tables for 16 launches, each pair identical to the
+    byte); when all tables pair up so, one of each pair is kept."""
+    tables: list[tuple[str, list[dict]]] = []
+    kernel, header = "", None
     for row in csv.reader(io.StringIO(text)):
-        if "Source" in row and any("Sampling" in c for c in row):
+        if row[:1] == ["Kernel Name"]:
+            kernel, header = row[1], None
+        elif "Source" in row and any("Sampling" in c for c in row):
             header = row
-            tables.append([])
+            tables.append((kernel, []))
         elif header is not None and len(row) == len(header):
-            tables[-1].append(dict(zip(header, row, strict=True)))
+            tables[-1][1].append(dict(zip(header, row, strict=True)))
+    if len(tables) % 2 == 0 and tables[0::2] == tables[1::2]:
+        tables = tables[0::2]
     return tables
+
+
+def read_launches(tables: list, order: list[dict]) -> list[tuple[dict, list[dict]]]:
+    """(launch-order row, table) of each configuration's read launch, its last
+    (``resident_ctas.read_launches``: a table of another kernel is skipped)."""
+    from flashio.analysis.validation.resident_ctas import read_launches as pick
+
+    picked = pick([k for k, _ in tables], order)
+    return [(r, tables[i][1]) for r, i in zip(order, picked, strict=True)]
 
 
 def _samples(row: dict) -> float:
@@ -132,15 +147,10 @@ def summary(path: Path, order_path: Path | None = None) -> str:
     raw = path.read_bytes()
     tables = source_tables((gzip.decompress(raw) if path.suffix == ".gz" else raw).decode())
     order_path = order_path or path.with_name("lone_cta_launches.json")
-    launches = [r for r in json.loads(order_path.read_text())["launches"]
-                for _ in range(r["launches"])]  # fmt: skip
     lines = []
-    for n, (table, r) in enumerate(zip(tables, launches, strict=False)):
-        if n % LAUNCHES != LAUNCHES - 1:
-            continue  # the launch read is the last of each
-        kernel = "flash2_bwd" if r["schedule"] == "flash2_bwd" else "flash2_fwd"
+    for r, table in read_launches(tables, json.loads(order_path.read_text())["launches"]):
         bq, bkv, w = r["tiles"]
-        key = f"{kernel} d={r['head_dim']} {bq}x{bkv} w={w} bf16"
+        key = f"{r['kernel']} d={r['head_dim']} {bq}x{bkv} w={w} bf16"
         gpu, model = class_shares(table), replay_shares(key, r["ctas_per_sm"])
         lines.append(f"{key}, {r['ctas_per_sm']} CTA(s) an SM: class, GPU samples, replay cycles")
         for c in sorted(set(gpu) | set(model), key=lambda c: -gpu.get(c, 0.0)):

@@ -24,8 +24,15 @@ its CTA's age on the SM (launch order) and its sub-partition (warp slot mod 4). 
 
     python data/gpu/probe/sched_share.py --out DIR          # on the GPU: DIR/sched_share.json.gz
     python data/gpu/probe/sched_share.py --summary FILE     # anywhere: shares by age, per case
+    python data/gpu/probe/sched_share.py --sass FILE        # anywhere with NVRTC: each kind's SASS
+    python data/gpu/probe/sched_share.py --replay FILE      # the warp replay beside the H200
 
-The summary needs no GPU: it reads the JSON a run wrote.
+The summary needs no GPU: it reads the JSON a run wrote. ``--sass`` compiles the kernel once
+per kind of work, ``work`` a constant so that only its loop is left, as CuPy would for sm_90
+(benchmarks/nvrtc.py) and writes cuobjdump's listings, gzipped (sched_share.sass.gz);
+``--replay`` replays each listing's loop with ``simulator.warp_replay`` for every case the
+JSON holds, with the oldest CTA's ready warps first (``age_first``, CTA drift's rule) and with
+the warp waiting longest first, and prints the shares and finish gaps beside the H200's.
 """
 
 from __future__ import annotations
@@ -191,16 +198,118 @@ def summary(path: Path) -> str:
     return "\n".join(lines)
 
 
+def _source(work: int) -> str:
+    """The kernel with ``work`` a constant: only that kind's loop is compiled."""
+    src = SRC.replace("int iters, int work,", "int iters, int work_arg,")
+    return src.replace(
+        "    extern __shared__ float pad[];",
+        f"    extern __shared__ float pad[];\n    const int work = {work};",
+        1,
+    )
+
+
+def write_sass(path: Path) -> None:
+    """cuobjdump's listing of each kind's build, one ``// work: KIND`` header before each."""
+    import subprocess
+    import tempfile
+
+    from benchmarks import sass_census
+    from benchmarks.nvrtc import compile_cubin
+    from flashio.kernels.gpu import CUPY_NVRTC_OPTIONS
+
+    parts = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cub = Path(tmp) / "share.cubin"
+        for w, work in enumerate(WORKS):
+            cub.write_bytes(compile_cubin(_source(w), (*CUPY_NVRTC_OPTIONS, "-arch=sm_90"))[0])
+            dump = [sass_census._tool("cuobjdump"), "--dump-sass", str(cub)]
+            text = subprocess.run(dump, capture_output=True, text=True, check=True).stdout
+            parts.append(f"// work: {work}\n{text}")
+    with gzip.open(path, "wt") as f:
+        f.write("".join(parts))
+
+
+MARKER = {"ffma8": "FFMA", "ffma1": "FFMA", "mufu": "MUFU", "hmma": "HMMA", "mix": "HMMA"}
+
+
+def programs(path: Path) -> dict:
+    """Per kind of work, its loop (the first loop holding its marker instruction) as a
+    ``WarpProgram`` and the kernel's iterations that loop body covers (the compiler unrolls)."""
+    from flashio.simulator import sass, sass_paths
+    from flashio.simulator.sass import WarpProgram
+
+    text = gzip.decompress(path.read_bytes()).decode()
+    out = {}
+    for part in text.split("// work: ")[1:]:
+        work, listing = part.split("\n", 1)
+        code = sass.parse(listing)["share"]
+        lo, hi = sass_paths.loops(code, MARKER[work])[0]
+        prog = WarpProgram.from_instructions(work, sass_paths.straight_path(code, lo, hi))
+        counts = prog.counts()
+        per_iter = {"ffma8": ("fma", 128), "ffma1": ("fma", 128), "mufu": ("mufu", 32),
+                    "hmma": ("hmma", 4), "mix": ("hmma", 2)}[work]  # fmt: skip
+        out[work] = (prog, max(1, counts.get(per_iter[0], 0) // per_iter[1]))
+    return out
+
+
+def replayed(prog, unrolled: int, ctas: int, warps: int, iters: int, age_first: bool) -> dict:
+    """:func:`shares` of the warp replay: ``ctas`` CTAs of ``warps`` warps on one SM (each
+    sub-partition its warps), ``iters`` iterations."""
+    from flashio import simulator
+    from flashio.simulator import issue
+    from flashio.simulator.warp_replay import execute_roles, smsp_warps
+
+    model = issue.issue_model(simulator.load_gpu("h200-measured"))
+    cta_of = smsp_warps(warps, ctas, 4)
+    steps = max(1, iters // unrolled)
+    _, _, ends = execute_roles([prog], model, warps, ctas, steps, cta_of, None, 0, True, age_first)
+    until = ends[:, -1].min()  # while every warp of the sub-partition runs
+    done = np.array([(ends[cta_of == c] <= until).sum() for c in range(ctas)], float)
+    finish = np.array([ends[cta_of == c, -1].max() for c in range(ctas)])
+    return {
+        "share_by_age": list(done / done.sum()),
+        "finish_gap": float(np.ptp(finish) / finish.max()),
+    }
+
+
+def replay_table(path: Path, sass_path: Path) -> str:
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    progs = programs(sass_path)
+    lines = [f"{'CTAs x warps':>12} {'work':>6}  finish gap: H200, replay oldest first, replay "
+             "longest waiting;  shares by age: H200 / oldest first"]  # fmt: skip
+    for run in doc["runs"]:
+        if run["rep"] != 1 or run["ctas_per_sm"] == 1:
+            continue
+        gpu = shares(run)
+        prog, unrolled = progs[run["work"]]
+        args = (prog, unrolled, run["ctas_per_sm"], run["warps"], run["iters"])
+        age, fair = replayed(*args, age_first=True), replayed(*args, age_first=False)
+        share = " ".join(f"{x:.2f}" for x in gpu["share_by_age"])
+        share_age = " ".join(f"{x:.2f}" for x in age["share_by_age"])
+        lines.append(f"{run['ctas_per_sm']:>5} x {run['warps']:<4} {run['work']:>6}  "
+                     f"{gpu['finish_gap']:6.1%} {age['finish_gap']:6.1%} {fair['finish_gap']:6.1%}"
+                     f";  {share} / {share_age}")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="directory for sched_share.json.gz (runs on the GPU)")
     ap.add_argument("--summary", type=Path, help="a sched_share.json.gz to summarize")
+    ap.add_argument("--sass", type=Path, help="write each kind's SASS here (needs NVRTC)")
+    ap.add_argument("--replay", type=Path, help="a sched_share.json.gz to set the replay beside")
     args = ap.parse_args(argv)
     if args.summary:
         print(summary(args.summary))
         return
+    if args.sass:
+        write_sass(args.sass)
+        return
+    if args.replay:
+        print(replay_table(args.replay, args.replay.with_name("sched_share.sass.gz")))
+        return
     if not args.out:
-        ap.error("--out DIR (measure) or --summary FILE")
+        ap.error("--out DIR (measure), --summary FILE, --sass FILE or --replay FILE")
     import cupy
 
     from benchmarks.gpu_measure import provenance
