@@ -184,6 +184,12 @@ def _resident_ctas(jobs: int) -> Rendered:
     return Rendered(resident_ctas.block(resident_ctas.rows(), resident_ctas.cycles_rows()))
 
 
+def _other_gpu(jobs: int) -> Rendered:
+    from flashio.analysis.validation import other_gpu
+
+    return Rendered(other_gpu.block(jobs=jobs))
+
+
 def _sm_scaling(jobs: int) -> Rendered:
     from flashio.analysis.validation import sm_scaling
 
@@ -229,6 +235,7 @@ NAMED = (
     ("families", "validation.md", "families", _families, "~1 min with --jobs 2"),
     ("resident-ctas", "validation.md", "resident-ctas", _resident_ctas, "~20 s"),
     ("sm-scaling", "hypothetical-gpus.md", "sm-scaling", _sm_scaling, "~20 s"),
+    ("other-gpu", "hypothetical-gpus.md", "other-gpu", _other_gpu, "~2 min with --jobs 2"),
 )
 
 
