@@ -49,3 +49,20 @@ def test_the_twin_predicts_the_h100_as_the_model_predicts_the_h200():
     _, h200 = mape(other_gpu.H200_TIMINGS)
     assert n == 28 and h100 < 0.05
     assert h100 < h200 + 0.01
+
+
+def test_the_twin_prices_flash_attn2_on_the_h100_as_on_the_h200():
+    """flash-attn 2's forward (PyTorch SDPA's flash backend, 20 configurations) timed on the
+    H100 (data/impl/h100/impl_measure.json) against the twin: 8.4% MAPE, against 9.1% on
+    the H200 for the model of the H200 (docs/validation.md's families). Bound: no more than a
+    point worse than on the model's own GPU."""
+    from flashio.analysis.validation.family_rows import IMPL_TIMINGS
+
+    def mape(errors):
+        return float(np.mean([abs(r["error"]) for r in errors if r["family"] == "flash-attn2"
+                              and r["schedule"] == "flash2"]))  # fmt: skip
+
+    fa2 = ("flash-attn2",)
+    h100 = mape(other_gpu.impl_errors(other_gpu.H100_IMPL, other_gpu.twin().gpu, only=fa2))
+    h200 = mape(other_gpu.impl_errors(IMPL_TIMINGS, other_gpu.GPU_NAME, only=fa2))
+    assert h100 < h200 + 0.01

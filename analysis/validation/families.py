@@ -103,10 +103,10 @@ WHY_NOT_MODELLED = {  # other than having no instruction census and no written p
 }
 
 
-def predict(m: Measured, options: ModelOptions = OPTIONS) -> float:
-    """Simulated seconds of ``m`` (see the module docstring)."""
+def predict(m: Measured, options: ModelOptions = OPTIONS, gpu=GPU) -> float:
+    """Simulated seconds of ``m`` (see the module docstring) on ``gpu`` (a spec or a name)."""
     sched = kernels.schedule(m.schedule, m.shape, m.block_q, m.block_kv, m.warps, impl=m.impl)
-    res = simulator.simulate(sched, GPU, options=options)
+    res = simulator.simulate(sched, gpu, options=options)
     times = [k.time_s for k in res.kernels]
     if m.harness:
         return load_calibration().harness.event_time(times)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from flashio import kernels
 from flashio.analysis.paths import DATA
@@ -29,6 +30,7 @@ HOPPER_RUN = DATA / "gpu" / "hopper" / "hopper_measure.json"
 HOPPER_BWD_RUN = DATA / "gpu" / "hopper" / "hopper_bwd_measure.json"
 PRESET_LABEL = "hopper preset"  # benchmarks/hopper_measure.py's row of the preset's build
 CUDNN_TILING = (128, 128, 12)
+IMPL_TIMINGS = DATA / "impl" / "impl_measure.json"  # benchmarks/impl_measure on the H200
 # event-timed runs shorter than this are launch overhead more than kernel; the profiler's
 # kernel durations (the other families) have no such floor
 MIN_TIME_S = 50e-6
@@ -80,6 +82,38 @@ def _shape(r) -> kernels.AttentionShape:
     )  # fmt: skip
 
 
+def impl_rows(path: Path, families=FAMILIES, skipped: dict | None = None) -> list[Measured]:
+    """The rows of ``families`` in an impl_measure.json (benchmarks/impl_measure: PyTorch's
+    and Triton's kernels); counts of the rows of other implementations go to ``skipped``."""
+    skipped = {} if skipped is None else skipped
+    out = []
+    for r in json.loads(Path(path).read_text())["rows"]:
+        fam = {"torch_flash": "flash-attn2", "triton_fa": "triton", "torch_eager": "pytorch"}.get(
+            r["impl"]
+        )
+        if r["impl"] == "torch_cudnn" and r["pass"] == "fwd":
+            fam = "cudnn"
+        if fam is None:
+            skipped[r["impl"]] = skipped.get(r["impl"], 0) + 1
+            continue
+        if fam not in families:
+            continue
+        names = [p["name"] for p in r.get("profile", []) if p.get("cat", "kernel") == "kernel"]
+        us = zip(r["kernel_us"], names, strict=True)
+        attn = [u for u, n in us if "flash" in n or "fa2" in n or "fprop" in n]
+        t = sum(attn) * 1e-6
+        sched = "flash2" if r["pass"] == "fwd" else "flash2_bwd"
+        if fam == "pytorch":  # every kernel of the call: the GEMMs, scale, mask, softmax
+            t, sched = sum(r["kernel_us"]) * 1e-6, "standard"
+            tiling = kernels.implementation("pytorch").tiling(sched, _shape(r))
+        elif fam == "cudnn":
+            tiling = CUDNN_TILING
+        else:
+            tiling = (int(r["block_m"]), int(r["block_n"]), int(r["num_warps"]))
+        out.append(Measured(fam, sched, _shape(r), *tiling, t, False))
+    return out
+
+
 def measurements(families=FAMILIES) -> tuple[list[Measured], dict]:
     """Every measured configuration of ``families``, and counts of the rows left out."""
     out, skipped = [], {}
@@ -106,31 +140,7 @@ def measurements(families=FAMILIES) -> tuple[list[Measured], dict]:
                     True,
                 )
             )
-    im = json.loads((DATA / "impl" / "impl_measure.json").read_text())["rows"]
-    for r in im:
-        fam = {"torch_flash": "flash-attn2", "triton_fa": "triton", "torch_eager": "pytorch"}.get(
-            r["impl"]
-        )
-        if r["impl"] == "torch_cudnn" and r["pass"] == "fwd":
-            fam = "cudnn"
-        if fam is None:
-            skipped[r["impl"]] = skipped.get(r["impl"], 0) + 1
-            continue
-        if fam not in families:
-            continue
-        names = [p["name"] for p in r.get("profile", []) if p.get("cat", "kernel") == "kernel"]
-        us = zip(r["kernel_us"], names, strict=True)
-        attn = [u for u, n in us if "flash" in n or "fa2" in n or "fprop" in n]
-        t = sum(attn) * 1e-6
-        sched = "flash2" if r["pass"] == "fwd" else "flash2_bwd"
-        if fam == "pytorch":  # every kernel of the call: the GEMMs, scale, mask, softmax
-            t, sched = sum(r["kernel_us"]) * 1e-6, "standard"
-            tiling = kernels.implementation("pytorch").tiling(sched, _shape(r))
-        elif fam == "cudnn":
-            tiling = CUDNN_TILING
-        else:
-            tiling = (int(r["block_m"]), int(r["block_n"]), int(r["num_warps"]))
-        out.append(Measured(fam, sched, _shape(r), *tiling, t, False))
+    out += impl_rows(IMPL_TIMINGS, families, skipped)
     if "flashio-hopper" in families:
         hop, persistent = _hopper_rows()
         out += hop

@@ -21,14 +21,18 @@ from pathlib import Path
 import numpy as np
 
 from flashio import simulator
+from flashio.analysis.paths import DATA
 from flashio.analysis.validation.calibration import Calibration, load_calibration
 from flashio.analysis.validation.crosscheck import Report, crosscheck, read_timings
 from flashio.analysis.validation.gpu_data import DATA_DIR
 
 H100_TIMINGS = DATA_DIR / "h100" / "gpu_measure.json"
 H200_TIMINGS = DATA_DIR / "gpu_measure.json"
+# other implementations' kernels (benchmarks/impl_measure), timed on each GPU
+H100_IMPL = DATA / "impl" / "h100" / "impl_measure.json"
 # what the hypothetical twin takes from the other GPU's datasheet spec
 MEMORY_FIELDS = ("l2_bytes", "hbm_bandwidth_bytes_per_s", "hbm_bytes")
+GPU_NAME = "h200-measured"  # the families' model of the H200 (families.GPU)
 LONG = 4096  # sequences at least this long: kernels of 0.1 ms and more, out of launch noise
 
 
@@ -59,6 +63,41 @@ def ratios(other: Report, path: Path = H200_TIMINGS, jobs: int = 1) -> list[dict
          "predicted": r["predicted"]["time_s"] / b["predicted"]["time_s"]}
         for r, b in zip(both, base.rows, strict=True)
     ]  # fmt: skip
+
+
+def impl_errors(path: Path, gpu, jobs: int = 1, only=None) -> list[dict]:
+    """Per row of an impl_measure.json (flash-attn 2, cuDNN, Triton, eager PyTorch: the
+    families of docs/validation.md; ``only``: those families), its family, schedule and the
+    time error on ``gpu``."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from flashio.analysis.validation import families
+    from flashio.analysis.validation.family_rows import impl_rows
+
+    ms = impl_rows(path, only or families.FAMILIES)
+    args = (ms, [families.OPTIONS] * len(ms), [gpu] * len(ms))
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as ex:
+            preds = list(ex.map(families.predict, *args))
+    else:
+        preds = list(map(families.predict, *args))
+    return [{"family": m.family, "schedule": m.schedule, "error": p / m.time_s - 1}
+            for m, p in zip(ms, preds, strict=True)]  # fmt: skip
+
+
+def impl_markdown(on_twin: list[dict], on_h200: list[dict]) -> str:
+    """Per family and schedule: the time errors on the twin against the H100's timings and
+    on the H200's model against the H200's (docs/validation.md's families)."""
+    lines = [
+        "| family, schedule | twin vs the H100: n, MAPE, max, bias | H200 model vs the H200 |",
+        "|---|---|---|",
+    ]
+    keys = sorted({(r["family"], r["schedule"]) for r in on_twin})
+    for fam, sched in keys:
+        a = [r["error"] for r in on_twin if (r["family"], r["schedule"]) == (fam, sched)]
+        b = [r["error"] for r in on_h200 if (r["family"], r["schedule"]) == (fam, sched)]
+        lines.append(f"| {fam} {sched} | {_stats(a)} | {_stats(b)} |")
+    return "\n".join(lines)
 
 
 def _stats(errors) -> str:
@@ -102,4 +141,10 @@ def block(jobs: int = 1) -> str:
     sheet = dataclasses.replace(cal, gpu=simulator.load_gpu("h100-sxm"))
     sheet_rep = crosscheck(read_timings(H100_TIMINGS), calibration=sheet, jobs=jobs)
     body = markdown(rep, sheet_rep, ratios(rep, jobs=jobs))
+    from flashio.analysis.validation.family_rows import IMPL_TIMINGS
+
+    others = impl_markdown(
+        impl_errors(H100_IMPL, twin().gpu, jobs), impl_errors(IMPL_TIMINGS, GPU_NAME, jobs)
+    )
+    body += f"\n\nOther implementations' kernels, timed on each GPU alike:\n\n{others}"
     return f"<!-- other-gpu:begin -->\n\n{body}\n\n<!-- other-gpu:end -->"
