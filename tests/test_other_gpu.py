@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from flashio.analysis.validation import other_gpu
+from flashio.analysis.validation import families, other_gpu
 from flashio.analysis.validation.calibration import load_calibration
 from flashio.analysis.validation.crosscheck import crosscheck, read_timings
 
@@ -64,5 +64,5 @@ def test_the_twin_prices_flash_attn2_on_the_h100_as_on_the_h200():
 
     fa2 = ("flash-attn2",)
     h100 = mape(other_gpu.impl_errors(other_gpu.H100_IMPL, other_gpu.twin().gpu, only=fa2))
-    h200 = mape(other_gpu.impl_errors(IMPL_TIMINGS, other_gpu.GPU_NAME, only=fa2))
+    h200 = mape(other_gpu.impl_errors(IMPL_TIMINGS, families.GPU, only=fa2))
     assert h100 < h200 + 0.01

@@ -16,14 +16,17 @@ docs/hypothetical-gpus.md, "A real GPU the model was not built from".
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from flashio import simulator
 from flashio.analysis.paths import DATA
+from flashio.analysis.validation import families
 from flashio.analysis.validation.calibration import Calibration, load_calibration
 from flashio.analysis.validation.crosscheck import Report, crosscheck, read_timings
+from flashio.analysis.validation.family_rows import IMPL_TIMINGS, impl_rows
 from flashio.analysis.validation.gpu_data import DATA_DIR
 
 H100_TIMINGS = DATA_DIR / "h100" / "gpu_measure.json"
@@ -32,7 +35,6 @@ H200_TIMINGS = DATA_DIR / "gpu_measure.json"
 H100_IMPL = DATA / "impl" / "h100" / "impl_measure.json"
 # what the hypothetical twin takes from the other GPU's datasheet spec
 MEMORY_FIELDS = ("l2_bytes", "hbm_bandwidth_bytes_per_s", "hbm_bytes")
-GPU_NAME = "h200-measured"  # the families' model of the H200 (families.GPU)
 LONG = 4096  # sequences at least this long: kernels of 0.1 ms and more, out of launch noise
 
 
@@ -69,11 +71,6 @@ def impl_errors(path: Path, gpu, jobs: int = 1, only=None) -> list[dict]:
     """Per row of an impl_measure.json (flash-attn 2, cuDNN, Triton, eager PyTorch: the
     families of docs/validation.md; ``only``: those families), its family, schedule and the
     time error on ``gpu``."""
-    from concurrent.futures import ProcessPoolExecutor
-
-    from flashio.analysis.validation import families
-    from flashio.analysis.validation.family_rows import impl_rows
-
     ms = impl_rows(path, only or families.FAMILIES)
     args = (ms, [families.OPTIONS] * len(ms), [gpu] * len(ms))
     if jobs > 1:
@@ -141,10 +138,8 @@ def block(jobs: int = 1) -> str:
     sheet = dataclasses.replace(cal, gpu=simulator.load_gpu("h100-sxm"))
     sheet_rep = crosscheck(read_timings(H100_TIMINGS), calibration=sheet, jobs=jobs)
     body = markdown(rep, sheet_rep, ratios(rep, jobs=jobs))
-    from flashio.analysis.validation.family_rows import IMPL_TIMINGS
-
     others = impl_markdown(
-        impl_errors(H100_IMPL, twin().gpu, jobs), impl_errors(IMPL_TIMINGS, GPU_NAME, jobs)
+        impl_errors(H100_IMPL, twin().gpu, jobs), impl_errors(IMPL_TIMINGS, families.GPU, jobs)
     )
     body += f"\n\nOther implementations' kernels, timed on each GPU alike:\n\n{others}"
     return f"<!-- other-gpu:begin -->\n\n{body}\n\n<!-- other-gpu:end -->"

@@ -25,16 +25,22 @@ LONE_ORDER = DATA / "gpu" / "probe" / "lone_cta_launches.json"
 LONE_NCU = DATA / "gpu" / "probe" / "lone_cta_ncu.csv.gz"
 
 
+def _predicted_s(r: dict, gpu) -> float:
+    """Seconds of the main kernel of a probe row (schedule, head dim, tiles; B x H = 1 x 16,
+    N = 4096, bf16) with at most ``r["k"]`` CTAs an SM."""
+    shape = kernels.AttentionShape(1, 16, 4096, r["head_dim"], "bf16")
+    sched = kernels.schedule(r["schedule"], shape, *r["tiles"])
+    res = simulator.simulate(sched, gpu.replace(max_ctas_per_sm=r["k"]), options=OPTIONS)
+    return next(k.time_s for k in res.kernels if k.name in MAIN_KERNELS)
+
+
 def rows(path: Path = PROBE) -> list[dict]:
     """Per measured (kernel, k): measured and predicted milliseconds of the main kernel, and
     the gain over k = 1 of each."""
     gpu = simulator.load_gpu(GPU)
     out, first = [], {}
     for r in json.loads(path.read_text())["rows"]:
-        shape = kernels.AttentionShape(1, 16, 4096, r["head_dim"], "bf16")
-        sched = kernels.schedule(r["schedule"], shape, *r["tiles"])
-        res = simulator.simulate(sched, gpu.replace(max_ctas_per_sm=r["k"]), options=OPTIONS)
-        pred = next(k.time_s for k in res.kernels if k.name in MAIN_KERNELS) * 1e3
+        pred = _predicted_s(r, gpu) * 1e3
         key = (r["schedule"], r["head_dim"], tuple(r["tiles"]))
         first.setdefault(key, (r["median_ms"], pred))
         m1, p1 = first[key]
@@ -77,13 +83,14 @@ def cycles_rows(order_path: Path = LONE_ORDER, ncu_path: Path = LONE_NCU) -> lis
     picked = read_launches([ln[name] for ln in launches], order)
     out = []
     for r, i in zip(order, picked, strict=True):
-        shape = kernels.AttentionShape(1, 16, 4096, r["head_dim"], "bf16")
-        sched = kernels.schedule(r["schedule"], shape, *r["tiles"])
-        res = simulator.simulate(sched, gpu.replace(max_ctas_per_sm=r["k"]), options=OPTIONS)
-        pred = next(k.time_s for k in res.kernels if k.name == r["kernel"]) * gpu.clock_hz
         out.append({**r, "measured_cycles": _number(launches[i][cycles]),
-                    "predicted_cycles": pred})  # fmt: skip
+                    "predicted_cycles": _predicted_s(r, gpu) * gpu.clock_hz})  # fmt: skip
     return out
+
+
+def _kernel_cells(r: dict) -> str:
+    bq, bk, w = r["tiles"]
+    return f"| {r['kernel']} | {r['head_dim']} | {bq}x{bk} w{w} | {r['k']} "
 
 
 def markdown(table: list[dict]) -> str:
@@ -93,10 +100,8 @@ def markdown(table: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table:
-        bq, bk, w = r["tiles"]
         lines.append(
-            f"| {r['kernel']} | {r['head_dim']} | {bq}x{bk} w{w} | {r['k']} "
-            f"| {r['median_ms']:.3f} | {r['predicted_ms']:.3f} "
+            _kernel_cells(r) + f"| {r['median_ms']:.3f} | {r['predicted_ms']:.3f} "
             f"| {r['predicted_ms'] / r['median_ms'] - 1:+.1%} "
             f"| {r['measured_gain']:.2f} | {r['predicted_gain']:.2f} |"
         )
@@ -110,10 +115,8 @@ def cycles_markdown(table: list[dict]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in table:
-        bq, bk, w = r["tiles"]
         lines.append(
-            f"| {r['kernel']} | {r['head_dim']} | {bq}x{bk} w{w} | {r['k']} "
-            f"| {r['measured_cycles']:,.0f} | {r['predicted_cycles']:,.0f} "
+            _kernel_cells(r) + f"| {r['measured_cycles']:,.0f} | {r['predicted_cycles']:,.0f} "
             f"| {r['predicted_cycles'] / r['measured_cycles'] - 1:+.1%} |"
         )
     return "\n".join(lines)
