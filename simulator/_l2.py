@@ -12,8 +12,10 @@ a look-up is the cache lines it touches:
 - ``scalars``: counters (see the column names below);
 - ``table``: a hash table of (granule key, slot) pairs, open addressing with linear probing and
   backward-shift deletion;
-- ``slots``: one 64-byte row per slot: granule key, present mask, dirty mask, owner tensor and the
-  time of its last use;
+- ``slots``: one 64-byte row per slot: granule key, present mask, dirty mask, owner tensor, the
+  time of its last use and, for fills in flight (``ModelOptions(pending_fills=True)``), the mask
+  of lines whose fill lands at the row's fill time, the lines the current request misses, and
+  that time (a float, read through ``fills``, a float view of the same rows);
 - ``queue``: (use time, slot) in order of use. Its first entry whose time is still its slot's is
   the least recently used granule, so a hit writes its own row and appends to the queue instead
   of rewiring a linked list (exact LRU). The queue is compacted when it fills.
@@ -36,8 +38,8 @@ LINES_PER_GRANULE = 1 << LINES_SHIFT
 EMPTY = -1
 # scalars: slots in use, capacity, table mask, log2 of the line bytes, use clock, queue state
 COUNT, CAP, MASK, LINE_SHIFT, CLOCK, Q_HEAD, Q_TAIL, Q_CAP = range(8)
-# columns of a slot's row
-KEY, PRESENT, DIRTY, OWNER, USED = range(5)
+# columns of a slot's row; FILL_AT is a float (the state's ``fills`` view of the rows)
+KEY, PRESENT, DIRTY, OWNER, USED, FILLING, PENDING, FILL_AT = range(8)
 ROW = 8  # int64 per row: 64 bytes, one cache line
 # a queue entry is use time << SLOT_BITS | slot: up to 16M granules (128 GiB of L2) and 2**39
 # (5.5e11) granule uses per run, over 500x those of FA2 at N = 128k
@@ -53,7 +55,8 @@ def _aligned(rows: int, cols: int, fill: int) -> np.ndarray:
 
 
 def new_l2(l2_bytes: int, line_bytes: int):
-    """Empty cache state for an L2 of ``l2_bytes`` with ``line_bytes`` lines (a power of two)."""
+    """Empty cache state for an L2 of ``l2_bytes`` with ``line_bytes`` lines (a power of two):
+    (scalars, table, slots, queue, fills), ``fills`` the slots' rows seen as floats."""
     if line_bytes <= 0 or line_bytes & (line_bytes - 1):
         raise ValueError(f"L2 lines must be a power of two bytes, got {line_bytes}")
     cap = max(1, l2_bytes // (line_bytes * LINES_PER_GRANULE))
@@ -63,7 +66,8 @@ def new_l2(l2_bytes: int, line_bytes: int):
     qcap = QUEUE_PER_SLOT * cap
     scalars = np.array([0, cap, size - 1, line_bytes.bit_length() - 1, 0, 0, 0, qcap], np.int64)
     table = _aligned(size, 2, EMPTY)
-    return scalars, table, _aligned(cap, ROW, 0), np.zeros(qcap, np.int64)
+    slots = _aligned(cap, ROW, 0)
+    return scalars, table, slots, np.zeros(qcap, np.int64), slots.view(np.float64)
 
 
 @njit(inline="always", **HOT)
@@ -147,7 +151,7 @@ def _table_delete(table, mask, key):
 def _granule_slot(st, key, tensor, wb_table, wb_col):
     """Slot of granule ``key``, made most recent; inserted (evicting the LRU one) if absent.
     Returns (slot, bytes written back by the eviction)."""
-    sc, table, slots, queue = st
+    sc, table, slots, queue, _ = st
     mask = sc[MASK]
     i = _home(key, mask)
     while table[i, 0] != EMPTY:
@@ -175,24 +179,34 @@ def _granule_slot(st, key, tensor, wb_table, wb_col):
     slots[s, PRESENT] = 0
     slots[s, DIRTY] = 0
     slots[s, OWNER] = tensor
+    slots[s, FILLING] = 0
+    slots[s, PENDING] = 0
     _use(sc, slots, queue, s)
     return s, wb
 
 
-@njit(**HOT)
-def access(st, op_is_read, op_writes, tensor, offset, rows, row_bytes, stride, wb_table, wb_col):
+@njit(inline="always", **HOT)
+def access(
+    st, op_is_read, op_writes, tensor, offset, rows, row_bytes, stride, wb_table, wb_col, fills
+):  # fmt: skip
     """``rows`` byte ranges [offset + r * stride, + row_bytes) of ``tensor`` through the L2, in
     order.
 
     ``op_is_read``: the bytes must be present (LOAD, and REDUCE's read-modify-write);
     ``op_writes``: the lines become dirty (STORE, REDUCE). Writes allocate without fetching.
     Bytes written back by evictions are added to ``wb_table[owner tensor, wb_col]``.
-    Returns (missed bytes read from HBM, bytes written back by evictions, newly dirtied bytes).
+    ``fills``: track fills in flight: a read that finds a line whose fill has not landed waits
+    for it, and the lines a read misses are marked for ``fill_landing`` (docs/model.md, "L2").
+    Inlined where it is called with ``fills`` a constant, so that without fills the replay
+    runs none of their code.
+    Returns (missed bytes read from HBM, bytes written back by evictions, newly dirtied bytes,
+    the latest landing of a fill the hit lines wait for, -inf for none).
     """
     miss = 0
     wb = 0
     dirtied = 0
-    slots = st[2]
+    wait = -np.inf
+    slots, at = st[2], st[4]
     ls = st[0][LINE_SHIFT]  # lines and granules are powers of two: shifts, not divisions
     gshift = ls + LINES_SHIFT
     line = np.int64(1) << ls
@@ -221,18 +235,56 @@ def access(st, op_is_read, op_writes, tensor, offset, rows, row_bytes, stride, w
                         if (missing >> np.uint64(b)) & np.uint64(1):
                             lstart = gs + (b << ls)
                             miss += min(hi, lstart + line) - max(lo, lstart)
+                if fills:
+                    if req & have & np.uint64(slots[s, FILLING]) != np.uint64(0):
+                        wait = max(wait, at[s, FILL_AT])
+                    slots[s, PENDING] = np.int64(np.uint64(slots[s, PENDING]) | missing)
+            elif fills:  # written lines need no fill
+                slots[s, FILLING] = np.int64(np.uint64(slots[s, FILLING]) & ~req)
             slots[s, PRESENT] = np.int64(have | req)
             if op_writes:
                 was = np.uint64(slots[s, DIRTY])
                 dirtied += popcount(req & ~was) << ls
                 slots[s, DIRTY] = np.int64(was | req)
-    return miss, wb, dirtied
+    return miss, wb, dirtied, wait
+
+
+@njit(inline="always", **HOT)
+def _find(st, key):
+    """Slot of granule ``key``, or -1 where the cache does not hold it (LRU order unchanged)."""
+    sc, table = st[0], st[1]
+    mask = sc[MASK]
+    i = _home(key, mask)
+    while table[i, 0] != EMPTY:
+        if table[i, 0] == key:
+            return table[i, 1]
+        i = (i + 1) & mask
+    return -1
+
+
+@njit(**HOT)
+def fill_landing(st, tensor, offset, rows, row_bytes, stride, t, landing):
+    """After a read issued at ``t`` that missed: its missed lines (marked by ``access``) land
+    at ``landing``. A granule's earlier fills that landed by ``t`` are forgotten; ones still in
+    flight merge with this one (the granule keeps one landing, the latest)."""
+    slots, at = st[2], st[4]
+    gshift = st[0][LINE_SHIFT] + LINES_SHIFT
+    for r in range(rows if row_bytes > 0 else 0):
+        start = offset + r * stride
+        for g in range(start >> gshift, ((start + row_bytes - 1) >> gshift) + 1):
+            s = _find(st, (tensor << 44) | g)
+            if s < 0 or slots[s, PENDING] == 0:  # evicted meanwhile, or nothing missed
+                continue
+            keep = np.uint64(slots[s, FILLING]) if at[s, FILL_AT] > t else np.uint64(0)
+            slots[s, FILLING] = np.int64(keep | np.uint64(slots[s, PENDING]))
+            slots[s, PENDING] = 0
+            at[s, FILL_AT] = max(at[s, FILL_AT], landing) if keep else landing
 
 
 @njit(**HOT)
 def held_bytes(st):
     """Bytes in the lines the cache holds, and in those of them that are dirty."""
-    sc, _, slots, _ = st
+    sc, slots = st[0], st[2]
     present = dirty = 0
     for s in range(sc[COUNT]):
         present += popcount(slots[s, PRESENT])
@@ -243,7 +295,7 @@ def held_bytes(st):
 @njit(**HOT)
 def dirty_bytes(st):
     """Bytes in dirty lines still held by the cache."""
-    sc, _, slots, _ = st
+    sc, slots = st[0], st[2]
     total = 0
     for s in range(sc[COUNT]):
         total += popcount(slots[s, DIRTY])

@@ -8,11 +8,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from flashio.simulator._l2 import HOT, access
+from flashio.simulator._l2 import HOT, access, fill_landing
 from flashio.simulator._state import (
     B_HBM,
     B_L2,
     B_SM_MEM,
+    C_FILLS,
     C_HBM_BW,
     C_HBM_LAT,
     C_L2_BW,
@@ -55,13 +56,22 @@ def request(mem, cfg, port, op, tensor, offset, rows, row_bytes, stride, nbytes,
         tstat[tensor, T_GLOBAL_WRITE] += nbytes
     miss = 0
     wb = 0
+    fills = cfg[C_FILLS] > 0
+    wait = -np.inf  # when the fills in flight that its hit lines wait for land
     if l2_on:
         is_read, writes = op != STORE, op != LOAD
         if rows == 1 or row_bytes == stride:  # one contiguous range
             rows, row_bytes = 1, nbytes
-        miss, wb, dd = access(
-            l2, is_read, writes, tensor, offset, rows, row_bytes, stride, tstat, T_HBM_WRITE
-        )
+        if fills:
+            miss, wb, dd, wait = access(
+                l2, is_read, writes, tensor, offset, rows, row_bytes, stride, tstat, T_HBM_WRITE,
+                True,
+            )  # fmt: skip
+        else:
+            miss, wb, dd, wait = access(
+                l2, is_read, writes, tensor, offset, rows, row_bytes, stride, tstat, T_HBM_WRITE,
+                False,
+            )  # fmt: skip
         cnt[K_DIRTIED] += dd
         tstat[tensor, T_HBM_READ] += miss
         busy[B_L2] += nbytes / cfg[C_L2_BW]
@@ -86,7 +96,11 @@ def request(mem, cfg, port, op, tensor, offset, rows, row_bytes, stride, nbytes,
         else:
             srv[1] = max(srv[1], t) + (miss + wb) / cfg[C_HBM_BW]
             done = max(done, srv[1] + cfg[C_HBM_LAT])
-    return done, r_l2, r_hbm
+            if fills and miss > 0:  # its missed lines land in the L2 as the HBM delivers them
+                fill_landing(
+                    l2, tensor, offset, rows, row_bytes, stride, t, srv[1] + cfg[C_HBM_LAT]
+                )
+    return max(done, wait), r_l2, r_hbm
 
 
 @njit(inline="always", **HOT)

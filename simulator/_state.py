@@ -32,8 +32,9 @@ LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in 
     C_RED_HOLD,
     C_STREAMS,
     C_PACED,
-) = range(20)
-N_CFG = 20
+    C_FILLS,
+) = range(21)
+N_CFG = 21
 # C_OCCUPY, C_DURATION: an arithmetic event of work w at rate R occupies its SM's pipe for
 # w / R * C_OCCUPY and takes its CTA at least w / R * C_DURATION (docs/model.md)
 # C_CTA_LEAD, C_CTA_TAIL: seconds a CTA spends before its first event and after its last (its
@@ -41,6 +42,7 @@ N_CFG = 20
 # C_RED_HOLD: 1 where the kernel's loop sends its reductions after all its tensor-core work,
 # so that its SM waits while they leave at C_SM_RED_BW (docs/model.md, "Reductions")
 # C_STREAMS: 1 where requests stream into the L2 and HBM (docs/model.md, "Streamed requests")
+# C_FILLS: 1 where a read that hits a line whose fill is in flight waits for it to land
 # C_PACED: with CTA drift, the most CTAs the paces by age cover (0: no drift); the pace of the
 # CTA with r older ones among the n computing on its SM is cfg[N_CFG + n (n - 1) / 2 + r] (in
 # place of C_DURATION)

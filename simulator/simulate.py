@@ -75,6 +75,11 @@ class ModelOptions:
         the oldest CTA's warps issued first), so CTAs launched together drift apart, as the
         H200's do, instead of sharing the SM evenly (docs/model.md, "CTA drift": the rule
         splits an SM among CTAs of equal work as the H200 does; part of ``VALIDATED``).
+    pending_fills : bool
+        A read that finds a line in the L2 whose fill from HBM has not landed yet waits for it
+        instead of hitting at the L2's latency (the L2 merges requests for a line in flight):
+        CTAs that read the same new tile at the same moment all wait for the HBM
+        (docs/model.md, "L2"). Not with ``streamed_requests``.
     staged_loads : bool
         With ``prefetch_kernels``: a kernel whose implementation keeps one buffer per streamed
         tile (``Implementation.stages`` 1, FlashAttention-2's forward) loads as its loop
@@ -90,6 +95,7 @@ class ModelOptions:
     streamed_requests: bool = False
     cta_drift: bool = False
     staged_loads: bool = False
+    pending_fills: bool = False
 
     def __post_init__(self):
         names = self.prefetch_kernels
@@ -99,15 +105,25 @@ class ModelOptions:
                 f"('flash2_fwd',), got {names!r}"
             )
         object.__setattr__(self, "prefetch_kernels", tuple(names))
+        if self.pending_fills and self.streamed_requests:
+            raise FlashioError(
+                "ModelOptions: pending_fills needs whole requests (a streamed request's landing "
+                "is known only later); set streamed_requests=False"
+            )
 
 
 DEFAULT_OPTIONS = ModelOptions()
 # the model the validation measures against the GPU (docs/validation.md): each kernel's main
 # loop replayed where its code is known, the forwards copying ahead as their loops do, an SM's
-# CTAs drifting apart by age (analysis/validation/calibration.toml's [model] adds shared issue
-# for the kernels it prices at the pipe rates)
+# CTAs drifting apart by age, reads of a line in flight waiting for its fill
+# (analysis/validation/calibration.toml's [model] adds shared issue for the kernels it prices
+# at the pipe rates)
 VALIDATED = ModelOptions(
-    issue_model=True, prefetch_kernels=("flash2_fwd",), cta_drift=True, staged_loads=True
+    issue_model=True,
+    prefetch_kernels=("flash2_fwd",),
+    cta_drift=True,
+    staged_loads=True,
+    pending_fills=True,
 )
 
 
@@ -364,6 +380,7 @@ def _config(
     prefetch: int = 0,
     hold_reductions: bool = False,
     streamed_requests: bool = False,
+    pending_fills: bool = False,
 ) -> np.ndarray:
     # with CTA drift, the paces by age follow the fixed entries: row n - 1 at N_CFG + n(n-1)/2
     paces = [p for row in cost.paces for p in row]
@@ -388,6 +405,7 @@ def _config(
     cfg[E.C_SHARED_ISSUE] = float(shared_issue)
     cfg[E.C_PREFETCH] = float(prefetch)
     cfg[E.C_STREAMS] = float(streamed_requests)
+    cfg[E.C_FILLS] = float(pending_fills)
     if cost.step is not None:
         cfg[E.C_CTA_LEAD] = cost.step.lead_s
         cfg[E.C_CTA_TAIL] = cost.step.tail_s
@@ -531,7 +549,7 @@ def replay(
         shared = options.shared_issue or cost.step is not None  # the replay priced all pipes
         cfg = _config(
             gpu, dtype, cost, shared, prefetches(kinfo, options, comp, source.meta.params),
-            holds_reductions(comp, shared), options.streamed_requests,
+            holds_reductions(comp, shared), options.streamed_requests, options.pending_fills,
         )  # fmt: skip
         mem = E.Memory(l2_on, l2, srv, sv, local, space, tstat, busy, cnt)
         end_s, span = _replay_kernel(

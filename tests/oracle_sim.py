@@ -121,6 +121,10 @@ class Granule:
         self.tensor = tensor
         self.present: set[int] = set()
         self.dirty: set[int] = set()
+        # pending fills: the lines whose fill lands at fill_at, and those the current read misses
+        self.filling: set[int] = set()
+        self.fill_at = 0.0
+        self.missed: set[int] = set()
 
 
 class L2:
@@ -134,10 +138,13 @@ class L2:
             # docs/model.md does not say what an L2 smaller than one granule does.
             raise ValueError(f"l2_bytes={l2_bytes} holds no whole granule; the spec is silent")
         self.granules: OrderedDict[tuple[int, int], Granule] = OrderedDict()  # LRU first
+        self.track_fills = False  # ModelOptions.pending_fills
+        self.wait = -math.inf
 
     def access(self, op: int, tensor: int, start: int, end: int, written_back: dict) -> int:
         """Access bytes [start, end) of ``tensor``; return missed bytes, add write-backs per
-        tensor into ``written_back``."""
+        tensor into ``written_back``. The latest landing of a fill in flight that a present
+        line read waits for goes to ``self.wait``."""
         miss = 0
         if end <= start:
             return 0
@@ -155,12 +162,34 @@ class L2:
             lo = max(start, g * self.granule_bytes)
             hi = min(end, (g + 1) * self.granule_bytes)
             for line in range(lo // self.line, (hi - 1) // self.line + 1):
-                if op in (Op.LOAD, Op.REDUCE) and line not in gran.present:
+                reads = op in (Op.LOAD, Op.REDUCE)
+                if reads and line not in gran.present:
                     miss += min(hi, (line + 1) * self.line) - max(lo, line * self.line)
+                    if self.track_fills:
+                        gran.missed.add(line)
+                elif reads and line in gran.filling:  # "waits for it to land"
+                    self.wait = max(self.wait, gran.fill_at)
+                elif op == Op.STORE:  # a written line needs no fill
+                    gran.filling.discard(line)
                 gran.present.add(line)
                 if op in (Op.STORE, Op.REDUCE):
                     gran.dirty.add(line)  # writes allocate without reading
         return miss
+
+    def landed(self, tensor: int, start: int, end: int, t: float, landing: float) -> None:
+        """The lines a read issued at ``t`` missed in [start, end) land at ``landing``; fills
+        of a granule still in flight at ``t`` merge with it (the latest landing), earlier ones
+        are forgotten."""
+        for g in range(start // self.granule_bytes, (end - 1) // self.granule_bytes + 1):
+            gran = self.granules.get((tensor, g))
+            if gran is None or not gran.missed:
+                continue
+            if gran.fill_at > t and gran.filling:
+                gran.fill_at = max(gran.fill_at, landing)
+            else:
+                gran.filling, gran.fill_at = set(), landing
+            gran.filling |= gran.missed
+            gran.missed = set()
 
     def dirty_bytes(self) -> int:
         return sum(len(g.dirty) for g in self.granules.values()) * self.line
@@ -208,9 +237,11 @@ def _events_by_cta(trace: Trace, kernel: int, ctas: int) -> list[list[dict]]:
     return out
 
 
-def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic, reduce_rate):
+def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic, reduce_rate,
+                  fills=False):  # fmt: skip
     """A LOAD/STORE/REDUCE of byte ranges of one tensor, issued at the CTA's clock by an SM
-    whose path to the memory system is the server ``port``."""
+    whose path to the memory system is the server ``port``. ``fills``: pending fills
+    (ModelOptions.pending_fills)."""
 
     def request(cta, port, op, tensor, ranges, b, early=False, late=False):
         traffic[tensor][0 if op == Op.LOAD else 1] += b
@@ -220,8 +251,12 @@ def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic, r
         sent_from = max(port.free, cta.t)  # the SM path sends the bytes until through_sm
         through_sm = port.serve(cta.t, b, reduce_rate if op == Op.REDUCE else None)
         shared = []  # streamed: the requests that say when the rest lands
+        wait = -math.inf
         if l2 is not None:
+            l2.wait = -math.inf
             miss = sum(l2.access(op, tensor, lo, hi, written_back) for lo, hi in ranges)
+            if fills:
+                wait = l2.wait
             # "done = max(finish_L2, finish_SM) + l2_latency"
             if isinstance(l2_server, StreamServer):
                 shared.append(l2_server.serve(sent_from, through_sm, b))
@@ -240,7 +275,12 @@ def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic, r
         if miss + wb > 0 and isinstance(hbm_server, StreamServer):
             shared.append(hbm_server.serve(sent_from, through_sm, miss + wb))
         elif miss + wb > 0:
-            done = max(done, hbm_server.serve(cta.t, miss + wb) + hbm_latency)
+            landing = hbm_server.serve(cta.t, miss + wb) + hbm_latency
+            done = max(done, landing)
+            if fills and miss > 0 and l2 is not None:
+                for lo, hi in ranges:
+                    l2.landed(tensor, lo, hi, cta.t, landing)
+        done = max(done, wait)
         if op == Op.LOAD and early:  # a prefetched load: an operand of the next step
             cta.ready_next = max(cta.ready_next, done)
             cta.waits_next += shared
@@ -333,6 +373,8 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
     occs = [occupancy(k, gpu, buffers) for k in kinfos]
 
     l2 = L2(gpu.l2_bytes, gpu.l2_line_bytes) if gpu.l2_bytes > 0 else None
+    if l2 is not None:
+        l2.track_fills = options.pending_fills
     l2_latency = gpu.l2_latency_cycles / gpu.clock_hz
     hbm_latency = gpu.hbm_latency_cycles / gpu.clock_hz
     hbm_rate = gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency
@@ -357,7 +399,8 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
     traffic = [[0, 0, 0, 0] for _ in range(n_t + 1)]  # global read, write, hbm read, write
     counts = {Op.MMA: 0, Op.ELEMENTWISE: 0, Op.EXP: 0, Op.SHARED: 0}
     request = _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic,
-                            gpu.sm_reduce_bandwidth_bytes_per_s)  # fmt: skip
+                            gpu.sm_reduce_bandwidth_bytes_per_s,
+                            options.pending_fills)  # fmt: skip
     kernel_results = []
     t_now = 0.0
 

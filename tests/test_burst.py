@@ -80,3 +80,45 @@ def test_streamed_requests_end_together_as_the_gpus_do():
         if nbytes >= 96 << 10:
             gpu = np.median(_gpu_seconds("hbm", nbytes))
             assert np.median(model) == pytest.approx(gpu, rel=0.15), nbytes
+
+
+def _shared_cycles(where: str, copy: str, nbytes: int, ctas: int) -> np.ndarray:
+    doc = json.loads(Path("data/gpu/probe/burst_shared_h100.json").read_text())
+    rows = [
+        r for r in doc["rows"]
+        if (r["where"], r["copy"], r["bytes"], r["ctas"]) == (where, copy, nbytes, ctas)
+    ]  # fmt: skip
+    return np.concatenate([r["cycles"] for r in rows])
+
+
+def _replayed_shared_copy(ctas: int, nbytes: int, fills: bool) -> np.ndarray:
+    """Seconds each of ``ctas`` CTAs (one an SM) takes to load the same ``nbytes`` from a
+    cold L2 in the engine, with or without pending fills."""
+    ev = np.zeros(ctas, EVENT_DTYPE)
+    for c in range(ctas):
+        ev[c] = (0, c, -1, int(Op.LOAD), 0, -1, -1, 0, 1, nbytes, nbytes, nbytes, 0)
+    tensors = (TensorInfo("src", Space.GLOBAL, (nbytes,), 1),)
+    kinfo = KernelInfo("burst", ctas, 8, 200 << 10, 32)
+    trace = Trace(ev, TraceMeta("burst", {"dtype": "fp16"}, (kinfo,), tensors))
+    gpu = simulator.load_gpu("h200-measured")
+    options = simulator.ModelOptions(pending_fills=fills)
+    span = simulator.simulate(trace, gpu, timeline=True, options=options).timeline[0]
+    return span[:, 1] - span[:, 0]
+
+
+def test_ctas_copying_one_new_tile_all_wait_for_its_fill():
+    """data/gpu/probe/burst_shared_h100.json (an H100, whose SMs are the H200's): 8 to 132
+    CTAs copying the same 8 or 16 KiB from a region no launch read before all take longer than
+    one CTA copying it from the L2: not one of them gets the tile at a hit's latency, the L2
+    merges their requests into one fill. The engine does so with pending fills; without them
+    all but the first hit."""
+    for copy in ("tma", "ldg"):
+        for nbytes in (8 << 10, 16 << 10):
+            hit = np.median(_shared_cycles("l2", copy, nbytes, 1))
+            for ctas in (8, 32, 64, 132):
+                assert _shared_cycles("hbm", copy, nbytes, ctas).min() > hit, (copy, nbytes, ctas)
+    for nbytes in (8 << 10, 16 << 10):
+        merged = _replayed_shared_copy(SMS, nbytes, fills=True)
+        assert merged.min() >= 0.999 * merged[0]  # no reader before the one that missed
+        plain = _replayed_shared_copy(SMS, nbytes, fills=False)
+        assert (plain[1:] < plain[0]).all()  # every later reader hits at once

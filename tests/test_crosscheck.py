@@ -36,7 +36,9 @@ from tests.test_simulator_oracle import assert_agrees
 @st.composite
 def model_options(draw, kernel_names):
     pf = tuple(k for k in kernel_names if draw(st.booleans()))
-    return ModelOptions(shared_issue=draw(st.booleans()), prefetch_kernels=pf)
+    return ModelOptions(
+        shared_issue=draw(st.booleans()), prefetch_kernels=pf, pending_fills=draw(st.booleans())
+    )
 
 
 @st.composite

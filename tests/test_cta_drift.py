@@ -168,11 +168,12 @@ def test_drift_places_and_times_the_forward_as_the_h200():
     """This project's 64x64, 4-warp forward (d = 64, N = 8192, 16 heads; 3 CTAs an SM) on 64,
     96 and 132 SMs, as data/gpu/probe/cta_placement.py recorded it, under the cross-check's
     model with drift: the last partial wave one CTA an SM where it can, each SM's first-wave
-    CTAs ending in launch order and 12-21 us apart (the model's about 36), and the median CTA's
+    CTAs ending in launch order and 12-21 us apart (the model's 5-9: 36 before reads waited
+    for fills in flight, which hold the CTAs of a head together), and the median CTA's
     time. Without drift the model's CTAs of one SM end together, its last wave lands two and
     three an SM on 96 and 64 SMs, and its CTAs take 213 us against the H200's 186-188
     (docs/model.md, "CTA drift"). Times within 3%:
-    the median CTA is 1% off, the kernel 0.3-1.2%."""
+    the median CTA is 1-2% off, the kernel 1.2-1.9%."""
     cal = load_calibration()
     options = dataclasses.replace(cal.options, cta_drift=True)
     sched = kernels.schedule("flash2", AttentionShape(1, 16, 8192, 64, "bf16"), 64, 64, 4)
@@ -187,8 +188,8 @@ def test_drift_places_and_times_the_forward_as_the_h200():
             g_sm, g_start, g_end = (np.array(launch[x]) for x in ("sm", "start_ns", "end_ns"))
             last, in_order, apart = _waves(g_sm, g_start, g_end, n)
             assert (last, in_order) == model[:2] == (min(len(g_sm) % (3 * n), n), True)
-            # both drift: the H200's CTAs 12-21 us apart, the model's about twice as far
-            assert apart > 10e3 and 10e-6 < model[2] < 3 * apart * 1e-9
+            # both drift: the H200's CTAs 12-21 us apart, the model's 2-4x closer
+            assert apart > 10e3 and 3e-6 < model[2] < apart * 1e-9
             gpu_cta.append(np.median(g_end - g_start) * 1e-9)
             gpu_kernel.append((g_end.max() - g_start.min()) * 1e-9)
         assert np.median(end - start) == pytest.approx(np.median(gpu_cta), rel=0.03)

@@ -144,12 +144,12 @@ def test_compiled_tile_search_as_predicted_before_the_gpu_ran_it(flashio_rep):
     model's times committed before the GPU ran them (predicted.json): at every shape its
     first choice, 128x64 with 4 warps, ran fastest, and its order of the nine had a Spearman
     correlation of 0.83 to 0.95 with the measured one. The model as it is now picks the
-    fastest at five of these shapes (with the tilings of data/gpu/unseen where they share
-    one); at 1 x 16 x 16384, d = 64 it puts 128x32 with 4 warps 0.4% ahead of 128x64 with 4
-    warps, which runs 5.2% faster (without CTA drift it picked 128x64, and put 128x32 13%
-    too slow). It ranks the d = 128 ones at 0.90 or more; the d = 64 ones, whose tilings lie
-    closer together, at 0.58 to 0.79 (0.64 to 0.70 without CTA drift; 0.80 to 0.83 before
-    FFMA took one cycle and the interference rates were refitted so: docs/model.md)."""
+    fastest at all six of these shapes (with the tilings of data/gpu/unseen where they share
+    one; five before reads waited for fills in flight, when at 1 x 16 x 16384, d = 64 it put
+    128x32 with 4 warps 0.4% ahead of 128x64 with 4 warps, which runs 5.2% faster). It ranks
+    the d = 128 ones at 0.90 or more; the d = 64 ones, whose tilings lie closer together, at
+    0.70 to 0.87 (0.63 to 0.80 before pending fills; 0.80 to 0.83 before FFMA took one cycle
+    and the interference rates were refitted so: docs/model.md)."""
     measured = _search_shapes(
         json.loads((SEARCH / "gpu_measure.json").read_text())["results"],
         lambda r: r["median_ms"],
@@ -178,9 +178,9 @@ def test_compiled_tile_search_as_predicted_before_the_gpu_ran_it(flashio_rep):
         if r["schedule"] == "flash2"
     }
     picked = {key: ranked[key]["picked_slower_than_best"] for key in measured}
-    assert sum(p == 0 for p in picked.values()) == 5 and max(picked.values()) <= 0.053
+    assert all(p == 0 for p in picked.values())
     for key in measured:
-        assert ranked[key]["spearman"] >= (0.9 if key[2] == 128 else 0.58), key
+        assert ranked[key]["spearman"] >= (0.9 if key[2] == 128 else 0.7), key
 
 
 def test_hopper_forward_of_this_project_from_its_compiled_code():

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flashio import kernels, simulator
-from flashio.analysis.validation import sm_scaling
+from flashio.analysis.validation import other_gpu, sm_scaling
 from flashio.analysis.validation.gpu_data import parse_ncu_csv
 from tests._sim_common import H200, _names
 
@@ -149,10 +149,10 @@ def scaling_rows():
 
 
 # What the committed data achieve (docs/hypothetical-gpus.md), rounded up a little: largest
-# 11.8%, median 1.4%; the target of 5% at every n is met by 49 of the 50 rows (48 before CTA
+# 10.1%, median 1.4%; the target of 5% at every n is met by 49 of the 50 rows (48 before CTA
 # drift, 45 before FFMA took one cycle and the interference rates were refitted so:
 # docs/model.md).
-SCALING_MAX_ERROR, SCALING_MEDIAN_ERROR, SCALING_WITHIN_5 = 0.12, 0.015, 49
+SCALING_MAX_ERROR, SCALING_MEDIAN_ERROR, SCALING_WITHIN_5 = 0.11, 0.015, 49
 
 
 def test_predicted_scaling_follows_the_measured_curve(scaling_rows):
@@ -161,6 +161,27 @@ def test_predicted_scaling_follows_the_measured_curve(scaling_rows):
     assert s["ratio_max_error"] <= SCALING_MAX_ERROR
     assert s["ratio_median_error"] <= SCALING_MEDIAN_ERROR
     assert s["ratio_within_5pct"] >= SCALING_WITHIN_5
+
+
+HEADS = sm_scaling.PROBE.parents[1] / "h100" / "sm_heads"
+
+
+def test_the_one_scaling_miss_is_a_wave_of_exactly_one_head():
+    """On an H100 (data/gpu/h100/sm_heads: 32, 64 and 132 SMs, one run) the d = 64 backward's
+    64x128, 8-warp build takes 2.28x its 132-SM time on 64 SMs at N = 8192, where each wave of
+    64 CTAs is one head, as on the H200; at N = 6144 and 10240, where waves straddle heads,
+    1.91x and 1.95x. The model (the H200 model with the H100's memory: other_gpu.twin) follows
+    those within 5% at every n, both tilings, and misses only the aligned point."""
+    twin = other_gpu.twin()
+    for n, aligned in ((6144, False), (8192, True), (10240, False)):
+        rows = sm_scaling.scaling_report(HEADS / f"n{n}.json", twin.gpu, twin.harness)
+        assert {r.sms for r in rows} == {32, 64, 132}
+        for r in rows:
+            miss = aligned and r.sms == 64 and "64x128" in r.label
+            if miss:
+                assert r.measured_ratio > 2.2 and r.ratio_error < -0.05, r
+            else:
+                assert abs(r.ratio_error) <= 0.05, r
 
 
 TENSOR_KERNELS = ("flash2_fwd", "flash2_bwd")

@@ -5,10 +5,13 @@ achieved errors rounded up, on grids small enough for a test (8 SMs, many waves)
 larger runs of docs/model.md ("Speed") are measured by benchmarks/bench_simulate.py.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from flashio import kernels, simulator
+from flashio.analysis.explore.search import COMPILED
 from flashio.simulator.errors import FlashioError
 from flashio.simulator.sampled import simulate_sampled
 from flashio.simulator.trace import Trace
@@ -160,21 +163,43 @@ def test_a_grid_whose_sms_fall_out_of_step_is_replayed_whole(monkeypatch, hbm, m
     prefix's: extended from the prefix (the check off), it comes out ``miss`` or more short
     of the exact replay. The growth of the spread, at its slope to the grid's last wave,
     (2.4% and 0.7% of the time) is over ``DRIFT_TOLERANCE``: it is replayed whole, the exact
-    result."""
-    from flashio.analysis.explore.search import COMPILED
+    result. (Without pending fills: with them the SMs stay in step, next test.)"""
     from flashio.simulator import sampled
 
+    options = dataclasses.replace(COMPILED, pending_fills=False)
+    gpu = _small_memory(hbm)
+    sched = kernels.schedule("flash2", kernels.AttentionShape(1, 16, 32768, 128, "fp16"), 128, 128)
+    res = simulate_sampled(sched, gpu, options)
+    exact = simulator.simulate(sched, gpu, options=options)
+    assert res.sampling.replayed_fraction == 1.0 and res == exact
+    monkeypatch.setattr(sampled, "DRIFT_TOLERANCE", 1.0)
+    extended = simulate_sampled(sched, gpu, options)
+    assert extended.sampling.replayed_fraction < 0.5
+    assert 1 - extended.time_s / exact.time_s > miss
+
+
+def _small_memory(hbm: int):
+    """The H200 with 1 / ``hbm`` of its HBM bandwidth and a quarter of its L2."""
     h200 = simulator.load_gpu("h200")
-    gpu = h200.replace(hbm_bandwidth_bytes_per_s=h200.hbm_bandwidth_bytes_per_s / hbm,
-                       l2_bytes=h200.l2_bytes // 4, name=f"h200-hbm/{hbm}-l2/4")  # fmt: skip
+    return h200.replace(hbm_bandwidth_bytes_per_s=h200.hbm_bandwidth_bytes_per_s / hbm,
+                        l2_bytes=h200.l2_bytes // 4, name=f"h200-hbm/{hbm}-l2/4")  # fmt: skip
+
+
+def test_a_wave_cost_the_prefix_never_sees_is_missed():
+    """A documented limit (docs/model.md, "A wave's cost by how it splits between heads"),
+    pinned so that a sampler that lifts it says so. The same grid with pending fills (the
+    model the validation measures): its SMs stay in step (inner spreads 2-5 us) and its waves
+    add 3.95 ms each through the prefix, then 4.10 ms from the seventh on, as a wave's CTAs
+    split more evenly between two heads (each wave starts 8 CTAs further into a head of 256)
+    and the quarter L2 holds less of both heads' K and V. The prefix sees the first splits
+    only: extended, the time comes out 2.2% short against an estimate of 0.02%."""
+    gpu = _small_memory(2)
     sched = kernels.schedule("flash2", kernels.AttentionShape(1, 16, 32768, 128, "fp16"), 128, 128)
     res = simulate_sampled(sched, gpu, COMPILED)
     exact = simulator.simulate(sched, gpu, options=COMPILED)
-    assert res.sampling.replayed_fraction == 1.0 and res == exact
-    monkeypatch.setattr(sampled, "DRIFT_TOLERANCE", 1.0)
-    extended = simulate_sampled(sched, gpu, COMPILED)
-    assert extended.sampling.replayed_fraction < 0.5
-    assert 1 - extended.time_s / exact.time_s > miss
+    assert res.sampling.replayed_fraction < 0.5
+    miss = 1 - res.time_s / exact.time_s
+    assert miss > 0.015 and miss > 10 * res.sampling.time_error
 
 
 def test_a_whole_trace_samples_as_its_schedule_does():

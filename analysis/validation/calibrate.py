@@ -113,6 +113,7 @@ def render_calibration(harness: dict) -> str:
         "issue_model = true  # compiled main loops replayed (simulator.issue)",
         "cta_drift = true  # an SM's schedulers serve its oldest CTA first (docs/model.md)",
         "staged_loads = true  # one buffer per K/V tile: V_j during Q K_j^T, K_j+1 during P V_j",
+        "pending_fills = true  # a read of a line whose fill is in flight waits for it",
         "",
         "[harness]",
     ]

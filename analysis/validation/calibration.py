@@ -119,6 +119,7 @@ def load_calibration(path: str | os.PathLike | None = None) -> Calibration:
             streamed_requests=bool(model.get("streamed_requests", False)),
             cta_drift=bool(model.get("cta_drift", False)),
             staged_loads=bool(model.get("staged_loads", False)),
+            pending_fills=bool(model.get("pending_fills", False)),
         )
         harness = Harness(**data["harness"])
     except (TypeError, ValueError) as err:

@@ -18,12 +18,14 @@ of a 4 GiB buffer no earlier launch read (from HBM), or the same 8 MiB region ev
 (from L2, after a first launch that is not kept). Per CTA: its start (ns from the launch's
 first), its %smid, and the cycles its copy took.
 
-    python data/gpu/probe/burst.py --out DIR [--stores]
+    python data/gpu/probe/burst.py --out DIR [--stores | --shared]
 
 Writes DIR/burst.json (provenance; per case the per-CTA records as columns). ``--stores``:
 instead each CTA copies shared memory out to global memory by bulk copies (the Hopper
 forward's output tile), waiting until the copy has read it or until it is written:
-DIR/burst_stores.json.
+DIR/burst_stores.json. ``--shared``: every CTA copies the same tile (SHARED_CASES), a region
+no earlier launch read or the same L2-resident one: whether CTAs that ask for a line whose
+fill is in flight wait for it (docs/model.md, "L2": pending fills): DIR/burst_shared.json.
 """
 
 from __future__ import annotations
@@ -76,11 +78,12 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         if (threadIdx.x == 0) {
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
                          ::"r"(b), "r"(bytes) : "memory");
-            for (u32 off = 0; off < bytes; off += CHUNK)
+            const u32 chunk = bytes < CHUNK ? bytes : CHUNK;  // tiles under 16 KiB: one copy
+            for (u32 off = 0; off < bytes; off += chunk)
                 asm volatile(
                     "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
                     " [%0], [%1], %2, [%3];"
-                    ::"r"(s + off), "l"((const char*)p + off), "r"(CHUNK), "r"(b) : "memory");
+                    ::"r"(s + off), "l"((const char*)p + off), "r"(chunk), "r"(b) : "memory");
             asm volatile(
                 "{\n.reg .pred P;\nW: mbarrier.try_wait.parity.shared::cta.b64 P, [%0], 0;\n"
                 "@!P bra W;\n}\n" ::"r"(b) : "memory");
@@ -116,12 +119,14 @@ CASES = [(b, n) for b in (16 << 10, 48 << 10, 96 << 10, 192 << 10) for n in (1, 
 # a region of HBM no earlier launch wrote, waited until the copy has read it (as the Hopper
 # forward's epilogue waits) or until it is written
 STORE_CASES = [(b, n) for b in (16 << 10, 32 << 10, 64 << 10) for n in (1, 132)]
+# --shared: a backward's Q block (8 KiB at d = 64) and a 16 KiB tile, read by n CTAs at once
+SHARED_CASES = [(b, n) for b in (8 << 10, 16 << 10) for n in (1, 8, 32, 64, 132)]
 BIG = 4 << 30  # bytes of the buffer fresh regions come from (more than 60 L2s)
 L2_REGION = 8 << 20
 REPS = 5
 
 
-def run(stores: bool = False) -> dict:
+def run(stores: bool = False, shared: bool = False) -> dict:
     import cupy
     import numpy as np
 
@@ -134,13 +139,14 @@ def run(stores: bool = False) -> dict:
     rows, at = [], 0
     for where in ("hbm", "l2"):
         for tma in (1, 0):
-            for nbytes, ctas in CASES:
-                stride = nbytes // 16  # the CTAs' tiles side by side
+            for nbytes, ctas in SHARED_CASES if shared else CASES:
+                stride = 0 if shared else nbytes // 16  # one tile, or the CTAs' side by side
+                region = nbytes if shared else ctas * nbytes
                 for rep in range(REPS + 1):
                     if where == "hbm":
-                        if at + ctas * nbytes > BIG:
+                        if at + region > BIG:
                             at = 0  # wrapped after far more than the L2 holds
-                        base, at = at, at + ctas * nbytes
+                        base, at = at, at + region
                     else:
                         base = 0
                     kern(
@@ -164,7 +170,8 @@ def run(stores: bool = False) -> dict:
                 print(f"{where} {'tma' if tma else 'ldg'} {nbytes >> 10:4d} KiB x {ctas:3d}: "
                       f"cycles min {c.min()} median {int(np.median(c))} max {c.max()}",
                       flush=True)  # fmt: skip
-    return {"cases": CASES, "reps": REPS, "rows": rows}
+    return {"shared": shared, "cases": SHARED_CASES if shared else CASES, "reps": REPS,
+            "rows": rows}  # fmt: skip
 
 
 def _stores(kern, buf, rec) -> list[dict]:
@@ -204,13 +211,17 @@ def _stores(kern, buf, rec) -> list[dict]:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--stores", action="store_true", help="STORE_CASES: DIR/burst_stores.json")
+    kind = ap.add_mutually_exclusive_group()
+    kind.add_argument("--stores", action="store_true", help="STORE_CASES: DIR/burst_stores.json")
+    kind.add_argument("--shared", action="store_true",
+                      help="SHARED_CASES, one tile for all: DIR/burst_shared.json")  # fmt: skip
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance()
-    doc = {"provenance": prov, **run(args.stores)}
+    doc = {"provenance": prov, **run(args.stores, args.shared)}
     name = "burst_stores.json" if args.stores else "burst.json"
+    name = "burst_shared.json" if args.shared else name
     (out / name).write_text(json.dumps(doc))
 
 

@@ -17,11 +17,13 @@ For each n in --sms (132 = the whole GPU, the primary context) it
   with benchmarks.gpu_measure's method (CUDA events, warm-up, median, rotating inputs).
 
     python data/gpu/probe/sm_scaling.py --out DIR [--sms 8 16 32 64 96 132] [--reps 10]
-        [--group G] [--configs I ...]
+        [--group G] [--configs I ...] [--seq-len N]
 
 --group G takes the G-th of the groups of n SMs the driver splits the GPU into (0: the first,
 as every run before; another group is another set of SMs, to tell a kernel's scaling from
-where its SMs sit); --configs runs only those entries of CONFIGS (0-based).
+where its SMs sit); --configs runs only those entries of CONFIGS (0-based); --seq-len runs
+them at sequence length N instead of their own (so that a wave of CTAs covers a different
+share of a head).
 
 Writes DIR/sm_scaling.json (provenance, per-n SM counts, copy bandwidth, kernel times).
 """
@@ -217,8 +219,11 @@ def main(argv=None) -> None:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--group", type=int, default=0, help="which group of n SMs (default 0)")
     ap.add_argument("--configs", type=int, nargs="+", help="entries of CONFIGS (default all)")
+    ap.add_argument("--seq-len", type=int, help="run the configurations at this N instead")
     args = ap.parse_args(argv)
     configs = CONFIGS if args.configs is None else [CONFIGS[i] for i in args.configs]
+    if args.seq_len:
+        configs = [(name, d, args.seq_len, tiles) for name, d, _, tiles in configs]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     doc = new_doc(errors=[])
