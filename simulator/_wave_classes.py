@@ -79,8 +79,8 @@ def time_trend(steps: np.ndarray, seen: np.ndarray, waves: np.ndarray, need: np.
     """What a steady, one-way change of the waves' time would add over the waves ``need``
     (wave indices) beyond their class means, or 0 (``_drift_slope``). A grid that drifts (the
     L2 holding less of what the CTAs on the SMs share as the grid goes on) is not in its
-    steady state at the prefix's end; the HBM bytes of a prefix whose L2 still settles rise
-    too, and are not looked at."""
+    steady state at the prefix's end. The same of the waves' HBM bytes, where the L2 has
+    settled (``simulator.sampled``), goes to the HBM error estimate."""
     return _drift_slope(steps, seen, waves) * float((need - waves.mean()).sum())
 
 

@@ -32,7 +32,8 @@ scatter about it) by more than ``DRIFT_TOLERANCE`` of the time over the waves le
 replayed whole too: its state at the prefix's end is not the grid's; so is one whose waves'
 inner spread (from a wave's first dispatch to its middle CTA's: how far its SMs are out of
 step) still grows, by more than that share at its slope to the grid's last wave
-(``_wave_classes.spread_trend``). The L2 contents a kernel
+(``_wave_classes.spread_trend``). Where the L2 has settled over the checkpoints, a drift of
+the waves' HBM bytes is extrapolated into the HBM error estimate. The L2 contents a kernel
 leaves to the next are those after its replayed prefix.
 """
 
@@ -74,6 +75,9 @@ __all__ = ["Sampling", "simulate_sampled"]
 SAMPLED_WAVES = 2  # waves of the sampled kernel replayed before its first checkpoint
 STEADY_WAVES = 4  # waves between the checkpoints of alike CTAs, at least
 L2_FULL = 0.98  # of its bytes held, an L2 is full (the model's holds whole 8 KiB granules)
+# an L2 whose held bytes change by at most this share of it between a prefix's first and last
+# checkpoints has settled: a rise of the waves' HBM bytes then is a drift, not its filling
+L2_SETTLED = 0.01
 # a prefix whose L2 fills later is extended if the dirty lines that leaves unsure are at most
 # this share of the HBM bytes (the sampled replay's aim: within 1%)
 L2_FILL_TOLERANCE = 0.01
@@ -384,12 +388,18 @@ def _extension(
         spread_waves = np.array(plan.marks[: len(spread_in)]) // slot
         spread_seen = np.zeros(len(spread_in), np.int64)
         spreading = spread_trend(spread_in, spread_seen, spread_waves, grid_waves[-1])
+        # the HBM bytes rise while the L2 still fills (settling); with it holding as much at
+        # the last checkpoint as at the first, a rise is a drift the error estimate carries
+        held = snaps[:, E.SNAP_HELD]
+        settled = abs(held[-1] - held[0]) <= L2_SETTLED * l2_bytes
+        hbm_steps = steps[:, E.SNAP_HBM :].sum(axis=1)
+        hbm_trend = time_trend(hbm_steps, seen, steady, grid_waves) if settled else 0.0
     else:
         # CTAs that differ: what a period adds, between checkpoints a period apart (the
         # later of two pairs a wave apart, whose disagreement is the error estimate)
         unit = (snaps[3] - snaps[1]) * periods
         spread = np.abs(snaps[3] - snaps[1] - (snaps[2] - snaps[0])) * periods
-        trend = spreading = 0.0
+        trend = spreading = hbm_trend = 0.0
     last_held = snaps[-1, E.SNAP_HELD]
     return _Extension(
         time=unit[E.SNAP_T],
@@ -401,7 +411,7 @@ def _extension(
         dirtied=unit[E.SNAP_DIRTY],
         busy=unit[E.SNAP_BUSY : E.SNAP_HELD],
         work=periods * counter.work[0] + counter.work[1],
-        hbm_err=float(spread[E.SNAP_HBM :].sum()),
+        hbm_err=float(spread[E.SNAP_HBM :].sum()) + abs(hbm_trend),
         held=(last_held, min(l2_bytes, last_held + unit[E.SNAP_HELD])),
         waves=math.ceil(full / slot),
     )
