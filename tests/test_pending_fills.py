@@ -13,17 +13,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flashio import simulator
-from flashio.simulator.errors import FlashioError
-from flashio.simulator.simulate import ModelOptions
-from flashio.simulator.trace import (
+from flashio.simulator import (
     EVENT_DTYPE,
     KernelInfo,
+    ModelOptions,
     Op,
     Space,
     TensorInfo,
     Trace,
     TraceMeta,
 )
+from flashio.simulator.errors import FlashioError
 from tests._sim_common import gpu_specs, random_traces
 from tests.oracle_sim import simulate_oracle
 from tests.test_simulator_oracle import assert_agrees
