@@ -5,9 +5,10 @@ kmin, kmax, keep, pages)`` that walks the schedule's loops for a range of CTAs a
 once per event; ``kmin, kmax`` are the shape's mask (``kernels.mask.key_ranges``), ``keep`` its
 block mask (``kernels.mask.keep_table``, grain ``p[P_MASK_BQ], p[P_MASK_BKV]``) and ``pages``
 its paged KV cache's block table (``kernels.paged_kv``, page size ``p[P_PAGE]``; a 0 x 0 array
-and page size 0 when K and V are contiguous). It runs
-twice: with ``write=False`` to count events (nothing is stored), then with ``write=True`` into an
-array of exactly that size, so memory is bounded by the CTA range asked for.
+and page size 0 when K and V are contiguous). It returns how many events the range has and
+writes those that fit in ``ev`` (none with ``write=False``): a window's recycled buffer is
+written in one pass; elsewhere it runs twice, counting, then writing into an array of exactly
+that size, so memory is bounded by the CTA range asked for.
 """
 
 from __future__ import annotations
@@ -51,7 +52,10 @@ def put(
     nbytes,
     flops,
 ):
-    if write:  # item syntax, so the tracers also run as Python under NUMBA_DISABLE_JIT=1
+    # events beyond ``ev`` are counted, not written: a buffer that may be too small is
+    # written in one pass (run_emitter); item syntax, so the tracers also run as Python
+    # under NUMBA_DISABLE_JIT=1
+    if write and n < ev.shape[0]:
         e = ev[n]
         e["kernel"] = kernel
         e["cta"] = cta
@@ -91,12 +95,17 @@ def buf(ev, k, write, kernel, cta, op, tensor, nbytes):
 
 
 def run_emitter(emit, kernel: int, start: int, stop: int, params: np.ndarray, tables, out=None):
-    """Count, then write the events of CTAs ``start..stop-1`` of one kernel: into the start of
-    ``out`` if it has room (returning that view), else into a new array of the exact size.
+    """The events of CTAs ``start..stop-1`` of one kernel: written in one pass into the start
+    of ``out`` where they fit (returning that view; ``out`` is scratch either way), else
+    counted, then written into a new array of the exact size.
     ``tables`` are the tracer's arrays after ``p``: the shape's ``kernels.mask.key_ranges``
     (two), its ``keep_table``'s summed-area table and its page table."""
+    if out is not None:  # one pass where they fit (counting first took half the time)
+        n = emit(out, True, kernel, start, stop, params, *tables)
+        if n <= len(out):
+            return out[:n]
     n = emit(np.empty(0, EVENT_DTYPE), False, kernel, start, stop, params, *tables)
-    ev = out[:n] if out is not None and len(out) >= n else empty(n, EVENT_DTYPE)
+    ev = empty(n, EVENT_DTYPE)
     written = emit(ev, True, kernel, start, stop, params, *tables)
     assert written == n, "tracer wrote a different number of events than it counted"
     return ev

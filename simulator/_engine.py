@@ -123,18 +123,24 @@ def _sift_down(ht, hs, hm, n, i):
     """Restore the heap below position i after its key grew: the earliest child moves up into
     the hole until the sinking key is earlier than every child. Keys sink nearly to the bottom
     (3.4 of 3.5 levels, FA2 at N = 16k on 132 SMs): a full level's earliest child is found
-    in two rounds of pairs, without branches."""
+    in two rounds of pairs, without branches. Positions are unsigned: an index that cannot be
+    negative needs no wraparound (three instructions an access)."""
+    i, n = np.uint64(i), np.uint64(n)
+    one = np.uint64(1)
     t, s, sm = ht[i], hs[i], hm[i]
     while True:
-        first = ARITY * i + 1
-        if first + ARITY <= n:
+        first = np.uint64(ARITY) * i + one
+        if first + np.uint64(ARITY) <= n:
+            two = first + np.uint64(2)
             m = _earlier(
-                _earlier(first, first + 1, ht, hs), _earlier(first + 2, first + 3, ht, hs), ht, hs
+                _earlier(first, first + one, ht, hs), _earlier(two, two + one, ht, hs), ht, hs
             )
         elif first < n:
             m = first
-            for c in range(first + 1, n):
+            c = first + one
+            while c < n:
                 m = _earlier(c, m, ht, hs)
+                c += one
         else:
             break
         if not _less(ht[m], hs[m], t, s):
@@ -273,9 +279,23 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
     ``ev``, ``cta_off``: the window's events and each CTA's first event, for CTAs
     ``win_c0 <= c < win_c1``; ``kern``: a Kernel; ``mem``: Memory; ``slots``: Slots; ``heap``:
     Heap."""
+    return _run(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap, False)
+
+
+@njit(cache=True, nogil=True, **HOT)
+def run_window_plain(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
+    """``run_window`` for a kernel replayed without spills, prefetches, streamed requests or
+    CTA drift (``plain``): compiled without their code, the loop keeps more of its state in
+    registers."""
+    return _run(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap, True)
+
+
+@njit(inline="always", **HOT)
+def _run(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap, plain):
+    # the body of both: ``plain`` is a constant in each, so the compiler drops what it turns off
     n_ctas, sm_stride = kern.n_ctas, kern.sm_stride
     spill_first, spill_store, spill_load = kern.spill_first, kern.spill_store, kern.spill_load
-    spill_region = max(spill_first + spill_store, spill_load)
+    spill_region = 0 if plain else max(spill_first + spill_store, spill_load)
     smem_limit, kernel_end, span = kern.smem_limit, kern.kernel_end, kern.span
     local, space, busy, cnt = mem.local, mem.space, mem.busy, mem.cnt
     si, sf, units, reg = slots.si, slots.sf, slots.units, slots.reg
@@ -284,10 +304,10 @@ def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
     n_slots = si.shape[0]
     occupy, duration = cfg[C_OCCUPY], cfg[C_DURATION]
     lead, tail = cfg[C_CTA_LEAD], cfg[C_CTA_TAIL]
-    prefetch = cfg[C_PREFETCH] > 0
-    staged = cfg[C_PREFETCH] == PREFETCH_STAGED
-    streams = cfg[C_STREAMS] > 0
-    paced = cfg[C_PACED] > 0
+    prefetch = False if plain else cfg[C_PREFETCH] > 0
+    staged = False if plain else cfg[C_PREFETCH] == PREFETCH_STAGED
+    streams = False if plain else cfg[C_STREAMS] > 0
+    paced = False if plain else cfg[C_PACED] > 0
     n_ages = units.shape[1] - U_AGES  # CTA drift's queue clocks, one per age
     if reg[R_PENDING] >= 0:  # resume: give the waiting slot its CTA
         s = reg[R_PENDING]

@@ -152,27 +152,27 @@ def _granule_slot(st, key, tensor, wb_table, wb_col):
     """Slot of granule ``key``, made most recent; inserted (evicting the LRU one) if absent.
     Returns (slot, bytes written back by the eviction)."""
     sc, table, slots, queue, _ = st
-    mask = sc[MASK]
-    i = _home(key, mask)
+    mask = np.uint64(sc[MASK])
+    i = np.uint64(_home(key, sc[MASK]))  # unsigned: an index that needs no wraparound
     while table[i, 0] != EMPTY:
         if table[i, 0] == key:
-            s = table[i, 1]
+            s = np.uint64(table[i, 1])
             if slots[s, USED] != sc[CLOCK]:  # unless it is the most recent already
                 _use(sc, slots, queue, s)
             return s, 0
-        i = (i + 1) & mask
+        i = (i + np.uint64(1)) & mask
     wb = 0
     if sc[COUNT] < sc[CAP]:
-        s = sc[COUNT]
+        s = np.uint64(sc[COUNT])
         sc[COUNT] += 1
     else:  # evict the least recently used granule, writing back its dirty lines
-        s = _least_recent(sc, slots, queue)
+        s = np.uint64(_least_recent(sc, slots, queue))
         wb = popcount(slots[s, DIRTY]) << sc[LINE_SHIFT]
         wb_table[slots[s, OWNER], wb_col] += wb
-        _table_delete(table, mask, slots[s, KEY])
-        i = _home(key, mask)
+        _table_delete(table, sc[MASK], slots[s, KEY])
+        i = np.uint64(_home(key, sc[MASK]))
         while table[i, 0] != EMPTY:
-            i = (i + 1) & mask
+            i = (i + np.uint64(1)) & mask
     table[i, 0] = key
     table[i, 1] = s
     slots[s, KEY] = key

@@ -17,6 +17,7 @@ import numpy as np
 # 10.8-11.0 s against 9.4-11.2 s)
 HUGE_MIN_BYTES = 64 << 20
 _HUGE = getattr(mmap, "MADV_HUGEPAGE", None)  # Linux only
+_PRIVATE = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
 
 
 def empty(n: int, dtype) -> np.ndarray:
@@ -25,7 +26,9 @@ def empty(n: int, dtype) -> np.ndarray:
     nbytes = n * dtype.itemsize
     if _HUGE is None or nbytes < HUGE_MIN_BYTES:
         return np.empty(n, dtype)
-    m = mmap.mmap(-1, nbytes)
+    # private: a shared mapping is backed by shmem, whose huge pages the OS may refuse where
+    # it gives them to private memory (400 MB written: 0.20-0.25 s shared, 0.07-0.12 private)
+    m = mmap.mmap(-1, nbytes, flags=_PRIVATE)
     try:
         m.madvise(_HUGE)
     except OSError:  # advice refused (huge pages off): ordinary pages, still correct

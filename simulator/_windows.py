@@ -52,6 +52,14 @@ def _data(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
+def _read_only(ev: np.ndarray) -> np.ndarray:
+    """A read-only view: the engine is compiled for one kind of array, and a ``Trace``'s
+    events are read-only (each kind would compile the engine again, a minute or more)."""
+    view = ev.view()
+    view.flags.writeable = False
+    return view
+
+
 def _takes_out(source: TraceSource) -> bool:
     try:
         return "out" in inspect.signature(source.cta_events).parameters
@@ -80,7 +88,7 @@ class Windows:
         ev = source.cta_events(kernel, 0, c1)
         off = cta_offsets(ev, 0, c1)
         self._most = int(np.diff(off).max(initial=0))  # most events of one CTA so far
-        self.current = (ev, off, 0, c1)
+        self.current = (_read_only(ev), off, 0, c1)
         self._buffer = None  # the memory under ``current`` once it is one this class made
         self._ahead = self._submit(c1, spare=None)
 
@@ -127,7 +135,7 @@ class Windows:
         self._most = max(self._most, int(np.diff(off).max(initial=0)))
         spare, self._buffer = self._buffer, buf
         self._ahead = self._submit(c1, spare)
-        self.current = (ev, off + carried, c0, c1)
+        self.current = (_read_only(ev), off + carried, c0, c1)
         return [int(a) for a in starts[:-1]]
 
     def close(self) -> None:

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from flashio.simulator import _state as E
-from flashio.simulator._engine import run_window, start_cta
+from flashio.simulator._engine import run_window, run_window_plain, start_cta
 from flashio.simulator._l2 import LINES_PER_GRANULE, SLOT_BITS, dirty_bytes, new_l2
 from flashio.simulator._streams import CAPACITY, new_streams
 from flashio.simulator._windows import Windows
@@ -630,13 +630,17 @@ def _replay_kernel(
         kinfo.ctas, gpu.sm_count, *spills, kinfo.smem_bytes, kernel_end, span, marks, snaps
     )
     state, heap = E.Slots(si, sf, units, reg), E.Heap(ht, hs, hm, hn)
+    # a kernel without spills, prefetches, streamed requests and CTA drift runs on the engine
+    # compiled without their code (docs/model.md, "Speed")
+    uses = cfg[E.C_PREFETCH] > 0 or cfg[E.C_STREAMS] > 0 or cfg[E.C_PACED] > 0 or any(spills)
+    run = run_window if uses else run_window_plain
     try:
         ev, cta_off, c0, c1 = windows.current
         if probe:
             probe.window(ev, cta_off, c0, c1)
         for s in range(slots):  # the first wave, in CTA order; equal times form a valid heap
             start_cta(s, s, start, si, sf, cta_off, c0, lead)
-        while run_window(ev, cta_off, c0, c1, kern, cfg, mem, state, heap):
+        while run(ev, cta_off, c0, c1, kern, cfg, mem, state, heap):
             if progress:
                 progress(k, c1, kinfo.ctas)
             # next window; resident CTAs keep their remaining events, copied to the front

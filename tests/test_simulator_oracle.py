@@ -10,6 +10,8 @@ operation, and over the at most ~1e4 operations of these traces that stays below
 1e-9 still catches every modelling difference.
 """
 
+import importlib
+
 import numpy as np
 import pytest
 from hypothesis import assume, given
@@ -93,6 +95,29 @@ def test_masked_schedules_agree_with_oracle(name, data):
 @given(trace=random_traces(), gpu=gpu_specs())
 def test_random_traces_agree_with_oracle(trace, gpu):
     _check_against_oracle(trace, gpu)
+
+
+@given(trace=random_traces(), gpu=gpu_specs())
+def test_the_plain_engine_is_the_full_one_with_its_options_off(trace, gpu):
+    """A replay without spills, prefetches, streamed requests or CTA drift runs on the engine
+    compiled without their code (``_engine.run_window_plain``): the full engine, given the
+    same kernels, returns the same figures to the bit."""
+    sim = importlib.import_module("flashio.simulator.simulate")
+    plain = simulator.simulate(trace, gpu)
+    calls = []
+
+    def full(*args):
+        calls.append(args[2])  # the window's first CTA
+        return sim.run_window(*args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sim, "run_window_plain", full)
+        other = simulator.simulate(trace, gpu)
+    assert calls  # the plain engine was the one chosen
+    assert plain.time_s == other.time_s and plain.hbm_bytes == other.hbm_bytes
+    for a, b in zip(plain.kernels, other.kernels, strict=True):
+        assert a == b
+    assert plain.breakdown == other.breakdown
 
 
 SHARED = simulator.ModelOptions(streamed_requests=True)

@@ -70,3 +70,15 @@ def test_cta_events_into_a_buffer():
     assert np.array_equal(got, want) and not np.shares_memory(got, small)
     with pytest.raises(ValueError, match="EVENT_DTYPE"):
         sched.cta_events(0, 1, 3, out=np.zeros(100))
+
+
+def test_events_beyond_a_small_buffer_are_not_written():
+    """Written in one pass where they may not fit, the events that do not fit are counted, not
+    written past the buffer's end."""
+    sched = kernels.schedule("flash2", kernels.AttentionShape(1, 2, 64, 16), 16, 16)
+    want = sched.cta_events(0, 0, 4)
+    room = np.zeros(len(want), EVENT_DTYPE)
+    room["cta"] = -7  # a sentinel after the buffer handed over
+    got = sched.cta_events(0, 0, 4, out=room[: len(want) // 2])
+    assert np.array_equal(got, want)
+    assert (room["cta"][len(want) // 2 :] == -7).all()

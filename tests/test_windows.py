@@ -22,6 +22,7 @@ def test_windows_hold_each_ctas_events_and_the_carried_ones(causal):
         seen = 0
         while True:
             ev, off, c0, c1 = windows.current
+            assert not ev.flags.writeable  # one kind of array: the engine compiles once
             for c in range(c0, c1):
                 got = ev[off[c - c0] : off[c - c0 + 1]]
                 assert np.array_equal(got, trace.cta_events(0, c, c + 1)), c
