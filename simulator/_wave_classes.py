@@ -15,6 +15,22 @@ def periods_touched(waves: np.ndarray, slot: int, period: int, ctas: int) -> np.
     return last // period - first // period + 1
 
 
+def heads_begun(waves: np.ndarray, slot: int, period: int, ctas: int) -> np.ndarray:
+    """How many periods begin among the CTAs of each wave: the heads whose K and V it is the
+    first to read. With ``periods_touched``, a wave's class where the prefix cannot show every
+    start (``by_start_and_span``)."""
+    first = waves * slot
+    last = np.minimum(first + slot, ctas) - 1
+    return last // period - (first - 1) // period
+
+
+def by_start_and_span(waves: np.ndarray, slot: int, period: int, ctas: int) -> np.ndarray:
+    """One class per (periods a wave touches, periods it begins): a wave within one head reads
+    that head's K and V from the L2 if an earlier wave began it, from HBM if it begins it."""
+    touched = periods_touched(waves, slot, period, ctas)
+    return touched * (slot + 2) + heads_begun(waves, slot, period, ctas)
+
+
 def by_class(steps: np.ndarray, seen: np.ndarray, need: np.ndarray, weight) -> np.ndarray:
     """The sum, over waves of classes ``need`` times ``weight``, of what a wave of its class
     adds: the mean of the ``steps`` of that class (classes ``seen``); a class not seen, from
@@ -38,8 +54,8 @@ def class_error(steps: np.ndarray, seen: np.ndarray, need: np.ndarray, weight) -
     its whole value) times the waves that need it."""
     classes = np.unique(seen)
     means = np.array([steps[seen == c].mean(axis=0) for c in classes])
-    rel = [
-        steps[seen == c].std(axis=0, ddof=1) / np.sqrt((seen == c).sum()) / np.abs(m).clip(1e-300)
+    rel = [  # a column whose mean is 0 has no relative error to lend
+        _relative(steps[seen == c].std(axis=0, ddof=1) / np.sqrt((seen == c).sum()), m)
         for c, m in zip(classes, means, strict=True)
         if (seen == c).sum() > 1
     ]
@@ -55,6 +71,10 @@ def class_error(steps: np.ndarray, seen: np.ndarray, need: np.ndarray, weight) -
         se = steps[seen == c].std(axis=0, ddof=1) / np.sqrt(n_c) if n_c > 1 else None
         err += waves * (se if se is not None else worst * np.abs(means[hit[0]]))
     return err
+
+
+def _relative(err: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    return np.divide(err, np.abs(mean), out=np.zeros_like(err), where=mean != 0)
 
 
 def _drift_slope(values: np.ndarray, seen: np.ndarray, waves: np.ndarray) -> float:

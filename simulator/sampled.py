@@ -49,6 +49,7 @@ from flashio.simulator import _state as E
 from flashio.simulator._counted import Counter
 from flashio.simulator._wave_classes import (
     by_class,
+    by_start_and_span,
     class_error,
     periods_touched,
     spread_trend,
@@ -183,6 +184,8 @@ def _plan(meta, k: int, slot: int, waves: int, alike: bool) -> _Plan | None:
     least = waves * slot + max(slot + period, STEADY_WAVES * slot) + 1
     unit = slot if alike else period
     replayed = full - ((full - least) // unit) * unit
+    if alike:
+        replayed = _showing_every_kind(replayed, full, slot, period, waves)
     if replayed >= full:
         return None
     if alike:  # every wave boundary from the `waves`-th to the prefix's last one
@@ -191,6 +194,23 @@ def _plan(meta, k: int, slot: int, waves: int, alike: bool) -> _Plan | None:
         a = replayed - 1 - slot - period
         marks = (a, a + slot, a + period, a + slot + period)
     return _Plan(k, replayed, marks, slot, period, alike)
+
+
+def _showing_every_kind(replayed: int, full: int, slot: int, period: int, waves: int) -> int:
+    """``replayed``, or the first prefix up to a cycle of waves and periods longer whose steady
+    waves (those between its checkpoints, from the ``waves``-th) include every kind the grid's
+    remaining waves are of (``by_start_and_span``: a head's first wave reads its K and V from
+    HBM, a later one from the L2); ``replayed`` where none does."""
+    cycle = math.lcm(slot, period) // slot
+    for n in range(replayed, min(full, replayed + (cycle + 1) * slot), slot):
+        last = math.ceil(n / slot) - 1
+        steady = np.arange(waves, last)
+        rest = np.arange(last, math.ceil(full / slot))
+        need = np.append(by_start_and_span(rest, slot, period, full),
+                         by_start_and_span(np.array([last]), slot, period, n))  # fmt: skip
+        if np.isin(need, by_start_and_span(steady, slot, period, n)).all():
+            return n
+    return replayed
 
 
 def simulate_sampled(
@@ -374,14 +394,25 @@ def _extension(
         last = math.ceil(n / slot) - 1
         grid_waves = np.arange(last, math.ceil(full / slot))
         seen, grid, tail = steady * slot % period, grid_waves * slot % period, last * slot % period
+        unseen = np.zeros(len(grid) + 1, bool)
         if not np.isin(grid, seen).all():  # where in its period a wave starts: too many kinds
-            seen = periods_touched(steady, slot, period, n)
-            grid = periods_touched(grid_waves, slot, period, full)
-            tail = periods_touched(np.array([last]), slot, period, n)[0]
+            # the heads a wave spans and begins; where the prefix lacks some of those classes,
+            # the heads it spans, with the waves of the classes it lacks guessed (their whole
+            # value in the error estimate: a head's first wave may read its K and V from HBM,
+            # a later one from the L2)
+            seen = by_start_and_span(steady, slot, period, n)
+            grid = by_start_and_span(grid_waves, slot, period, full)
+            tail = by_start_and_span(np.array([last]), slot, period, n)[0]
+            unseen = ~np.isin(np.append(grid, tail), seen)
+            if unseen.any():
+                seen = periods_touched(steady, slot, period, n)
+                grid = periods_touched(grid_waves, slot, period, full)
+                tail = periods_touched(np.array([last]), slot, period, n)[0]
         need = np.append(grid, tail)
         weight = np.append(np.ones(len(grid)), -1.0)
         unit = by_class(steps, seen, need, weight)
         spread = class_error(steps, seen, need, weight)
+        spread += np.abs(by_class(steps, seen, need[unseen], weight[unseen]))
         trend = time_trend(steps[:, E.SNAP_T], seen, steady, grid_waves)
         # the waves whose middles the prefix dispatched: one class (how far the SMs are out of
         # step does not depend on where in its period a wave starts)
