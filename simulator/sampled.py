@@ -412,7 +412,9 @@ def _extension(
         weight = np.append(np.ones(len(grid)), -1.0)
         unit = by_class(steps, seen, need, weight)
         spread = class_error(steps, seen, need, weight)
-        spread += np.abs(by_class(steps, seen, need[unseen], weight[unseen]))
+        for c in np.unique(need[unseen]):  # net of the tail's, which stands for the grid's
+            net = weight[unseen][need[unseen] == c].sum()
+            spread += np.abs(by_class(steps, seen, np.array([c]), [net]))
         trend = time_trend(steps[:, E.SNAP_T], seen, steady, grid_waves)
         # the waves whose middles the prefix dispatched: one class (how far the SMs are out of
         # step does not depend on where in its period a wave starts)
