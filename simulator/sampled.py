@@ -200,8 +200,10 @@ def _showing_every_kind(replayed: int, full: int, slot: int, period: int, waves:
     """``replayed``, or the first prefix up to a cycle of waves and periods longer whose steady
     waves (those between its checkpoints, from the ``waves``-th) include every kind the grid's
     remaining waves are of (``by_start_and_span``: a head's first wave reads its K and V from
-    HBM, a later one from the L2); ``replayed`` where none does."""
+    HBM, a later one from the L2), and of those the first that also ends as the grid does
+    (``_ends_alike``); ``replayed`` where none does."""
     cycle = math.lcm(slot, period) // slot
+    every = None
     for n in range(replayed, min(full, replayed + (cycle + 1) * slot), slot):
         last = math.ceil(n / slot) - 1
         steady = np.arange(waves, last)
@@ -209,8 +211,22 @@ def _showing_every_kind(replayed: int, full: int, slot: int, period: int, waves:
         need = np.append(by_start_and_span(rest, slot, period, full),
                          by_start_and_span(np.array([last]), slot, period, n))  # fmt: skip
         if np.isin(need, by_start_and_span(steady, slot, period, n)).all():
-            return n
-    return replayed
+            if _ends_alike(n, full, slot, period):
+                return n
+            every = every or n
+    return every or replayed
+
+
+def _ends_alike(n: int, full: int, slot: int, period: int) -> bool:
+    """Whether a prefix of ``n`` CTAs ends as the grid does: its last, partial wave (which
+    stands for the grid's) and the whole wave before it of the grid's last two waves' kinds
+    (``by_start_and_span``). What a partial wave adds after its checkpoint depends on the wave
+    before it: FA2 at N = 64k on an H200 writes back a two-head wave's output lines there
+    (14.1 MB of HBM traffic), where a one-head wave's stay dirty in the L2 (0.5 MB)."""
+    last, end = math.ceil(n / slot) - 1, math.ceil(full / slot) - 1
+    mine = by_start_and_span(np.array([last - 1, last]), slot, period, n)
+    grids = by_start_and_span(np.array([end - 1, end]), slot, period, full)
+    return bool((mine == grids).all())
 
 
 def simulate_sampled(
@@ -395,7 +411,9 @@ def _extension(
         grid_waves = np.arange(last, math.ceil(full / slot))
         seen, grid, tail = steady * slot % period, grid_waves * slot % period, last * slot % period
         unseen = np.zeros(len(grid) + 1, bool)
-        if not np.isin(grid, seen).all():  # where in its period a wave starts: too many kinds
+        # where in its period a wave starts: too many kinds where the prefix lacks some, or
+        # shows each once (no class's scatter to go by, the estimate would be the whole value)
+        if not np.isin(grid, seen).all() or len(np.unique(seen)) == len(seen):
             # the heads a wave spans and begins; where the prefix lacks some of those classes,
             # the heads it spans, with the waves of the classes it lacks guessed (their whole
             # value in the error estimate: a head's first wave may read its K and V from HBM,
