@@ -11,7 +11,9 @@ CTAs are dispatched (``simulate.Probe``), after ``SAMPLED_WAVES`` waves:
   second may find them in the L2) or, where the prefix cannot show every start, on how many
   periods its CTAs come from (a wave of two heads reads both heads' K and V): each class's
   mean over the steady waves. The prefix ends where the grid does in its last wave, whose
-  stand-in is then the prefix's last; the grid's other waves are added by class.
+  stand-in is then the prefix's last, and where it can, after a whole wave of the kind the
+  grid's last whole wave is of (what the partial wave adds depends on the wave before it);
+  the grid's other waves are added by class.
 - Unlike CTAs (causal and windowed grids visit different numbers of blocks) are extended by
   whole periods: the prefix ends where the grid does in its period, and a period adds what it
   added between two checkpoints a period apart.
