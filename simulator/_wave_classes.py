@@ -31,6 +31,18 @@ def by_start_and_span(waves: np.ndarray, slot: int, period: int, ctas: int) -> n
     return touched * (slot + 2) + heads_begun(waves, slot, period, ctas)
 
 
+def by_visits(waves: np.ndarray, slot: int, period: int, ctas: int) -> np.ndarray:
+    """One class per (periods a wave touches, earlier waves that touched the first of them),
+    finer than ``by_start_and_span``. Where the waves' starts move through the periods, a
+    head's CTAs fall into three waves or into two: the second wave of a head spread over two
+    spans two heads and begins one, as the third of a head spread over three does, but finds
+    less of its first head's K and V in the L2 (FA2 at N = 64k on an H200: 33.4 MB of K
+    against 27.4-27.6 MB). ``simulator.sampled`` counts the waves of kinds its prefix lacks
+    (``Sampling.unseen_waves``)."""
+    earlier = waves - (waves * slot // period) * period // slot
+    return periods_touched(waves, slot, period, ctas) * (period // slot + 2) + earlier
+
+
 def by_class(steps: np.ndarray, seen: np.ndarray, need: np.ndarray, weight) -> np.ndarray:
     """The sum, over waves of classes ``need`` times ``weight``, of what a wave of its class
     adds: the mean of the ``steps`` of that class (classes ``seen``); a class not seen, from

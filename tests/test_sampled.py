@@ -12,7 +12,12 @@ import pytest
 
 from flashio import kernels, simulator
 from flashio.analysis.explore.search import COMPILED
-from flashio.simulator._wave_classes import by_start_and_span, heads_begun, periods_touched
+from flashio.simulator._wave_classes import (
+    by_start_and_span,
+    by_visits,
+    heads_begun,
+    periods_touched,
+)
 from flashio.simulator.errors import FlashioError
 from flashio.simulator.sampled import _ends_alike, simulate_sampled
 from flashio.simulator.trace import Trace
@@ -267,6 +272,24 @@ def test_small_l2_grids_are_within_their_estimates(sms, mib, n):
     exact = simulator.simulate(sched, gpu)
     assert abs(res.hbm_bytes / exact.hbm_bytes - 1) <= res.sampling.hbm_error + 1e-6
     assert abs(res.time_s / exact.time_s - 1) <= res.sampling.time_error + 1e-6
+
+
+def test_waves_of_a_kind_the_prefix_never_replayed_are_counted():
+    """FA2 at N = 64k on an H200 (benchmarks/bench_simulate.py's case; waves of 264 CTAs,
+    heads of 512): halfway through the grid wave 31 starts 8 CTAs before a head and wave 32 in
+    its middle, so wave 32's first head was begun one wave earlier where every other odd
+    wave's was begun two (it reads 33.4 MB of K against 27.4-27.6 MB). By the heads they span
+    and begin the two are one class; by the earlier waves that touched their first head they
+    are not, and the result says that one wave of the grid is of a kind its prefix lacks, and
+    the report that its error is not in the estimate."""
+    from flashio.analysis.present.report import result_text
+
+    kinds = by_visits(np.arange(29, 34), 264, 512, 16384)
+    assert kinds[0] == kinds[2] != kinds[3] and kinds[1] == kinds[4]
+    sched = kernels.schedule("flash2", kernels.AttentionShape(1, 32, 65536, 128, "fp16"), 128, 64)
+    res = simulate_sampled(sched, simulator.load_gpu("h200"))
+    assert res.sampling.unseen_waves == 1
+    assert "1 wave(s) of a kind the prefix never replayed" in result_text(sched, res, H200)
 
 
 def test_a_whole_trace_samples_as_its_schedule_does():

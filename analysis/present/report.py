@@ -229,6 +229,12 @@ def result_text(sched, res, gpu) -> str:
             f"the rest extended from the steady state; estimated error: time "
             f"{smp.time_error:.2%}, HBM bytes {smp.hbm_error:.2%} (simulator.sampled)"
         )
+        if smp.unseen_waves:
+            lines.append(
+                f"sampled: {smp.unseen_waves} wave(s) of a kind the prefix never replayed, "
+                "extended from a coarser class: their error is not in the estimate "
+                '(docs/model.md, "Where the HBM estimate falls short")'
+            )
     for k in res.kernels:
         if issue.would_spill(k.census_key):
             lines.append(
