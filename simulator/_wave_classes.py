@@ -4,6 +4,8 @@ increment is its mean over the steady waves of a prefix."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -31,6 +33,16 @@ def by_start_and_span(waves: np.ndarray, slot: int, period: int, ctas: int) -> n
     return touched * (slot + 2) + heads_begun(waves, slot, period, ctas)
 
 
+def earlier_visits(waves: np.ndarray, slot: int, period: int) -> np.ndarray:
+    """How many earlier waves touched the period each wave starts in."""
+    return waves - (waves * slot // period) * period // slot
+
+
+def by_start(waves: np.ndarray, slot: int, period: int, ctas: int) -> np.ndarray:
+    """One class per CTA of its period at which a wave starts, the finest class."""
+    return waves * slot % period
+
+
 def by_visits(waves: np.ndarray, slot: int, period: int, ctas: int) -> np.ndarray:
     """One class per (periods a wave touches, earlier waves that touched the first of them),
     finer than ``by_start_and_span``. Where the waves' starts move through the periods, a
@@ -39,8 +51,19 @@ def by_visits(waves: np.ndarray, slot: int, period: int, ctas: int) -> np.ndarra
     less of its first head's K and V in the L2 (FA2 at N = 64k on an H200: 33.4 MB of K
     against 27.4-27.6 MB). ``simulator.sampled`` counts the waves of kinds its prefix lacks
     (``Sampling.unseen_waves``)."""
-    earlier = waves - (waves * slot // period) * period // slot
+    earlier = earlier_visits(waves, slot, period)
     return periods_touched(waves, slot, period, ctas) * (period // slot + 2) + earlier
+
+
+def kinds(classify, n: int, full: int, slot: int, period: int, first: int):
+    """(seen, need) under ``classify`` (one of the ``by_*`` above) for a prefix of ``n`` of a
+    grid's ``full`` CTAs: the classes of the prefix's steady waves (from wave ``first`` to
+    before its last, partial one), and those its extension needs: the grid's waves from the
+    prefix's last on, then the prefix's last (which stands for the grid's)."""
+    last = math.ceil(n / slot) - 1
+    seen = classify(np.arange(first, last), slot, period, n)
+    grid = classify(np.arange(last, math.ceil(full / slot)), slot, period, full)
+    return seen, np.append(grid, classify(np.array([last]), slot, period, n))
 
 
 def by_class(steps: np.ndarray, seen: np.ndarray, need: np.ndarray, weight) -> np.ndarray:
@@ -61,7 +84,7 @@ def by_class(steps: np.ndarray, seen: np.ndarray, need: np.ndarray, weight) -> n
 
 
 def class_error(steps: np.ndarray, seen: np.ndarray, need: np.ndarray, weight) -> np.ndarray:
-    """An error estimate of ``_by_class``: each class mean's standard error (a class seen
+    """An error estimate of ``by_class``: each class mean's standard error (a class seen
     once: the largest relative one of the others; a class not seen, or no spread to go by:
     its whole value) times the waves that need it."""
     classes = np.unique(seen)

@@ -51,9 +51,11 @@ from flashio.simulator import _state as E
 from flashio.simulator._counted import Counter
 from flashio.simulator._wave_classes import (
     by_class,
+    by_start,
     by_start_and_span,
     by_visits,
     class_error,
+    kinds,
     periods_touched,
     spread_trend,
     time_trend,
@@ -214,12 +216,8 @@ def _showing_every_kind(replayed: int, full: int, slot: int, period: int, waves:
     cycle = math.lcm(slot, period) // slot
     every = None
     for n in range(replayed, min(full, replayed + (cycle + 1) * slot), slot):
-        last = math.ceil(n / slot) - 1
-        steady = np.arange(waves, last)
-        rest = np.arange(last, math.ceil(full / slot))
-        need = np.append(by_start_and_span(rest, slot, period, full),
-                         by_start_and_span(np.array([last]), slot, period, n))  # fmt: skip
-        if np.isin(need, by_start_and_span(steady, slot, period, n)).all():
+        seen, need = kinds(by_start_and_span, n, full, slot, period, waves)
+        if np.isin(need, seen).all():
             if _ends_alike(n, full, slot, period):
                 return n
             every = every or n
@@ -416,28 +414,23 @@ def _extension(
         # the prefix's last, partial wave (as large as the grid's last) taken back as one of
         # its class: what is left of it is the partial wave's own share.
         steps = np.diff(snaps, axis=0)
-        steady = np.arange(len(steps)) + plan.marks[0] // slot
-        last = math.ceil(n / slot) - 1
-        grid_waves = np.arange(last, math.ceil(full / slot))
-        seen, grid, tail = steady * slot % period, grid_waves * slot % period, last * slot % period
-        unseen = np.zeros(len(grid) + 1, bool)
+        first = plan.marks[0] // slot
+        steady = np.arange(len(steps)) + first
+        grid_waves = np.arange(math.ceil(n / slot) - 1, math.ceil(full / slot))
+        seen, need = kinds(by_start, n, full, slot, period, first)
+        unseen = np.zeros(len(need), bool)
         # where in its period a wave starts: too many kinds where the prefix lacks some, or
         # shows each once (no class's scatter to go by, the estimate would be the whole value)
-        if not np.isin(grid, seen).all() or len(np.unique(seen)) == len(seen):
+        if not np.isin(need, seen).all() or len(np.unique(seen)) == len(seen):
             # the heads a wave spans and begins; where the prefix lacks some of those classes,
             # the heads it spans, with the waves of the classes it lacks guessed (their whole
             # value in the error estimate: a head's first wave may read its K and V from HBM,
             # a later one from the L2)
-            seen = by_start_and_span(steady, slot, period, n)
-            grid = by_start_and_span(grid_waves, slot, period, full)
-            tail = by_start_and_span(np.array([last]), slot, period, n)[0]
-            unseen = ~np.isin(np.append(grid, tail), seen)
+            seen, need = kinds(by_start_and_span, n, full, slot, period, first)
+            unseen = ~np.isin(need, seen)
             if unseen.any():
-                seen = periods_touched(steady, slot, period, n)
-                grid = periods_touched(grid_waves, slot, period, full)
-                tail = periods_touched(np.array([last]), slot, period, n)[0]
-        need = np.append(grid, tail)
-        weight = np.append(np.ones(len(grid)), -1.0)
+                seen, need = kinds(periods_touched, n, full, slot, period, first)
+        weight = np.append(np.ones(len(need) - 1), -1.0)
         unit = by_class(steps, seen, need, weight)
         spread = class_error(steps, seen, need, weight)
         for c in np.unique(need[unseen]):  # net of the tail's, which stands for the grid's
@@ -455,8 +448,9 @@ def _extension(
         settled = abs(held[-1] - held[0]) <= L2_SETTLED * l2_bytes
         hbm_steps = steps[:, E.SNAP_HBM :].sum(axis=1)
         hbm_trend = time_trend(hbm_steps, seen, steady, grid_waves) if settled else 0.0
-        whole = by_visits(grid_waves[:-1], slot, period, full)  # the last stands in the prefix
-        unseen_waves = int((~np.isin(whole, by_visits(steady, slot, period, full))).sum())
+        visited, whole = kinds(by_visits, n, full, slot, period, first)
+        # the grid's whole waves (its last stands in the prefix, as does the prefix's last)
+        unseen_waves = int((~np.isin(whole[:-2], visited)).sum())
     else:
         # CTAs that differ: what a period adds, between checkpoints a period apart (the
         # later of two pairs a wave apart, whose disagreement is the error estimate)
