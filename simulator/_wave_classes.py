@@ -147,3 +147,33 @@ def spread_trend(spread: np.ndarray, seen: np.ndarray, waves: np.ndarray, last: 
     a state the prefix has not reached: the grid's end (its last CTAs, the L2 lines its SMs
     still share) is not the prefix's."""
     return _drift_slope(spread, seen, waves) * float(last - waves[-1])
+
+
+def footprint(ev: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """The byte ranges ``ev``'s regions cover (each ``rows`` rows of ``row_bytes`` bytes,
+    ``row_stride_bytes`` apart), merged and in order."""
+    if not len(ev):
+        return ()
+    rows = ev["rows"].astype(np.int64)
+    starts = np.repeat(ev["offset_bytes"], rows) + np.concatenate(
+        [np.arange(r) * s for r, s in zip(rows, ev["row_stride_bytes"], strict=True)]
+    )
+    ends = starts + np.repeat(ev["row_bytes"], rows)
+    order = np.argsort(starts, kind="stable")
+    merged: list[list[int]] = []
+    for a, b in zip(starts[order].tolist(), ends[order].tolist(), strict=True):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return tuple((a, b) for a, b in merged)
+
+
+def first_reads(waves: np.ndarray, slot: int, period: int, ctas: int, per_cta, per_period):
+    """The bytes of each tensor the waves ``waves`` are the first to read, one row a wave:
+    each CTA its own (``per_cta``: a query tile), and each period begun its shared ones
+    (``per_period``: a head's K and V), whichever wave reads them the L2 cannot have held."""
+    first = waves * slot
+    count = np.minimum(first + slot, ctas) - first
+    begun = heads_begun(waves, slot, period, ctas)
+    return np.outer(count, per_cta) + np.outer(begun, per_period)

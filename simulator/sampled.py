@@ -55,6 +55,8 @@ from flashio.simulator._wave_classes import (
     by_start_and_span,
     by_visits,
     class_error,
+    first_reads,
+    footprint,
     kinds,
     periods_touched,
     spread_trend,
@@ -279,7 +281,8 @@ def simulate_sampled(
         prefix = _first_ctas(source, [n if i == k else f for i, f in enumerate(full)])
         res = replay(prefix, gpu, options=options, probes={k: probe})
         snaps, spread = _split(probe, plan)
-        ext = _extension(snaps, counter, plan, full[k], gpu.l2_bytes, spread)
+        own = _own_reads(source, k, plan.period, full[k]) if alike else None
+        ext = _extension(snaps, counter, plan, full[k], gpu.l2_bytes, spread, own)
         full_l2 = L2_FULL * gpu.l2_bytes
         # where the L2 fills only after the prefix, its steady state is not the grid's (the
         # lines the grid's traffic evicts, the dirty ones it keeps at the end): how much the
@@ -310,6 +313,40 @@ def _too_long(meta, k, waves, slot, alike, saving, cta_events, exact_cost) -> bo
         return True
     skipped = (meta.kernels[k].ctas - plan.replayed) * cta_events
     return saving * (exact_cost - skipped) >= exact_cost
+
+
+def _own_reads(source, k: int, period: int, ctas: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per tensor of kernel ``k``, the bytes of it each CTA reads and no other does (a query
+    tile: ``per_cta``), and those the CTAs of a period share and no other period reads (a
+    head's K and V: ``per_period``), from the reads of its first two CTAs and of the first of
+    its second period; 0 for a tensor it writes (its reads may find what it wrote) or reads
+    otherwise."""
+    meta = source.meta
+    per_cta, per_period = np.zeros(len(meta.tensors)), np.zeros(len(meta.tensors))
+    if period < 2 or ctas <= period:
+        return per_cta, per_period
+    evs = [source.cta_events(k, c, c + 1) for c in (0, 1, period)]
+    for t, tensor in enumerate(meta.tensors):
+        mine = [ev[ev["tensor"] == t] for ev in evs]
+        if tensor.space != Space.GLOBAL or any((m["op"] != Op.LOAD).any() for m in mine):
+            continue
+        first, second, other = (footprint(m) for m in mine)
+        size = sum(b - a for a, b in first)
+        if first == second and not _overlap(first, other):
+            per_period[t] = size
+        elif not _overlap(first, second) and not _overlap(first, other):
+            per_cta[t] = size
+    return per_cta, per_period
+
+
+def _overlap(a, b) -> bool:
+    """Whether two ``footprint`` range lists share a byte."""
+    i = j = 0
+    while i < len(a) and j < len(b):
+        if a[i][0] < b[j][1] and b[j][0] < a[i][1]:
+            return True
+        i, j = (i + 1, j) if a[i][1] <= b[j][1] else (i, j + 1)
+    return False
 
 
 def _late_fill(source, k: int, slot: int, waves: int, alike: bool, l2_bytes: int):
@@ -399,10 +436,12 @@ def _split(probe: Probe, plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _extension(
-    snaps, counter: Counter, plan: _Plan, full: int, l2_bytes: int, spread_in: np.ndarray
-) -> _Extension:
-    """Kernel ``plan.kernel``'s extension from its checkpoints, counted work and the
-    checkpointed waves' inner spreads (``_split``)."""
+    snaps, counter: Counter, plan: _Plan, full: int, l2_bytes: int, spread_in: np.ndarray,
+    own=None,
+) -> _Extension:  # fmt: skip
+    """Kernel ``plan.kernel``'s extension from its checkpoints, counted work, the
+    checkpointed waves' inner spreads (``_split``) and, for alike CTAs, the bytes of each
+    tensor a CTA and a period read alone (``_own_reads``)."""
     n, slot, period = plan.replayed, plan.slot, plan.period
     periods = (full - n) // period  # whole periods not replayed
     if plan.alike:
@@ -416,7 +455,16 @@ def _extension(
         steps = np.diff(snaps, axis=0)
         first = plan.marks[0] // slot
         steady = np.arange(len(steps)) + first
-        grid_waves = np.arange(math.ceil(n / slot) - 1, math.ceil(full / slot))
+        last = math.ceil(n / slot) - 1
+        grid_waves = np.arange(last, math.ceil(full / slot))
+        # the bytes a wave is the first to read come from HBM whatever the L2 holds: classes
+        # hold the rest of each wave's HBM reads, and each wave needed adds its own (the
+        # grid's last, partial wave may begin fewer heads than the prefix's: on 121 SMs at
+        # N = 32k one head's K and V, 3.2% of the HBM bytes)
+        reads = E.SNAP_HBM + 2 * np.arange(len(own[0]))
+        steps[:, reads] -= first_reads(steady, slot, period, n, *own)
+        own_need = np.vstack([first_reads(grid_waves, slot, period, full, *own),
+                              first_reads(np.array([last]), slot, period, n, *own)])  # fmt: skip
         seen, need = kinds(by_start, n, full, slot, period, first)
         unseen = np.zeros(len(need), bool)
         # where in its period a wave starts: too many kinds where the prefix lacks some, or
@@ -432,6 +480,7 @@ def _extension(
                 seen, need = kinds(periods_touched, n, full, slot, period, first)
         weight = np.append(np.ones(len(need) - 1), -1.0)
         unit = by_class(steps, seen, need, weight)
+        unit[reads] += weight @ own_need
         spread = class_error(steps, seen, need, weight)
         for c in np.unique(need[unseen]):  # net of the tail's, which stands for the grid's
             net = weight[unseen][need[unseen] == c].sum()
