@@ -217,14 +217,15 @@ def _showing_every_kind(
     (those between its checkpoints, from the ``waves``-th) include every kind the grid's
     remaining waves are of (``by_start_and_span``: a head's first wave reads its K and V from
     HBM, a later one from the L2) and that ends as the grid does (``_ends_alike``): of those
-    of at most ``limit`` CTAs (``_longest_prefix``), the one that leaves the fewest of the
-    grid's waves of a kind by their visits it lacks (``by_visits``), then the shortest; where
-    none is that short, the first longer one (the grid is then replayed whole); where none
-    ends as the grid does, the first that shows every kind. On 55 SMs with a 30 MiB L2, FA2
-    at N = 32k first shows a wave within one head after another such wave (3.6 MB of HBM
-    reads, against 15.3 MB after a wave that began the head) in its eighth wave."""
+    of at most ``limit`` CTAs (``_longest_prefix``) and twice the first, the one that leaves
+    the fewest of the grid's waves of a kind by their visits it lacks (``by_visits``), then
+    the shortest; where none is that short, the first longer one (the grid is then replayed
+    whole); where none ends as the grid does, the first that shows every kind. On 55 SMs
+    with a 30 MiB L2, FA2 at N = 32k first shows a wave within one head after another such
+    wave (3.6 MB of HBM reads, against 15.3 MB after a wave that began the head) in its
+    eighth wave."""
     cycle = math.lcm(slot, period) // slot
-    every = beyond = best = None
+    every = beyond = best = shortest = None
     for n in range(replayed, min(full, replayed + (cycle + 1) * slot), slot):
         seen, need = kinds(by_start_and_span, n, full, slot, period, waves)
         if not np.isin(need, seen).all():
@@ -234,6 +235,9 @@ def _showing_every_kind(
             continue
         if n > limit:  # too long to gain: the grid is replayed whole
             beyond = n
+            break
+        shortest = shortest or n
+        if n > 2 * shortest:  # what it replays more: at most the first such prefix
             break
         visited, visits = kinds(by_visits, n, full, slot, period, waves)
         key = (int((~np.isin(visits, visited)).sum()), n)
