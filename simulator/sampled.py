@@ -189,7 +189,9 @@ class _Plan:
 
 def _plan(meta, k: int, slot: int, waves: int, alike: bool, limit: int | None = None):
     """Kernel ``k``'s prefix and checkpoints (``alike``: whether its CTAs are), or None where
-    it is to be replayed whole."""
+    it is to be replayed whole; a prefix of alike CTAs is chosen among those of at most
+    ``limit`` CTAs (``_longest_prefix``; None: the grid's) where one shows every kind of wave
+    (``_showing_every_kind``)."""
     full, period = meta.kernels[k].ctas, _period(meta, k)
     # checkpoints after `waves` waves, over a period and a wave (and at least STEADY_WAVES
     # waves), all in the prefix; which ends where the grid does in its last wave (alike CTAs)
@@ -508,7 +510,7 @@ def _extension(
         weight = np.append(np.ones(len(need) - 1), -1.0)
         unit = by_class(steps, seen, need, weight)
         spread = class_error(steps, seen, need, weight)
-        if fine.any():  # what else a wave adds (its time, its writes) by the coarser kind
+        if fine.any():  # HBM reads by the kind by visits; time and writes by the coarser kind
             mixed = (by_class(steps, seen, need[~fine], weight[~fine])
                      + by_class(steps, visited, visits[fine], weight[fine]))  # fmt: skip
             mixed_err = (class_error(steps, seen, need[~fine], weight[~fine])
