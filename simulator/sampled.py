@@ -291,6 +291,7 @@ def simulate_sampled(
         _plan(meta, k, slot, math.ceil(fill / slot) + 1, alike, limit), limit
     ):
         periodic = False
+    own = _own_reads(source, k, _period(meta, k), full[k]) if alike and periodic else None
     for _ in range(2 if periodic else 0):  # a second prefix where the L2 fills after the first
         plan = _plan(meta, k, slot, waves, alike, limit)
         if _too_long(plan, limit):
@@ -304,7 +305,6 @@ def simulate_sampled(
         prefix = _first_ctas(source, [n if i == k else f for i, f in enumerate(full)])
         res = replay(prefix, gpu, options=options, probes={k: probe})
         snaps, spread = _split(probe, plan)
-        own = _own_reads(source, k, plan.period, full[k]) if alike else None
         ext = _extension(snaps, counter, plan, full[k], gpu.l2_bytes, spread, own)
         full_l2 = L2_FULL * gpu.l2_bytes
         # where the L2 fills only after the prefix, its steady state is not the grid's (the
@@ -492,6 +492,7 @@ def _extension(
         own_need = np.vstack([first_reads(grid_waves, slot, period, full, *own),
                               first_reads(np.array([last]), slot, period, n, *own)])  # fmt: skip
         seen, need = kinds(by_start, n, full, slot, period, first)
+        visited, visits = kinds(by_visits, n, full, slot, period, first)
         unseen = fine = np.zeros(len(need), bool)
         # where in its period a wave starts: too many kinds where the prefix lacks some, or
         # shows each once (no class's scatter to go by, the estimate would be the whole value)
@@ -501,7 +502,6 @@ def _extension(
             # value in the error estimate: a head's first wave may read its K and V from HBM,
             # a later one from the L2); and the HBM reads of a wave whose kind by its visits
             # (``fine``) the prefix shows, by that kind
-            visited, visits = kinds(by_visits, n, full, slot, period, first)
             fine = np.isin(visits, visited)
             seen, need = kinds(by_start_and_span, n, full, slot, period, first)
             unseen = ~np.isin(need, seen)
@@ -532,9 +532,8 @@ def _extension(
         settled = abs(held[-1] - held[0]) <= L2_SETTLED * l2_bytes
         hbm_steps = steps[:, E.SNAP_HBM :].sum(axis=1)
         hbm_trend = time_trend(hbm_steps, seen, steady, grid_waves) if settled else 0.0
-        visited, whole = kinds(by_visits, n, full, slot, period, first)
         # the grid's whole waves (its last stands in the prefix, as does the prefix's last)
-        unseen_waves = int((~np.isin(whole[:-2], visited)).sum())
+        unseen_waves = int((~np.isin(visits[:-2], visited)).sum())
     else:
         # CTAs that differ: what a period adds, between checkpoints a period apart (the
         # later of two pairs a wave apart, whose disagreement is the error estimate)

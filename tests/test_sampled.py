@@ -286,7 +286,7 @@ def test_a_last_wave_that_begins_no_head_reads_no_heads_k_and_v():
     exact = simulator.simulate(sched, gpu)
     assert res.sampling.replayed_fraction < 0.5
     assert abs(res.hbm_bytes / exact.hbm_bytes - 1) < 1e-4
-    assert abs(res.time_s / exact.time_s - 1) < 1e-4
+    assert abs(res.time_s / exact.time_s - 1) < 1e-6  # every wave takes as long
 
 
 def test_waves_within_a_head_are_classed_by_their_visits():
