@@ -152,21 +152,23 @@ def spread_trend(spread: np.ndarray, seen: np.ndarray, waves: np.ndarray, last: 
 def footprint(ev: np.ndarray) -> tuple[tuple[int, int], ...]:
     """The byte ranges ``ev``'s regions cover (each ``rows`` rows of ``row_bytes`` bytes,
     ``row_stride_bytes`` apart), merged and in order."""
-    if not len(ev):
-        return ()
     rows = ev["rows"].astype(np.int64)
-    starts = np.repeat(ev["offset_bytes"], rows) + np.concatenate(
-        [np.arange(r) * s for r, s in zip(rows, ev["row_stride_bytes"], strict=True)]
+    if not rows.sum():
+        return ()
+    # each row's index within its region, without a loop over the regions (a CTA's K or V:
+    # tens of thousands of rows)
+    index = np.arange(rows.sum()) - np.repeat(np.cumsum(rows) - rows, rows)
+    starts = np.repeat(ev["offset_bytes"].astype(np.int64), rows) + index * np.repeat(
+        ev["row_stride_bytes"].astype(np.int64), rows
     )
-    ends = starts + np.repeat(ev["row_bytes"], rows)
+    ends = starts + np.repeat(ev["row_bytes"].astype(np.int64), rows)
     order = np.argsort(starts, kind="stable")
-    merged: list[list[int]] = []
-    for a, b in zip(starts[order].tolist(), ends[order].tolist(), strict=True):
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    return tuple((a, b) for a, b in merged)
+    starts, reach = starts[order], np.maximum.accumulate(ends[order])
+    # a range begins at a row that starts past every earlier row's end; it ends at the
+    # furthest end reached before the next one begins
+    begins = np.flatnonzero(np.r_[True, starts[1:] > reach[:-1]])
+    stops = reach[np.r_[begins[1:] - 1, len(starts) - 1]]
+    return tuple(zip(starts[begins].tolist(), stops.tolist(), strict=True))
 
 
 def first_reads(waves: np.ndarray, slot: int, period: int, ctas: int, per_cta, per_period):

@@ -9,6 +9,8 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from flashio import kernels, simulator
 from flashio.analysis.explore.search import COMPILED
@@ -16,6 +18,7 @@ from flashio.simulator._wave_classes import (
     by_start_and_span,
     by_visits,
     first_reads,
+    footprint,
     heads_begun,
     periods_touched,
 )
@@ -254,6 +257,30 @@ def test_a_prefix_ends_with_the_kinds_of_wave_the_grid_ends_with():
     exact = simulator.simulate(sched, gpu)
     assert res.sampling.replayed_fraction <= 0.25
     assert abs(res.hbm_bytes / exact.hbm_bytes - 1) < 1e-6
+
+
+_REGION = st.tuples(
+    st.integers(0, 300), st.integers(0, 6), st.integers(1, 40), st.integers(1, 60)
+)  # offset, rows, row bytes, stride: rows that overlap, touch, or leave gaps
+
+
+@given(st.lists(_REGION, max_size=8))
+def test_a_footprint_is_the_bytes_its_regions_cover(regions):
+    """``footprint`` (vectorized: a CTA's K covers tens of thousands of rows) against the set
+    of bytes the regions' rows cover, byte by byte: the same ranges, merged where they touch
+    or overlap, in order."""
+    ev = np.zeros(len(regions), simulator.EVENT_DTYPE)
+    columns = np.array(regions, np.int64).reshape(-1, 4)
+    for i, name in enumerate(("offset_bytes", "rows", "row_bytes", "row_stride_bytes")):
+        ev[name] = columns[:, i]
+    covered = sorted({o + r * s + b for o, n, w, s in regions for r in range(n) for b in range(w)})
+    ranges, start = [], None
+    for i, byte in enumerate(covered):  # runs of consecutive bytes
+        start = byte if start is None else start
+        if i + 1 == len(covered) or covered[i + 1] != byte + 1:
+            ranges.append((start, byte + 1))
+            start = None
+    assert footprint(ev) == tuple(ranges)
 
 
 def test_a_tensor_is_read_first_by_each_cta_or_each_period():
