@@ -95,6 +95,11 @@ L2_FILL_TOLERANCE = 0.01
 # N = 32k on an H200 with half its HBM bandwidth and a quarter of its L2: 0.9% extrapolated
 # from four waves, 2.3% in fact, with the replay of its loop before the run-11 FFMA rates)
 DRIFT_TOLERANCE = 0.005
+# a prefix is replayed where it saves at least a fifth of the events (1 / SAVING of an exact
+# replay's): on 44 and 110 SMs, FA2 at N = 32k first shows every kind of wave and ends as the
+# grid does 74% and 62% of the way in (one wave of a kind every 32 or 64 waves), and was
+# replayed whole at half (docs/model.md, "Over a sweep's hypothetical GPUs")
+SAVING = 1.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +266,7 @@ def _ends_alike(n: int, full: int, slot: int, period: int) -> bool:
 
 def simulate_sampled(
     source: TraceSource, gpu: GPUSpec | str, options=None, waves: int = SAMPLED_WAVES,
-    saving: float = 2.0,
+    saving: float = SAVING,
 ) -> SimResult:  # fmt: skip
     """``simulator.simulate(source, gpu, options=options, mode="sampled")``: see the module
     docstring. The kernel of the most events is sampled where the replay then has less than 1 /
