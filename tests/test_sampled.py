@@ -28,11 +28,16 @@ from flashio.simulator.trace import Trace
 
 H200 = simulator.load_gpu("h200-measured")
 EIGHT = H200.replace(sm_count=8, name="h200-8sms")
+# the workload of benchmarks/bench_sweep.py and sampled_grid.py (with 128x128 tiles)
+FA2_32K = kernels.AttentionShape(1, 16, 32768, 128, "fp16")
 
 
-def _pair(name, shape, tiles, gpu=EIGHT, **kw):
+def _pair(name, shape, tiles, gpu=EIGHT, options=None, **kw):
+    """(exact, sampled): the schedule replayed both ways on ``gpu``."""
     sched = kernels.schedule(name, shape, *tiles)
-    return simulator.simulate(sched, gpu), simulate_sampled(sched, gpu, **kw)
+    options = options or simulator.ModelOptions()
+    exact = simulator.simulate(sched, gpu, options=options)
+    return exact, simulate_sampled(sched, gpu, options, **kw)
 
 
 def test_a_grid_of_few_waves_is_replayed_whole():
@@ -189,7 +194,7 @@ def test_a_grid_whose_sms_fall_out_of_step_is_replayed_whole(monkeypatch, hbm, m
 
     options = dataclasses.replace(COMPILED, pending_fills=False)
     gpu = _small_memory(hbm)
-    sched = kernels.schedule("flash2", kernels.AttentionShape(1, 16, 32768, 128, "fp16"), 128, 128)
+    sched = kernels.schedule("flash2", FA2_32K, 128, 128)
     res = simulate_sampled(sched, gpu, options)
     exact = simulator.simulate(sched, gpu, options=options)
     assert res.sampling.replayed_fraction == 1.0 and res == exact
@@ -215,9 +220,7 @@ def test_a_wave_cost_the_prefix_never_sees_is_missed():
     and the quarter L2 holds less of both heads' K and V. The prefix sees the first splits
     only: extended, the time comes out 2.2% short against an estimate of 0.02%."""
     gpu = _small_memory(2)
-    sched = kernels.schedule("flash2", kernels.AttentionShape(1, 16, 32768, 128, "fp16"), 128, 128)
-    res = simulate_sampled(sched, gpu, COMPILED)
-    exact = simulator.simulate(sched, gpu, options=COMPILED)
+    exact, res = _pair("flash2", FA2_32K, (128, 128), gpu, options=COMPILED)
     assert res.sampling.replayed_fraction < 0.5
     miss = 1 - res.time_s / exact.time_s
     assert miss > 0.015 and miss > 10 * res.sampling.time_error
@@ -243,9 +246,7 @@ def test_the_prefix_shows_every_kind_of_wave_the_grid_has():
     dirty lines at the end). Achieved: the exact run's HBM bytes and dirty lines to the byte,
     time within 1e-13 (bounds: a millionth, the class means' floating-point sums)."""
     gpu = simulator.load_gpu("h200").replace(sm_count=8, l2_bytes=4 << 20)
-    sched = kernels.schedule("flash2", kernels.AttentionShape(1, 32, 3584, 128, "fp16"), 128, 64)
-    res = simulate_sampled(sched, gpu)
-    exact = simulator.simulate(sched, gpu)
+    exact, res = _pair("flash2", kernels.AttentionShape(1, 32, 3584, 128, "fp16"), (128, 64), gpu)
     assert res.sampling.replayed_fraction < 0.25
     assert abs(res.hbm_bytes / exact.hbm_bytes - 1) < 1e-6
     assert abs(res.l2_dirty_bytes_at_end / exact.l2_dirty_bytes_at_end - 1) < 1e-6
@@ -263,9 +264,7 @@ def test_a_prefix_ends_with_the_kinds_of_wave_the_grid_ends_with():
     the byte)."""
     assert not _ends_alike(1600, 16384, 264, 512) and _ends_alike(1864, 16384, 264, 512)
     gpu = simulator.load_gpu("h200").replace(sm_count=12, l2_bytes=4 << 20)
-    sched = kernels.schedule("flash2", kernels.AttentionShape(1, 32, 3584, 128, "fp16"), 128, 64)
-    res = simulate_sampled(sched, gpu)
-    exact = simulator.simulate(sched, gpu)
+    exact, res = _pair("flash2", kernels.AttentionShape(1, 32, 3584, 128, "fp16"), (128, 64), gpu)
     assert res.sampling.replayed_fraction <= 0.25
     assert abs(res.hbm_bytes / exact.hbm_bytes - 1) < 1e-6
 
@@ -299,7 +298,7 @@ def test_a_tensor_is_read_first_by_each_cta_or_each_period():
     query tile (128 rows x 256 B), the CTAs of a head share its K and V (32768 x 256 B each)
     and no other head reads them; O and L are written and the tiles on chip are not global
     memory, so no bytes of theirs are counted."""
-    sched = kernels.schedule("flash2", kernels.AttentionShape(1, 16, 32768, 128, "fp16"), 128, 128)
+    sched = kernels.schedule("flash2", FA2_32K, 128, 128)
     names = [t.name for t in sched.meta.tensors]
     per_cta, per_period = _own_reads(sched, 0, 256, 4096)
     cta = {n: b for n, b in zip(names, per_cta, strict=True) if b}
@@ -319,9 +318,7 @@ def test_a_last_wave_that_begins_no_head_reads_no_heads_k_and_v():
     before, now the exact run's to 0.01% (achieved: 0.005%; an L2 of 0.75x or 1.25x the
     H200's leaves 1.6-2.3%, python -m benchmarks.sampled_grid)."""
     gpu = simulator.load_gpu("h200").replace(sm_count=121)
-    sched = kernels.schedule("flash2", kernels.AttentionShape(1, 16, 32768, 128, "fp16"), 128, 128)
-    res = simulate_sampled(sched, gpu)
-    exact = simulator.simulate(sched, gpu)
+    exact, res = _pair("flash2", FA2_32K, (128, 128), gpu)
     assert res.sampling.replayed_fraction < 0.5
     assert abs(res.hbm_bytes / exact.hbm_bytes - 1) < 1e-4
     assert abs(res.time_s / exact.time_s - 1) < 1e-6  # every wave takes as long
@@ -337,9 +334,7 @@ def test_waves_within_a_head_are_classed_by_their_visits():
     reads go by that kind: every kind seen, the bytes within the estimate (achieved: 1.06%
     against 1.44%)."""
     gpu = simulator.load_gpu("h200").replace(sm_count=55, l2_bytes=30 << 20)
-    sched = kernels.schedule("flash2", kernels.AttentionShape(1, 16, 32768, 128, "fp16"), 128, 128)
-    res = simulate_sampled(sched, gpu)
-    exact = simulator.simulate(sched, gpu)
+    exact, res = _pair("flash2", FA2_32K, (128, 128), gpu)
     assert res.sampling.unseen_waves == 0 and res.sampling.replayed_fraction < 0.5
     assert abs(res.hbm_bytes / exact.hbm_bytes - 1) <= res.sampling.hbm_error + 1e-6
 
@@ -356,9 +351,7 @@ def test_small_l2_grids_are_within_their_estimates(sms, mib, n):
     12.8-132%; before the prefix ended as the grid does, four were 0.38-2.38% long against
     estimates of 0.00%). The slack, a millionth, is the floating-point sums of class means."""
     gpu = simulator.load_gpu("h200").replace(sm_count=sms, l2_bytes=mib << 20)
-    sched = kernels.schedule("flash2", kernels.AttentionShape(1, 32, n, 128, "fp16"), 128, 64)
-    res = simulate_sampled(sched, gpu)
-    exact = simulator.simulate(sched, gpu)
+    exact, res = _pair("flash2", kernels.AttentionShape(1, 32, n, 128, "fp16"), (128, 64), gpu)
     assert abs(res.hbm_bytes / exact.hbm_bytes - 1) <= res.sampling.hbm_error + 1e-6
     assert abs(res.time_s / exact.time_s - 1) <= res.sampling.time_error + 1e-6
 
@@ -427,9 +420,7 @@ def test_an_hbm_drift_with_the_l2_settled_is_in_the_estimate():
     extension is 1.1% short against an estimate of 1.5% (0.07% while only the time was
     looked at)."""
     gpu = _small_memory(2).replace(sm_count=77)
-    sched = kernels.schedule("flash2", kernels.AttentionShape(1, 16, 32768, 128, "fp16"), 128, 128)
-    res = simulate_sampled(sched, gpu, COMPILED)
-    exact = simulator.simulate(sched, gpu, options=COMPILED)
+    exact, res = _pair("flash2", FA2_32K, (128, 128), gpu, options=COMPILED)
     assert res.sampling.replayed_fraction < 0.5
     moved = res.hbm_read_bytes + res.hbm_write_bytes
     short = 1 - moved / (exact.hbm_read_bytes + exact.hbm_write_bytes)
