@@ -12,20 +12,7 @@ from pathlib import Path
 
 from flashio import kernels, simulator
 from flashio.analysis.cli import options as opts
-
-
-def _bar(done: int, total: int, label: str) -> None:
-    """Progress on stderr: a redrawn bar on a terminal, a line per tenth otherwise."""
-    if sys.stderr.isatty():
-        fill = 30 * done // max(total, 1)
-        print(
-            f"\r[{'#' * fill}{'.' * (30 - fill)}] {done}/{total} {label:<48}",
-            end="\n" if done == total else "",
-            file=sys.stderr,
-            flush=True,
-        )
-    elif total and (done == total or done * 10 // total != (done - 1) * 10 // total):
-        print(f"  {done}/{total} {label}", file=sys.stderr, flush=True)
+from flashio.analysis.present.progress import Progress
 
 
 @contextlib.contextmanager
@@ -94,9 +81,10 @@ def cmd_sweep(a) -> int:
         partial.unlink()  # a fresh sweep: an interrupted one's points are not reused
     mode = "sampled" if a.sampled else "exact"
     points = sweep.sweep_points(gpus, a.schedule, shapes, blocks, [a.warps], mode, a.compiled)
-    with _dask_client(a) as client:
+    with Progress(quiet=a.json) as bar, _dask_client(a) as client:
         new = sweep.run_sweep(
-            gpus, a.schedule, shapes, blocks, [a.warps], progress=None if a.json else _bar,
+            gpus, a.schedule, shapes, blocks, [a.warps],
+            progress=lambda done, total, label: bar("points", label, done, total),
             client=client, skip=frozenset(old), on_row=lambda r: files.append_csv(r, partial),
             mode=mode, compiled=a.compiled,
         )  # fmt: skip

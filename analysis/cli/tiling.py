@@ -22,6 +22,7 @@ from flashio.analysis.explore.search import (
     search_tiles,
 )
 from flashio.analysis.explore.search_reading import short_why
+from flashio.analysis.present.progress import Progress
 from flashio.simulator import Space
 
 __all__ = ["add_tiling_command", "cmd_tiling", "main"]
@@ -298,21 +299,16 @@ def search_text(
     return "\n".join(lines)
 
 
-def _progress(total_events: int):
-    tty = sys.stderr.isatty()
-    state = {"events": 0, "next": 0.25}
+def _progress(progress: Progress, total_events: int):
+    """search_tiles' callback: each tiling done, and the events replayed so far."""
+    replayed = 0
 
     def show(done, total, r):
-        state["events"] += r.events
-        text = (
-            f"  tiling {done}/{total}: {r.block_q} x {r.block_kv}, {r.warps} warps "
-            f"({state['events'] / 1e6:.1f} of {total_events / 1e6:.1f} M events)"
-        )
-        if tty:
-            print("\r" + text.ljust(78), end="\n" if done == total else "", file=sys.stderr)
-        elif done == total or done / total >= state["next"]:
-            state["next"] += 0.25
-            print(text, file=sys.stderr)
+        nonlocal replayed
+        replayed += r.events
+        detail = (f"{r.block_q} x {r.block_kv}, {r.warps} warps "
+                  f"({replayed / 1e6:.1f} of {total_events / 1e6:.1f} M events)")  # fmt: skip
+        progress("tilings", detail, done, total)
 
     return show
 
@@ -341,17 +337,18 @@ def cmd_tiling(a) -> int:
             + ("priced by their kernels' main loops" if compiled else "at the pipe rates"),
             file=sys.stderr,
         )
-        results = search_tiles(
-            a.schedule,
-            shape,
-            gpu,
-            a.block_sizes,
-            a.warps,
-            _progress(events),
-            plan=plan,
-            compiled=compiled,
-            **kw,
-        )
+        with Progress() as progress:
+            results = search_tiles(
+                a.schedule,
+                shape,
+                gpu,
+                a.block_sizes,
+                a.warps,
+                _progress(progress, events),
+                plan=plan,
+                compiled=compiled,
+                **kw,
+            )
         out["search"] = {
             "schedule": a.schedule,
             "gpu": gpu.name,

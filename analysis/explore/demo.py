@@ -15,7 +15,6 @@ with full, causal and sliding-window masks, and one decoding step over a long KV
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from flashio.analysis.explore import comparison as cmp
 from flashio.analysis.explore import demo_masks, sweep
 from flashio.analysis.explore.search import COMPILED
 from flashio.analysis.present import plots, report
+from flashio.analysis.present.progress import Progress
 from flashio.analysis.validation import sm_scaling
 
 # A GPT-2-medium-like layer: 16 heads of 64, 4k context, batch 2, fp16.
@@ -39,29 +39,6 @@ SM_SCALES = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)  # hypothetical GPUs: fewer SMs
 # instruction census holds priced by its compiled main loop) where it prices a schedule; the
 # pictures and the claims use the pipe rates throughout, so every curve and ratio compares
 # schedules under one model. The long-context part is demo_masks'.
-
-
-class _Progress:
-    """Progress on stderr: one line redrawn on a terminal; elsewhere a line per stage, not per
-    simulation. Silent when ``quiet``. Call it as ``progress(stage, detail)``."""
-
-    def __init__(self, quiet: bool):
-        self.quiet, self.stage = quiet, ""
-
-    def __call__(self, stage: str, detail: str) -> None:
-        if self.quiet:
-            return
-        if sys.stderr.isatty():
-            print(f"\r  {stage}: {detail:<60.60}", end="", file=sys.stderr, flush=True)
-        elif stage != self.stage:
-            print(f"  {stage} ...", file=sys.stderr, flush=True)
-        self.stage = stage
-
-    def done(self) -> None:
-        """End the progress line (a terminal's redrawn line needs its newline)."""
-        if not self.quiet and sys.stderr.isatty():
-            print(file=sys.stderr, flush=True)
-        self.stage = ""
 
 
 def _regime(gpu: simulator.GPUSpec, shape: kernels.AttentionShape) -> str:
@@ -136,7 +113,7 @@ def _fewer_sms(gpu, shape, say) -> list[sweep.SweepRow]:
         ["standard", "flash2"],
         [shape],
         [(None, None)],
-        progress=lambda i, n, s: say("fewer SMs", s),
+        progress=lambda i, n, s: say("fewer SMs", s, i, n),
     )
 
 
@@ -268,30 +245,29 @@ def run_demo(
     t0 = time.perf_counter()
     if out.exists() and not out.is_dir():
         raise simulator.FileError(f"--out {out}: is a file; give a folder for JSON and plots")
-    say = _Progress(quiet=as_json)
-    rows = cmp.compare(
-        shape,
-        gpu,
-        cmp.FORWARD + cmp.BACKWARD,
-        progress=lambda n: say("the six schedules", n),
-    )
-    compiled = {
-        r.schedule: r
-        for r in cmp.compare(
+    with Progress(quiet=as_json) as say:
+        rows = cmp.compare(
             shape,
             gpu,
             cmp.FORWARD + cmp.BACKWARD,
-            progress=lambda n: say("the six schedules, compiled loops", n),
-            options=COMPILED,
+            progress=lambda n: say("the six schedules", n),
         )
-        if r.compiled_kernels
-    }
-    scaling = _scaling(gpu, seq_lens, say)
-    blocks = _block_sizes(gpu, shape, say)
-    hypo = _hypothetical(gpu, shape, say)
-    sms_rows = _fewer_sms(gpu, shape, say)
-    masks = demo_masks.masks(gpu, say)
-    say.done()
+        compiled = {
+            r.schedule: r
+            for r in cmp.compare(
+                shape,
+                gpu,
+                cmp.FORWARD + cmp.BACKWARD,
+                progress=lambda n: say("the six schedules, compiled loops", n),
+                options=COMPILED,
+            )
+            if r.compiled_kernels
+        }
+        scaling = _scaling(gpu, seq_lens, say)
+        blocks = _block_sizes(gpu, shape, say)
+        hypo = _hypothetical(gpu, shape, say)
+        sms_rows = _fewer_sms(gpu, shape, say)
+        masks = demo_masks.masks(gpu, say)
     pictures = _plot(rows, scaling, blocks, hypo, sms_rows, gpu, shape, out)
     rule = tiling_rule(gpu, shape.head_dim, shape.dtype)
     summary = {
