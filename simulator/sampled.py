@@ -35,8 +35,10 @@ replayed whole too: its state at the prefix's end is not the grid's; so is one w
 inner spread (from a wave's first dispatch to its middle CTA's: how far its SMs are out of
 step) still grows, by more than that share at its slope to the grid's last wave
 (``_wave_classes.spread_trend``). Where the L2 has settled over the checkpoints, a drift of
-the waves' HBM bytes is extrapolated into the HBM error estimate. The L2 contents a kernel
-leaves to the next are those after its replayed prefix.
+the waves' HBM bytes is extrapolated into the HBM error estimate. The L2 contents the
+sampled kernel leaves to the next are those after its prefix: the lines of the grid's first
+periods, where the whole grid leaves its last ones'; what the kernels after it read, up to
+the L2's size, is added to the HBM error estimate.
 """
 
 from __future__ import annotations
@@ -95,11 +97,19 @@ L2_FILL_TOLERANCE = 0.01
 # N = 32k on an H200 with half its HBM bandwidth and a quarter of its L2: 0.9% extrapolated
 # from four waves, 2.3% in fact, with the replay of its loop before the run-11 FFMA rates)
 DRIFT_TOLERANCE = 0.005
-# a prefix is replayed where it saves at least a fifth of the events (1 / SAVING of an exact
-# replay's): on 44 and 110 SMs, FA2 at N = 32k first shows every kind of wave and ends as the
-# grid does 74% and 62% of the way in (one wave of a kind every 32 or 64 waves), and was
-# replayed whole at half (docs/model.md, "Over a sweep's hypothetical GPUs")
-SAVING = 1.25
+# a prefix is replayed where it saves half the events (1 / SAVING of an exact replay's) or,
+# of alike CTAs in a grid of at least LONG_GRID waves and LONG_GRID / 2 periods, a fifth
+# (LONG_SAVING): on 44 and 110 SMs, FA2 at N = 32k first shows every kind of wave and ends as
+# the grid does 74% and 62% of the way in (one wave of a kind every 32 or 64 waves; grids of
+# 47 and 19 waves, 16 heads), and was replayed whole (docs/model.md, "Over a sweep's
+# hypothetical GPUs"). A shorter grid's long prefix leaves too little for its estimates (FA2
+# at N = 1k, 16 heads on 6 SMs, 11 waves: 0.11% short in time against 0.07%; at N = 4k, 2
+# heads on 4 SMs, 16 waves: 5.3% long in HBM bytes against 0.01%), and unlike CTAs are
+# extended by whole periods with nothing that checks the kinds of what the rest adds (FA2
+# causal at N = 2k, 4 heads on 4 SMs, 3 of its 4 periods: 0.80% short against 0.01%)
+SAVING = 2.0
+LONG_SAVING = 1.25
+LONG_GRID = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,12 +276,13 @@ def _ends_alike(n: int, full: int, slot: int, period: int) -> bool:
 
 def simulate_sampled(
     source: TraceSource, gpu: GPUSpec | str, options=None, waves: int = SAMPLED_WAVES,
-    saving: float = SAVING,
+    saving: float | None = None,
 ) -> SimResult:  # fmt: skip
     """``simulator.simulate(source, gpu, options=options, mode="sampled")``: see the module
     docstring. The kernel of the most events is sampled where the replay then has less than 1 /
-    ``saving`` of the events of an exact one. The result carries ``sampling``
-    (``Sampling``)."""
+    ``saving`` of the events of an exact one (None: ``LONG_SAVING`` for alike CTAs in a grid
+    of ``LONG_GRID`` waves and half as many periods or more, else ``SAVING``). The result
+    carries ``sampling`` (``Sampling``)."""
     if waves < 1:
         raise ValueError(f"a sampled replay replays at least 1 wave first, got {waves}")
     gpu = gpu if isinstance(gpu, GPUSpec) else load_gpu(gpu)
@@ -288,6 +299,9 @@ def simulate_sampled(
     slot = occs[k].ctas_per_sm * gpu.sm_count
     spills = spill_bytes(kinfos[k], occs[k], gpu, comps[k])
     alike, periodic = _grid(source, k, full[k], _period(meta, k))
+    if saving is None:
+        long = full[k] >= LONG_GRID * max(slot, _period(meta, k) // 2)
+        saving = LONG_SAVING if alike and long else SAVING
     limit = _longest_prefix(full[k], per_cta[k], exact_cost, saving)
     fill = _late_fill(source, k, slot, waves, alike, gpu.l2_bytes, limit) if periodic else None
     # where the first prefix would be replayed again, and the second would be too long to
@@ -614,8 +628,13 @@ def _extend(res: SimResult, k: int, x: _Extension, busy, meta, gpu) -> SimResult
         t_now += kr.time_s
     breakdown = breakdown_of(busy + x.busy, gpu, len(kernels))
     total_hbm = max(1, sums["hbm_read_bytes"] + sums["hbm_write_bytes"])
-    # and an L2 still filling at the checkpoints: its dirty share at the end is a guess
-    hbm_err = x.hbm_err + abs(dirty_end - res.l2_dirty_bytes_at_end)
+    # and an L2 still filling at the checkpoints: its dirty share at the end is a guess; and
+    # the kernels after it find the prefix's lines in the L2 (the grid's first periods), where
+    # the whole grid leaves its last ones': they may read up to the L2's size more or less
+    # from HBM (FA2's backward at N = 2k on 16 SMs with 8 MiB: its dQ conversion, 3.0% of the
+    # run's HBM bytes)
+    later = sum(kr.global_read_bytes for kr in res.kernels[k + 1 :])
+    hbm_err = x.hbm_err + abs(dirty_end - res.l2_dirty_bytes_at_end) + min(gpu.l2_bytes, later)
     out = dataclasses.replace(
         res,
         kernels=tuple(kernels),

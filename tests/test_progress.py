@@ -1,5 +1,6 @@
-"""The progress line of ``flashio demo`` and ``flashio sweep`` (analysis.present.progress): one
-line redrawn on a terminal, a few lines in a log, nothing when quiet."""
+"""The progress line of ``flashio demo``, ``sweep`` and ``tiling --search``
+(analysis.present.progress): one line redrawn on a terminal, a few lines in a log, nothing
+when quiet."""
 
 import io
 

@@ -1,4 +1,4 @@
-"""One progress line on stderr for the long commands (``flashio demo``, ``flashio sweep``).
+"""One progress line on stderr for the long commands (``flashio demo``, ``sweep``, ``tiling``).
 
 On a terminal the line is redrawn in place: the stage, a bar where the stage counts its steps,
 and what is being simulated. Elsewhere (a log, CI) it writes a line as each stage begins and as
