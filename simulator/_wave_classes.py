@@ -153,11 +153,12 @@ def footprint(ev: np.ndarray) -> tuple[tuple[int, int], ...]:
     """The byte ranges ``ev``'s regions cover (each ``rows`` rows of ``row_bytes`` bytes,
     ``row_stride_bytes`` apart), merged and in order."""
     rows = ev["rows"].astype(np.int64)
-    if not rows.sum():
+    total = int(rows.sum())
+    if not total:
         return ()
     # each row's index within its region, without a loop over the regions (a CTA's K or V:
     # tens of thousands of rows)
-    index = np.arange(rows.sum()) - np.repeat(np.cumsum(rows) - rows, rows)
+    index = np.arange(total) - np.repeat(np.cumsum(rows) - rows, rows)
     starts = np.repeat(ev["offset_bytes"].astype(np.int64), rows) + index * np.repeat(
         ev["row_stride_bytes"].astype(np.int64), rows
     )

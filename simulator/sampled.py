@@ -298,9 +298,10 @@ def simulate_sampled(
     k = max(range(len(full)), key=lambda i: full[i] * per_cta[i])
     slot = occs[k].ctas_per_sm * gpu.sm_count
     spills = spill_bytes(kinfos[k], occs[k], gpu, comps[k])
-    alike, periodic = _grid(source, k, full[k], _period(meta, k))
+    period = _period(meta, k)
+    alike, periodic = _grid(source, k, full[k], period)
     if saving is None:
-        long = full[k] >= LONG_GRID * max(slot, _period(meta, k) // 2)
+        long = full[k] >= LONG_GRID * slot and full[k] >= LONG_GRID // 2 * period
         saving = LONG_SAVING if alike and long else SAVING
     limit = _longest_prefix(full[k], per_cta[k], exact_cost, saving)
     fill = _late_fill(source, k, slot, waves, alike, gpu.l2_bytes, limit) if periodic else None
@@ -310,7 +311,7 @@ def simulate_sampled(
         _plan(meta, k, slot, math.ceil(fill / slot) + 1, alike, limit), limit
     ):
         periodic = False
-    own = _own_reads(source, k, _period(meta, k), full[k]) if alike and periodic else None
+    own = _own_reads(source, k, period, full[k]) if alike and periodic else None
     for _ in range(2 if periodic else 0):  # a second prefix where the L2 fills after the first
         plan = _plan(meta, k, slot, waves, alike, limit)
         if _too_long(plan, limit):
