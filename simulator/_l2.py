@@ -282,6 +282,28 @@ def fill_landing(st, tensor, offset, rows, row_bytes, stride, t, landing):
 
 
 @njit(**HOT)
+def shift_granules(st, shift):
+    """Move every granule of tensor ``t`` the cache holds ``shift[t]`` granules on (its
+    lines, dirtiness and place in the LRU order kept), and rebuild the hash table: the
+    lines a sampled kernel's prefix left become those of the grid's last periods
+    (``simulator.sampled``). Each tensor's granules move together, so no two meet; moved
+    past the tensor's end, a granule is never asked for again and leaves as the LRU one."""
+    sc, table, slots = st[0], st[1], st[2]
+    mask = sc[MASK]
+    for i in range(table.shape[0]):
+        table[i, 0] = EMPTY
+    for s in range(sc[COUNT]):
+        key = slots[s, KEY]
+        key += shift[key >> 44]
+        slots[s, KEY] = key
+        i = _home(key, mask)
+        while table[i, 0] != EMPTY:
+            i = (i + 1) & mask
+        table[i, 0] = key
+        table[i, 1] = s
+
+
+@njit(**HOT)
 def held_bytes(st):
     """Bytes in the lines the cache holds, and in those of them that are dirty."""
     sc, slots = st[0], st[2]

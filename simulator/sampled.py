@@ -36,10 +36,11 @@ inner spread (from a wave's first dispatch to its middle CTA's: how far its SMs 
 step) still grows, by more than that share at its slope to the grid's last wave
 (``_wave_classes.spread_trend``). Where the L2 has settled over the checkpoints, a drift of
 the waves' HBM bytes is extrapolated into the HBM error estimate. The L2 contents the
-sampled kernel leaves to the next are those after its prefix: the lines of the grid's first
-periods, where the whole grid leaves its last ones'; what the kernels after it read, up to
-the L2's size, is added to the HBM error estimate, as is the range of the L2's dirty bytes
-over a period where the prefix ends elsewhere in its period than the grid does.
+sampled kernel leaves to the next are those after its prefix, the lines of the grid's first
+periods, moved on to its last periods' places where the L2 holds the prefix's lines alone
+(``_period_shift``); elsewhere what the kernels after it read, up to the L2's size, is added
+to the HBM error estimate, as is the range of the L2's dirty bytes over a period where the
+prefix ends elsewhere in its period than the grid does.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ import numpy as np
 
 from flashio.simulator import _state as E
 from flashio.simulator._counted import Counter
+from flashio.simulator._l2 import LINES_PER_GRANULE, shift_granules
 from flashio.simulator._wave_classes import (
     by_class,
     by_start,
@@ -322,7 +324,11 @@ def simulate_sampled(
         # whole periods after the prefix
         a, left = n - plan.period, (full[k] - n) % plan.period
         counter = Counter([(a, n), (a, a + left)], len(meta.tensors), spills)
-        probe = Probe(np.array(sorted({*plan.marks, *_middles(plan)}), np.int64), counter)
+        marks = np.array(sorted({*plan.marks, *_middles(plan)}), np.int64)
+        granule = gpu.l2_line_bytes * LINES_PER_GRANULE
+        shift, prefix_bytes = _period_shift(source, plan, full[k], granule)
+        mover = _ToLastPeriods(shift if prefix_bytes >= gpu.l2_bytes else None)
+        probe = Probe(marks, counter, at_end=mover)
         prefix = _first_ctas(source, [n if i == k else f for i, f in enumerate(full)])
         res = replay(prefix, gpu, options=options, probes={k: probe})
         snaps, spread = _split(probe, plan)
@@ -335,7 +341,8 @@ def simulate_sampled(
         moved = res.hbm_read_bytes + res.hbm_write_bytes + ext.hbm.sum()
         unsure = res.l2_dirty_bytes_at_end * (ext.grows - 1)
         if not filling or unsure <= L2_FILL_TOLERANCE * moved:
-            out = _extend(res, k, ext, probe.busy, meta, gpu)
+            unsure = not mover.moved or _later_reads_unmoved(source, k, shift)
+            out = _extend(res, k, ext, probe.busy, meta, gpu, unsure)
             if abs(ext.trend) + abs(ext.spreading) <= DRIFT_TOLERANCE * out.time_s:
                 return out
             break  # the waves drift or fall out of step: extended, the grid would miss
@@ -347,6 +354,70 @@ def simulate_sampled(
         waves = math.ceil(fill / slot) + 1
     res = replay(source, gpu, options=options)
     return _with(res, Sampling(full, full, 0.0, 0.0))
+
+
+def _period_shift(source, plan: _Plan, full: int, granule: int) -> tuple[np.ndarray, int]:
+    """Granules each tensor's lines in the L2 move on after the sampled kernel's prefix, so
+    that the kernels after it find those of the grid's last periods, as after the whole grid
+    (``_l2.shift_granules``): the prefix's last period becomes the grid's, for each global
+    tensor the kernel touches whose periods own equal slices of whole granules (a head's Q,
+    K, V, O: the slice that the first CTA of each of the first two periods keeps to); 0
+    for the others, and the local memory's row. And the bytes of those slices of the
+    prefix's whole periods: an L2 of at most that many holds the prefix's lines alone (it is
+    LRU), which then stand for the grid's last periods'; a larger one may still hold what
+    the kernels before the sampled one left, or, after the whole grid, every period's lines
+    (FA2's backward at N = 2k, 16 heads on 4 SMs with 16 MiB: moved after a prefix of two
+    heads, its dQ conversion read 1.8% more from HBM than after the grid; at N = 1k and 8
+    heads, 40%)."""
+    meta, k, period = source.meta, plan.kernel, plan.period
+    shift = np.zeros(len(meta.tensors) + 1, np.int64)
+    periods = full // period
+    moved = (full - 1) // period - (plan.replayed - 1) // period
+    if full % period or periods < 2 or not moved:
+        return shift, 0
+    own = 0
+    first, second = source.cta_events(k, 0, 1), source.cta_events(k, period, period + 1)
+    for t in np.unique(first["tensor"][np.isin(first["op"], MEMORY_OPS)]):
+        tensor = meta.tensors[t] if t >= 0 else None
+        if tensor is None or tensor.space != Space.GLOBAL or tensor.size_bytes % periods:
+            continue
+        size = tensor.size_bytes // periods
+        if size % granule:
+            continue
+        slices = [footprint(ev[ev["tensor"] == t]) for ev in (first, second)]
+        if all(i * size <= a and b <= (i + 1) * size for i, r in enumerate(slices) for a, b in r):
+            shift[t] = moved * size // granule
+            own += size * (plan.replayed // period)
+    return shift, own
+
+
+class _ToLastPeriods:
+    """The sampled kernel's ``Probe.at_end``: the L2's lines move on by ``shift``
+    (``_period_shift``), as the grid's last periods would have left them; None leaves them
+    as they are. ``moved`` says whether it did."""
+
+    def __init__(self, shift: np.ndarray | None):
+        self.shift, self.moved = shift, False
+
+    def __call__(self, l2) -> None:
+        if self.shift is not None and self.shift.any():
+            shift_granules(l2, self.shift)
+            self.moved = True
+
+
+def _later_reads_unmoved(source, k: int, shift: np.ndarray) -> bool:
+    """Whether a kernel after kernel ``k`` reads a tensor that kernel ``k`` or one before it
+    touched and whose lines ``_period_shift`` did not move (read from its first CTA): the L2
+    then holds them as the prefix left them, not as the grid would."""
+    meta = source.meta
+
+    def touched(i, ops):
+        ev = source.cta_events(i, 0, 1)
+        return set(ev["tensor"][np.isin(ev["op"], ops) & (ev["tensor"] >= 0)].tolist())
+
+    before = set().union(*(touched(i, MEMORY_OPS) for i in range(k + 1)))
+    read = set().union(*(touched(i, [Op.LOAD]) for i in range(k + 1, len(meta.kernels))))
+    return any(shift[t] == 0 for t in read & before)
 
 
 def _longest_prefix(ctas: int, cta_events: float, exact_cost: float, saving: float) -> int:
@@ -600,9 +671,13 @@ def _dirty_unsure(snaps, plan: _Plan, full: int) -> float:
     return float(dirty.max() - dirty.min())
 
 
-def _extend(res: SimResult, k: int, x: _Extension, busy, meta, gpu) -> SimResult:
+def _extend(
+    res: SimResult, k: int, x: _Extension, busy, meta, gpu, later_unsure: bool
+) -> SimResult:
     """The full result from the replay of the prefix ``res`` (``busy``: the engine's busy
-    seconds at its end) and the extension ``x`` of its sampled kernel ``k``."""
+    seconds at its end) and the extension ``x`` of its sampled kernel ``k``
+    (``later_unsure``: whether the kernels after it read lines ``_period_shift`` did not
+    move, ``_later_reads_unmoved``)."""
     full = tuple(kr.ctas for kr in meta.kernels)
     # written lines reach HBM only as the L2 evicts them: what the grid adds dirties its HBM
     # writes plus the growth of the dirty lines, and the grid ends with the prefix's dirty
@@ -651,11 +726,9 @@ def _extend(res: SimResult, k: int, x: _Extension, busy, meta, gpu) -> SimResult
     breakdown = breakdown_of(busy + x.busy, gpu, len(kernels))
     total_hbm = max(1, sums["hbm_read_bytes"] + sums["hbm_write_bytes"])
     # and an L2 still filling at the checkpoints: its dirty share at the end is a guess; and
-    # the kernels after it find the prefix's lines in the L2 (the grid's first periods), where
-    # the whole grid leaves its last ones': they may read up to the L2's size more or less
-    # from HBM (FA2's backward at N = 2k on 16 SMs with 8 MiB: its dQ conversion, 3.0% of the
-    # run's HBM bytes)
-    later = sum(kr.global_read_bytes for kr in res.kernels[k + 1 :])
+    # where the kernels after it read lines the prefix left that were not moved to the
+    # grid's last periods, they may read up to the L2's size more or less from HBM
+    later = sum(kr.global_read_bytes for kr in res.kernels[k + 1 :]) if later_unsure else 0
     hbm_err = (x.hbm_err + abs(dirty_end - res.l2_dirty_bytes_at_end) + x.dirty_unsure
                + min(gpu.l2_bytes, later))  # fmt: skip
     out = dataclasses.replace(

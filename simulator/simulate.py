@@ -484,12 +484,15 @@ class Probe:
     ``probes``): the memory system at the dispatch of the CTAs ``marks`` (ascending), into
     ``snaps`` (``_state.Kernel``'s checkpoint columns, one row a mark); every window of the
     kernel's events, handed to ``window(events, offsets, c0, c1)`` as the engine receives it
-    (``Windows.current``); and the engine's busy seconds at the end of the replay."""
+    (``Windows.current``); the engine's busy seconds at the end of the replay; and, where
+    ``at_end`` is given, the L2 after the kernel, handed to it before the next kernel runs."""
 
     marks: np.ndarray
     window: Callable[[np.ndarray, np.ndarray, int, int], None]
     snaps: np.ndarray | None = None
     busy: np.ndarray | None = None  # the busy seconds at the end of the replay
+    # called with the L2's state (``_l2.new_l2``) at the kernel's end, which it may change
+    at_end: Callable[[tuple], None] | None = None
 
 
 def replay(
@@ -588,6 +591,9 @@ def replay(
         )
         t_now = end_s
         spans.append(span)
+        probe = (probes or {}).get(k)
+        if l2_on and probe is not None and probe.at_end is not None:
+            probe.at_end(l2)
     res = _result(meta, gpu, tstat, busy, cnt, kernel_results, t_now, l2 if l2_on else None)
     for probe in (probes or {}).values():
         probe.busy = busy.copy()
