@@ -343,8 +343,8 @@ def simulate_sampled(
         moved = res.hbm_read_bytes + res.hbm_write_bytes + ext.hbm.sum()
         unsure = res.l2_dirty_bytes_at_end * (ext.grows - 1)
         if not filling or unsure <= L2_FILL_TOLERANCE * moved:
-            unsure = not mover.moved or _later_reads_unmoved(source, k, shift)
-            out = _extend(res, k, ext, probe.busy, meta, gpu, unsure)
+            later_unsure = not mover.moved or _later_reads_unmoved(source, k, shift)
+            out = _extend(res, k, ext, probe.busy, meta, gpu, later_unsure)
             if abs(ext.trend) + abs(ext.spreading) <= DRIFT_TOLERANCE * out.time_s:
                 return out
             break  # the waves drift or fall out of step: extended, the grid would miss
