@@ -555,9 +555,10 @@ def replay(
             holds_reductions(comp, shared), options.streamed_requests, options.pending_fills,
         )  # fmt: skip
         mem = E.Memory(l2_on, l2, srv, sv, local, space, tstat, busy, cnt)
+        probe = (probes or {}).get(k)
         end_s, span = _replay_kernel(
             source, k, kinfo, occ, gpu, cfg, start, mem, window_events, timeline, progress,
-            spill_bytes(kinfo, occ, gpu, comp), (probes or {}).get(k),
+            spill_bytes(kinfo, occ, gpu, comp), probe,
         )  # fmt: skip
         if progress:
             progress(k, kinfo.ctas, kinfo.ctas)
@@ -591,7 +592,6 @@ def replay(
         )
         t_now = end_s
         spans.append(span)
-        probe = (probes or {}).get(k)
         if l2_on and probe is not None and probe.at_end is not None:
             probe.at_end(l2)
     res = _result(meta, gpu, tstat, busy, cnt, kernel_results, t_now, l2 if l2_on else None)

@@ -503,7 +503,6 @@ def test_the_kernels_after_the_sampled_one_find_the_grids_last_periods(monkeypat
     exact, moved = _pair("flash2_bwd", shape, (128, 64, 8), gpu)
     assert moved.sampling.replayed_fraction < 1
     assert abs(moved.hbm_bytes / exact.hbm_bytes - 1) < 1e-4
-    assert moved.hbm_bytes / exact.hbm_bytes - 1 <= moved.sampling.hbm_error
     mover = sampled._ToLastPeriods
     monkeypatch.setattr(sampled, "_ToLastPeriods", lambda shift: mover(None))
     _, left = _pair("flash2_bwd", shape, (128, 64, 8), gpu)
