@@ -45,15 +45,15 @@ def _row(label: str, d: int) -> Measured:
     return Measured("flashio-hopper", "flash2", sh, bq, bkv, warps, 0.0, False, overlap=extra)
 
 
-def rows() -> list[dict]:
-    """Per kernel of the probe: the GPU's clock and cycles alone, its time and power back to
-    back, the clock those cycles imply back to back, and the replay's cycles."""
-    sustained = json.loads((PROBE / "kernel_clock.json").read_text())["kernels"]
-    profiled = parse_ncu_csv((PROBE / "kernel_clock_ncu.csv").read_text())
+def rows(run: str = "kernel_clock") -> list[dict]:
+    """Per kernel of the probe's run ``run`` (``kernel_clock``: the H200, the default set;
+    ``kernel_clock_d64``: ``--set d64``, on an H100 SXM, whose SMs are the H200's): the GPU's
+    clock and cycles alone, its time and power back to back, the clock those cycles imply back
+    to back, and the replay's cycles (on the H200's spec)."""
+    sustained = json.loads((PROBE / f"{run}.json").read_text())["kernels"]
+    profiled = parse_ncu_csv((PROBE / f"{run}_ncu.csv").read_text())
     if len(profiled) != LAUNCHES * len(sustained):
-        raise ValueError(
-            f"kernel_clock_ncu.csv: {len(profiled)} launches, not {LAUNCHES} a kernel"
-        )
+        raise ValueError(f"{run}_ncu.csv: {len(profiled)} launches, not {LAUNCHES} a kernel")
     hz = simulator.load_gpu(families.GPU).clock_hz
     out = []
     for i, k in enumerate(sustained):
