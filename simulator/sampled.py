@@ -113,6 +113,14 @@ DRIFT_TOLERANCE = 0.005
 SAVING = 2.0
 LONG_SAVING = 1.25
 LONG_GRID = 16
+# a prefix of unlike CTAs holds a chain of at least this many periods past its first waves,
+# whose mean times a period: a causal grid's periods take different times as its SMs' phases
+# change, in cycles of periods (FA2's causal backward at N = 1k, 16 heads on 8 SMs, a wave a
+# period: 18.6 and 2.9 us in turn), and chains of three or fewer stood for them 16-20% long
+# (against estimates of 66-100%); of 60 causal grids the property tests draw, a chain of one
+# missed its estimate at 7 (up to 4.2% in time against 0), of two or three at none, and of
+# four none was more than 0.7% off in time or 3% in HBM bytes (27 then replayed whole)
+CHAIN_PERIODS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,10 +219,12 @@ def _plan(meta, k: int, slot: int, waves: int, alike: bool, limit: int | None = 
     ``limit`` CTAs (``_longest_prefix``; None: the grid's) where one shows every kind of wave
     (``_showing_every_kind``)."""
     full, period = meta.kernels[k].ctas, _period(meta, k)
-    # checkpoints after `waves` waves, over a period and a wave (and at least STEADY_WAVES
-    # waves), all in the prefix; which ends where the grid does in its last wave (alike CTAs)
-    # or in its period (unlike ones): its tail is the grid's
-    least = waves * slot + max(slot + period, STEADY_WAVES * slot) + 1
+    # checkpoints after `waves` waves, over a period and a wave (unlike CTAs: CHAIN_PERIODS
+    # periods and a wave; and at least STEADY_WAVES waves), all in the prefix; which ends
+    # where the grid does in its last wave (alike CTAs) or in its period (unlike ones): its
+    # tail is the grid's
+    span = slot + period if alike else slot + CHAIN_PERIODS * period
+    least = waves * slot + max(span, STEADY_WAVES * slot) + 1
     unit = slot if alike else period
     replayed = full - ((full - least) // unit) * unit
     if alike:
@@ -328,8 +338,8 @@ def simulate_sampled(
         counter = Counter([(a, n), (a, a + left)], len(meta.tensors), spills)
         marks = np.array(sorted({*plan.marks, *_middles(plan)}), np.int64)
         granule = gpu.l2_line_bytes * LINES_PER_GRANULE
-        shift, prefix_bytes = _period_shift(source, plan, full[k], granule)
-        mover = _ToLastPeriods(shift if prefix_bytes >= gpu.l2_bytes else None)
+        shift, prefix_bytes, grid_bytes = _period_shift(source, plan, full[k], granule)
+        mover = _ToLastPeriods(shift if grid_bytes >= gpu.l2_bytes else None)
         probe = Probe(marks, counter, at_end=mover)
         prefix = _first_ctas(source, [n if i == k else f for i, f in enumerate(full)])
         res = replay(prefix, gpu, options=options, probes={k: probe})
@@ -343,7 +353,10 @@ def simulate_sampled(
         moved = res.hbm_read_bytes + res.hbm_write_bytes + ext.hbm.sum()
         unsure = res.l2_dirty_bytes_at_end * (ext.grows - 1)
         if not filling or unsure <= L2_FILL_TOLERANCE * moved:
-            later_unsure = not mover.moved or _later_reads_unmoved(source, k, shift)
+            # what the kernels after it find is the grid's only where the lines moved and the
+            # prefix's own fill the L2 (else the earlier kernels' may be there too)
+            later_unsure = (not mover.moved or prefix_bytes < gpu.l2_bytes
+                            or _later_reads_unmoved(source, k, shift))  # fmt: skip
             out = _extend(res, k, ext, probe.busy, meta, gpu, later_unsure)
             if abs(ext.trend) + abs(ext.spreading) <= DRIFT_TOLERANCE * out.time_s:
                 return out
@@ -358,30 +371,38 @@ def simulate_sampled(
     return _with(res, Sampling(full, full, 0.0, 0.0))
 
 
-def _period_shift(source, plan: _Plan, full: int, granule: int) -> tuple[np.ndarray, int]:
+def _tensors(ev: np.ndarray, ops=MEMORY_OPS) -> set[int]:
+    """The engine's tensor rows that the events ``ev`` of ops ``ops`` touch (not the local
+    memory's, -1)."""
+    return set(ev["tensor"][np.isin(ev["op"], ops) & (ev["tensor"] >= 0)].tolist())
+
+
+def _period_shift(
+    source, plan: _Plan, full: int, granule: int
+) -> tuple[np.ndarray, int, int]:  # fmt: skip
     """Granules each tensor's lines in the L2 move on after the sampled kernel's prefix, so
     that the kernels after it find those of the grid's last periods, as after the whole grid
     (``_l2.shift_granules``): the prefix's last period becomes the grid's, for each global
     tensor the kernel touches whose periods own equal slices of whole granules (a head's Q,
     K, V, O: the slice that the first CTA of each of the first two periods keeps to); 0
     for the others, and the local memory's row. And the bytes of those slices of the
-    prefix's whole periods: an L2 of at most that many holds the prefix's lines alone (it is
-    LRU), which then stand for the grid's last periods'; a larger one may still hold what
-    the kernels before the sampled one left, or, after the whole grid, every period's lines
-    (FA2's backward at N = 2k, 16 heads on 4 SMs with 16 MiB: moved after a prefix of two
-    heads, its dQ conversion read 1.8% more from HBM than after the grid; at N = 1k and 8
-    heads, 40%)."""
+    prefix's whole periods and of the grid's. An L2 of at most the grid's bytes holds only
+    its last periods' lines after the whole grid (it is LRU), for which the moved lines then
+    stand; a larger one holds every period's (FA2's backward at N = 1k, 8 heads on 4 SMs with
+    16 MiB: moved after a prefix, its dQ conversion read 40% more from HBM than after the
+    grid). An L2 of more than the prefix's bytes may still hold what the kernels before it
+    left beside the moved lines."""
     meta, k, period = source.meta, plan.kernel, plan.period
     shift = np.zeros(len(meta.tensors) + 1, np.int64)
     periods = full // period
     moved = (full - 1) // period - (plan.replayed - 1) // period
     if full % period or periods < 2 or not moved:
-        return shift, 0
-    own = 0
+        return shift, 0, 0
+    own = grid = 0
     first, second = source.cta_events(k, 0, 1), source.cta_events(k, period, period + 1)
-    for t in np.unique(first["tensor"][np.isin(first["op"], MEMORY_OPS)]):
-        tensor = meta.tensors[t] if t >= 0 else None
-        if tensor is None or tensor.space != Space.GLOBAL or tensor.size_bytes % periods:
+    for t in sorted(_tensors(first)):
+        tensor = meta.tensors[t]
+        if tensor.space != Space.GLOBAL or tensor.size_bytes % periods:
             continue
         size = tensor.size_bytes // periods
         if size % granule:
@@ -390,7 +411,8 @@ def _period_shift(source, plan: _Plan, full: int, granule: int) -> tuple[np.ndar
         if all(i * size <= a and b <= (i + 1) * size for i, r in enumerate(slices) for a, b in r):
             shift[t] = moved * size // granule
             own += size * (plan.replayed // period)
-    return shift, own
+            grid += size * periods
+    return shift, own, grid
 
 
 class _ToLastPeriods:
@@ -411,14 +433,9 @@ def _later_reads_unmoved(source, k: int, shift: np.ndarray) -> bool:
     """Whether a kernel after kernel ``k`` reads a tensor that kernel ``k`` or one before it
     touched and whose lines ``_period_shift`` did not move (read from its first CTA): the L2
     then holds them as the prefix left them, not as the grid would."""
-    meta = source.meta
-
-    def touched(i, ops):
-        ev = source.cta_events(i, 0, 1)
-        return set(ev["tensor"][np.isin(ev["op"], ops) & (ev["tensor"] >= 0)].tolist())
-
-    before = set().union(*(touched(i, MEMORY_OPS) for i in range(k + 1)))
-    read = set().union(*(touched(i, [Op.LOAD]) for i in range(k + 1, len(meta.kernels))))
+    firsts = [source.cta_events(i, 0, 1) for i in range(len(source.meta.kernels))]
+    before = set().union(*(_tensors(ev) for ev in firsts[: k + 1]))
+    read = set().union(*(_tensors(ev, [Op.LOAD]) for ev in firsts[k + 1 :]))
     return any(shift[t] == 0 for t in read & before)
 
 
@@ -484,9 +501,7 @@ def _late_fill(source, k: int, slot: int, waves: int, alike: bool, l2_bytes: int
     period = _period(meta, k)
     ev = source.cta_events(k, 0, 1)
     ev = np.concatenate([ev, source.cta_events(k, period - 1, period)])
-    mem = ev[np.isin(ev["op"], MEMORY_OPS) & (ev["tensor"] >= 0)]
-    touched = {int(t) for t in mem["tensor"]}
-    written = {int(t) for t in mem["tensor"][mem["op"] != Op.LOAD]}
+    touched, written = _tensors(ev), _tensors(ev, [Op.STORE, Op.REDUCE])
     size = {
         t: meta.tensors[t].size_bytes for t in touched if meta.tensors[t].space == Space.GLOBAL
     }

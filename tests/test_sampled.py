@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from flashio import kernels, simulator
 from flashio.analysis.explore.search import COMPILED
+from flashio.simulator import sampled
 from flashio.simulator._l2 import LINES_PER_GRANULE, access, held_bytes, new_l2, shift_granules
 from flashio.simulator._wave_classes import (
     by_start_and_span,
@@ -128,12 +129,13 @@ def test_a_sampled_grid_counts_its_work_and_is_within_its_estimates(g):
     SMs fall out of step (FA2 at N = 4k, 4 heads on 4 SMs: 0.016% short in time against an
     estimate of 1e-13, every steady wave alike; at N = 3k, 8 heads: 0.063% against 0.032%;
     N = 4k, 16 heads on 4 SMs with 8 MiB: 0.05% long in HBM bytes, 16 KiB of dirty lines,
-    against 0). Not for causal grids, whose unlike CTAs are extended by whole periods, and
-    whose SMs' phases still change after the prefix: a prefix of few periods shows too few
-    of them (FA2 causal at N = 2k, 8 heads on 4 SMs with 2 MiB and 128x128 tiles replays 2
-    of its 8 periods and comes out 3.6% long in time against an estimate of 1e-15; at N = 4k,
-    16 heads in 8 GQA groups on 6 SMs, 0.74% short in HBM bytes against 0: open limits,
-    docs/model.md, "Sampled replay"; the causal N = 64k of "Speed" is within 0.01%)."""
+    against 0). The time of causal grids too, whose unlike CTAs are extended by whole periods
+    timed by a chain of ``CHAIN_PERIODS`` of them: with a chain of one, FA2 causal at N = 2k,
+    8 heads on 4 SMs with 2 MiB and 128x128 tiles replayed 2 of its 8 periods and came out
+    3.6% long in time against an estimate of 1e-15. Not their HBM bytes, which come from the
+    prefix's last period alone (an open limit, docs/model.md, "Sampled replay": FA2 causal at
+    N = 2k, 16 heads, d = 128 on 4 SMs with 8 MiB moves 0.98% too few HBM bytes against an
+    estimate of 0, one K and one V tile a period)."""
     exact, sampled = _grid(g)
     smp = sampled.sampling
     counted = ("name", "global_read_bytes", "global_write_bytes")
@@ -141,8 +143,9 @@ def test_a_sampled_grid_counts_its_work_and_is_within_its_estimates(g):
         [getattr(t, f) for f in counted] for t in exact.tensors
     ]
     assert (sampled.mma_flops, sampled.exps) == (exact.mma_flops, exact.exps)
-    assume(smp.unseen_waves == 0 and not g["causal"])
+    assume(smp.unseen_waves == 0)
     assert abs(sampled.time_s / exact.time_s - 1) <= 3 * smp.time_error + DRIFT_TOLERANCE
+    assume(not g["causal"])
     assert abs(sampled.hbm_bytes / exact.hbm_bytes - 1) <= 3 * smp.hbm_error + DRIFT_TOLERANCE
 
 
@@ -168,14 +171,16 @@ def test_a_prefix_whose_l2_fills_later_is_replayed_again_longer(name, kv_heads, 
     lines it would keep at the end are more than 1% of the HBM bytes (extended from that
     prefix, their HBM writes came out 8-16% low), so they are replayed again with checkpoints
     from after the L2 has filled (53-86% of the CTAs). The backwards' prefixes end with the L2
-    as full as it gets. Time within the sampled replay's 1% (achieved: 0.03%, 0.001%, 0.008%,
-    0.23%, 0.03%). HBM bytes within 2%: the backwards' reads come out 1.24% low, past the 1%
-    aim, for a cause not yet known (their prefix replays 52% of the CTAs); the bound is that
-    achieved error rounded up, not a derived limit (writes: 0, 0, 0, 0.08%, 0)."""
+    as full as it gets. Time and HBM bytes within the sampled replay's 1% (achieved: time
+    0.03%, 0.001%, 0.000%, 0.045%, 0.000%; HBM reads exact, writes within 0.02%). The
+    backwards' reads came out 1.24% and 3.1% low before the L2's lines moved to the grid's
+    last periods where the grid's slices, not the prefix's, fill the L2: their dQ
+    conversion found the prefix's first periods' dQ sums in the L2, which after the grid
+    are long evicted ("The L2 the kernels after it find", docs/model.md)."""
     exact, sampled = _sampled_pair(name, kv_heads, tiles, causal, EIGHT)
     assert abs(sampled.time_s / exact.time_s - 1) <= 0.01
-    assert abs(sampled.hbm_read_bytes / exact.hbm_read_bytes - 1) <= 0.02
-    assert abs(sampled.hbm_write_bytes / exact.hbm_write_bytes - 1) <= 0.02
+    assert abs(sampled.hbm_read_bytes / exact.hbm_read_bytes - 1) <= 0.01
+    assert abs(sampled.hbm_write_bytes / exact.hbm_write_bytes - 1) <= 0.01
 
 
 def test_a_grid_whose_l2_fills_too_late_to_gain_is_replayed_whole_at_once(monkeypatch):
@@ -444,15 +449,36 @@ def test_the_dirty_lines_a_prefix_ends_with_are_in_the_hbm_estimate(heads):
 
 
 def test_a_causal_grids_periods_are_timed_by_their_mean():
-    """FA2 causal at N = 2k, 16 heads on 8 SMs with a 4 MiB L2: its periods take 10.2-11.1
-    us as its SMs' phases change, and the prefix's last period alone stood for the 7 left
-    (1.15% short against an estimate of 0.08%). The mean over the prefix's chain of periods,
-    with its standard error in the estimate: within the estimate (0.59% against 1.45%)."""
+    """FA2 causal at N = 2k, 32 heads on 8 SMs with a 4 MiB L2: its periods take 10.3-10.9
+    us as its SMs' phases change (with 16 heads, the prefix's last period alone stood for
+    the 7 left: 1.15% short against an estimate of 0.08%). A period's time is the mean over
+    the prefix's chain of periods, with its standard error in the estimate: 0.38% short
+    against 3.2%, replaying a quarter of the grid."""
     gpu = simulator.load_gpu("h200").replace(sm_count=8, l2_bytes=4 << 20)
-    shape = kernels.AttentionShape(1, 16, 2048, 64, "fp16", causal=True)
+    shape = kernels.AttentionShape(1, 32, 2048, 64, "fp16", causal=True)
     exact, res = _pair("flash2", shape, (64, 64, 4), gpu)
-    assert res.sampling.replayed_fraction < 0.6
+    assert res.sampling.replayed_fraction <= 0.25
     assert abs(res.time_s / exact.time_s - 1) <= res.sampling.time_error
+
+
+def test_a_causal_grid_of_few_periods_is_replayed_whole():
+    """FA2's causal backward at N = 1k, 16 heads on 8 SMs with a 2 MiB L2 (a wave a period):
+    its periods take 18.6 and 2.9 us in turn, and a chain of three stood for them: 16% long
+    in time and 24% short in HBM bytes (against estimates of 82% and 66%, the chain's
+    scatter). A prefix holds a chain of ``CHAIN_PERIODS`` (4) periods now, which here
+    would replay more than half the grid: it is replayed whole."""
+    gpu = simulator.load_gpu("h200").replace(sm_count=8, l2_bytes=2 << 20)
+    shape = kernels.AttentionShape(1, 16, 1024, 64, "fp16", causal=True)
+    exact, res = _pair("flash2_bwd", shape, (64, 64, 4), gpu)
+    assert res == exact
+    assert res.sampling.replayed_ctas == res.sampling.total_ctas
+    assert res.sampling.time_error == res.sampling.hbm_error == 0.0
+    for chain in (1, 2, 3):  # shorter chains: sampled, and far off
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(sampled, "CHAIN_PERIODS", chain)
+            short = simulate_sampled(kernels.schedule("flash2_bwd", shape, 64, 64, 4), gpu)
+        assert short.sampling.replayed_fraction < 1.0
+        assert abs(short.time_s / exact.time_s - 1) > 0.1
 
 
 def test_shifted_granules_are_found_at_their_new_places_with_what_they_held():
@@ -507,6 +533,33 @@ def test_the_kernels_after_the_sampled_one_find_the_grids_last_periods(monkeypat
     monkeypatch.setattr(sampled, "_ToLastPeriods", lambda shift: mover(None))
     _, left = _pair("flash2_bwd", shape, (128, 64, 8), gpu)
     assert left.hbm_bytes / exact.hbm_bytes - 1 < -0.02
+    assert abs(left.hbm_bytes / exact.hbm_bytes - 1) <= left.sampling.hbm_error
+
+
+def test_the_lines_move_where_the_grids_slices_fill_the_l2():
+    """The same backward at d = 128 on 4 SMs with 8 MiB: the prefix's slices of the moved
+    tensors are smaller than the L2, the grid's larger, so the whole grid leaves only its last
+    periods' lines and the prefix's move there. The HBM bytes are the exact run's; moved only
+    where the prefix's own slices filled the L2 (as before), 1.5% short. The estimate keeps
+    what the kernels after it read (the L2 still holds what came before the prefix)."""
+    from flashio.simulator import sampled
+
+    gpu = simulator.load_gpu("h200").replace(sm_count=4, l2_bytes=8 << 20)
+    shape = kernels.AttentionShape(1, 16, 2048, 128, "fp16")
+    exact, moved = _pair("flash2_bwd", shape, (128, 64, 8), gpu)
+    assert moved.sampling.replayed_fraction < 1
+    assert abs(moved.hbm_bytes / exact.hbm_bytes - 1) < 1e-4
+    assert moved.sampling.hbm_error > 0.05
+    shift = sampled._period_shift
+
+    def prefix_only(*args):  # the prefix's slices stand for the grid's
+        moves, prefix_bytes, _ = shift(*args)
+        return moves, prefix_bytes, prefix_bytes
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sampled, "_period_shift", prefix_only)
+        _, left = _pair("flash2_bwd", shape, (128, 64, 8), gpu)
+    assert left.hbm_bytes / exact.hbm_bytes - 1 < -0.01
     assert abs(left.hbm_bytes / exact.hbm_bytes - 1) <= left.sampling.hbm_error
 
 
