@@ -189,8 +189,6 @@ def test_a_grid_whose_l2_fills_too_late_to_gain_is_replayed_whole_at_once(monkey
     prefix, half the grid, is replayed after the first (a quarter of the grid at 8 SMs):
     within the sampled replay's own time estimate (achieved: 0.03% against 0.03%) and 0.01%
     in HBM bytes (achieved 0.003%, the estimate 3.6%)."""
-    from flashio.simulator import sampled
-
     calls = []
     real = sampled.replay
     monkeypatch.setattr(
@@ -262,8 +260,6 @@ def test_a_grid_whose_sms_fall_out_of_step_is_replayed_whole(monkeypatch, hbm, m
     of the exact replay. The growth of the spread, at its slope to the grid's last wave,
     (2.4% and 0.7% of the time) is over ``DRIFT_TOLERANCE``: it is replayed whole, the exact
     result. (Without pending fills: with them the SMs stay in step, next test.)"""
-    from flashio.simulator import sampled
-
     options = dataclasses.replace(COMPILED, pending_fills=False)
     gpu = _small_memory(hbm)
     sched = kernels.schedule("flash2", FA2_32K, 128, 128)
@@ -520,8 +516,6 @@ def test_the_kernels_after_the_sampled_one_find_the_grids_last_periods(monkeypat
     the L2 holds. After the prefix those are the grid's first heads, after the whole grid
     its last: moved to the grid's last periods (``sampled._period_shift``) the HBM bytes are
     the exact run's; left where the prefix put them, 3.0% short (measured)."""
-    from flashio.simulator import sampled
-
     gpu = simulator.load_gpu("h200").replace(sm_count=16, l2_bytes=8 << 20)
     shape = kernels.AttentionShape(1, 16, 2048, 64, "fp16")
     exact, moved = _pair("flash2_bwd", shape, (128, 64, 8), gpu)
@@ -540,8 +534,6 @@ def test_the_lines_move_where_the_grids_slices_fill_the_l2():
     periods' lines and the prefix's move there. The HBM bytes are the exact run's; moved only
     where the prefix's own slices filled the L2 (as before), 1.5% short. The estimate keeps
     what the kernels after it read (the L2 still holds what came before the prefix)."""
-    from flashio.simulator import sampled
-
     gpu = simulator.load_gpu("h200").replace(sm_count=4, l2_bytes=8 << 20)
     shape = kernels.AttentionShape(1, 16, 2048, 128, "fp16")
     exact, moved = _pair("flash2_bwd", shape, (128, 64, 8), gpu)
