@@ -458,9 +458,10 @@ def test_a_causal_grids_periods_are_timed_by_their_mean():
 def test_a_causal_grid_of_few_periods_is_replayed_whole():
     """FA2's causal backward at N = 1k, 16 heads on 8 SMs with a 2 MiB L2 (a wave a period):
     its periods take 18.6 and 2.9 us in turn, and a chain of three stood for them: 16% long
-    in time and 24% short in HBM bytes (against estimates of 82% and 66%, the chain's
-    scatter). A prefix holds a chain of ``CHAIN_PERIODS`` (4) periods now, which here
-    would replay more than half the grid: it is replayed whole."""
+    in time and 24% short in HBM bytes (against estimates of 82% and 66%, measured before
+    the HBM estimate held the period before the last). A prefix holds a chain of
+    ``CHAIN_PERIODS`` (4) periods now, which here would replay more than half the grid: it
+    is replayed whole."""
     gpu = simulator.load_gpu("h200").replace(sm_count=8, l2_bytes=2 << 20)
     shape = kernels.AttentionShape(1, 16, 1024, 64, "fp16", causal=True)
     exact, res = _pair("flash2_bwd", shape, (64, 64, 4), gpu)
