@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 
 from flashio import kernels, simulator
 from flashio.analysis.explore.search import COMPILED
-from flashio.simulator import sampled
+from flashio.simulator import _prefix, sampled
+from flashio.simulator._extension import own_reads
 from flashio.simulator._l2 import LINES_PER_GRANULE, access, held_bytes, new_l2, shift_granules
+from flashio.simulator._prefix import ends_alike
 from flashio.simulator._wave_classes import (
     by_start_and_span,
     by_visits,
@@ -25,12 +27,7 @@ from flashio.simulator._wave_classes import (
     periods_touched,
 )
 from flashio.simulator.errors import FlashioError
-from flashio.simulator.sampled import (
-    DRIFT_TOLERANCE,
-    _ends_alike,
-    _own_reads,
-    simulate_sampled,
-)
+from flashio.simulator.sampled import DRIFT_TOLERANCE, simulate_sampled
 from flashio.simulator.trace import Trace
 
 H200 = simulator.load_gpu("h200-measured")
@@ -310,7 +307,7 @@ def test_the_prefix_shows_every_kind_of_wave_the_grid_has():
     (1.05 MB). Classed by the heads a wave spans alone, the two were one kind, and a prefix
     that never saw the first extended the grid 6.5% short in HBM bytes against an estimate of
     0.00%; it now runs until its steady waves include every kind the grid's others are of, and
-    then until it ends as the grid does (``_ends_alike``; 0.38% long before, with half the
+    then until it ends as the grid does (``ends_alike``; 0.38% long before, with half the
     dirty lines at the end). Achieved: the exact run's HBM bytes and dirty lines to the byte,
     time within 1e-13 (bounds: a millionth, the class means' floating-point sums)."""
     gpu = simulator.load_gpu("h200").replace(sm_count=8, l2_bytes=4 << 20)
@@ -330,7 +327,7 @@ def test_a_prefix_ends_with_the_kinds_of_wave_the_grid_ends_with():
     ends as the grid does. With 12 SMs and a 4 MiB L2 at N = 3584 the sampled HBM bytes were
     2.38% long against an estimate of 0.00%; now the exact run's to a millionth (achieved: to
     the byte)."""
-    assert not _ends_alike(1600, 16384, 264, 512) and _ends_alike(1864, 16384, 264, 512)
+    assert not ends_alike(1600, 16384, 264, 512) and ends_alike(1864, 16384, 264, 512)
     gpu = simulator.load_gpu("h200").replace(sm_count=12, l2_bytes=4 << 20)
     exact, res = _pair("flash2", kernels.AttentionShape(1, 32, 3584, 128, "fp16"), (128, 64), gpu)
     assert res.sampling.replayed_fraction <= 0.25
@@ -368,7 +365,7 @@ def test_a_tensor_is_read_first_by_each_cta_or_each_period():
     memory, so no bytes of theirs are counted."""
     sched = kernels.schedule("flash2", FA2_32K, 128, 128)
     names = [t.name for t in sched.meta.tensors]
-    per_cta, per_period = _own_reads(sched, 0, 256, 4096)
+    per_cta, per_period = own_reads(sched, 0, 256, 4096)
     cta = {n: b for n, b in zip(names, per_cta, strict=True) if b}
     period = {n: b for n, b in zip(names, per_period, strict=True) if b}
     assert cta == {"Q": 32768} and period == {"K": 8 << 20, "V": 8 << 20}  # on-chip tiles: 0
@@ -431,7 +428,7 @@ def test_the_dirty_lines_a_prefix_ends_with_are_in_the_hbm_estimate(heads):
     fall over a period. The prefix (a head and a half, at most half the grid) ends elsewhere
     in its period than the grid does and leaves fewer dirty lines: its HBM writes come out
     5-12% long (1.2% and 2.5% of the HBM bytes), which the estimate holds by the dirty bytes'
-    range over the prefix's last period (``sampled._dirty_unsure``; before it, estimates of
+    range over the prefix's last period (``_extension.dirty_range``; before it, estimates of
     0.002-0.004%). The reads are exact."""
     gpu = simulator.load_gpu("h200").replace(sm_count=4, l2_bytes=4 << 20)
     shape = kernels.AttentionShape(1, heads, 4096, 128, "fp16")
@@ -470,7 +467,7 @@ def test_a_causal_grid_of_few_periods_is_replayed_whole():
     assert res.sampling.time_error == res.sampling.hbm_error == 0.0
     for chain in (1, 2, 3):  # shorter chains: sampled, and far off
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(sampled, "CHAIN_PERIODS", chain)
+            mp.setattr(_prefix, "CHAIN_PERIODS", chain)
             short = simulate_sampled(kernels.schedule("flash2_bwd", shape, 64, 64, 4), gpu)
         assert short.sampling.replayed_fraction < 1.0
         assert abs(short.time_s / exact.time_s - 1) > 0.1
@@ -515,15 +512,15 @@ def test_the_kernels_after_the_sampled_one_find_the_grids_last_periods(monkeypat
     """FA2's backward at N = 2k (16 heads, d = 64, 128x64 tiles) on 16 SMs with an 8 MiB L2:
     its dQ conversion, after the sampled kernel, reads the dQ sums of the heads whose lines
     the L2 holds. After the prefix those are the grid's first heads, after the whole grid
-    its last: moved to the grid's last periods (``sampled._period_shift``) the HBM bytes are
+    its last: moved to the grid's last periods (``_l2_move.period_shift``) the HBM bytes are
     the exact run's; left where the prefix put them, 3.0% short (measured)."""
     gpu = simulator.load_gpu("h200").replace(sm_count=16, l2_bytes=8 << 20)
     shape = kernels.AttentionShape(1, 16, 2048, 64, "fp16")
     exact, moved = _pair("flash2_bwd", shape, (128, 64, 8), gpu)
     assert moved.sampling.replayed_fraction < 1
     assert abs(moved.hbm_bytes / exact.hbm_bytes - 1) < 1e-4
-    mover = sampled._ToLastPeriods
-    monkeypatch.setattr(sampled, "_ToLastPeriods", lambda shift: mover(None))
+    mover = sampled.ToLastPeriods
+    monkeypatch.setattr(sampled, "ToLastPeriods", lambda shift: mover(None))
     _, left = _pair("flash2_bwd", shape, (128, 64, 8), gpu)
     assert left.hbm_bytes / exact.hbm_bytes - 1 < -0.02
     assert abs(left.hbm_bytes / exact.hbm_bytes - 1) <= left.sampling.hbm_error
@@ -541,14 +538,14 @@ def test_the_lines_move_where_the_grids_slices_fill_the_l2():
     assert moved.sampling.replayed_fraction < 1
     assert abs(moved.hbm_bytes / exact.hbm_bytes - 1) < 1e-4
     assert moved.sampling.hbm_error > 0.05
-    shift = sampled._period_shift
+    shift = sampled.period_shift
 
     def prefix_only(*args):  # the prefix's slices stand for the grid's
         moves, prefix_bytes, _ = shift(*args)
         return moves, prefix_bytes, prefix_bytes
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sampled, "_period_shift", prefix_only)
+        mp.setattr(sampled, "period_shift", prefix_only)
         _, left = _pair("flash2_bwd", shape, (128, 64, 8), gpu)
     assert left.hbm_bytes / exact.hbm_bytes - 1 < -0.01
     assert abs(left.hbm_bytes / exact.hbm_bytes - 1) <= left.sampling.hbm_error
