@@ -223,7 +223,7 @@ def _late(k):
 def _run(
     klass, stall, wbar, rbar, wait, sbytes, flops, group, fresh, pipe_of, interval, latency,
     rate, read_lat, port_rate, link_rate, bar_lat, cta_of, slot_of, first, end, steps, bar_class,
-    async_class, mio_queue, overlap, named, group_of, turns, jitter, age_first, at_pc,
+    async_class, mio_queue, overlap, named, group_of, turns, jitter, age_first, at_pc, stagger,
 ):  # fmt: skip
     # the instructions are the programs of a CTA's warps on this SMSP, one after the other:
     # the warp in slot j runs [first[j], end[j]); warp w on this SMSP is of CTA cta_of[w] and
@@ -244,7 +244,9 @@ def _run(
         pc[w] = first[slot_of[w]]
         total += steps * (end[slot_of[w]] - first[slot_of[w]])
     step = np.zeros(n_w, np.int64)
-    ready = np.zeros(n_w)  # next cycle the warp may issue (stall counts, barrier release)
+    # next cycle the warp may issue (stall counts, barrier release): warpgroup g's warps
+    # first at g * stagger
+    ready = stagger * group_of.astype(np.float64)
     sb = np.zeros((n_w, 6))  # when each scoreboard is released
     at_bar = np.zeros(n_w, np.bool_)
     arrived = np.zeros(n_ctas, np.int64)
@@ -417,14 +419,15 @@ def _layout(warps_per_cta: int, ctas: int, sub_partitions: int, s: int = 0):
 
 def _execute(
     prog: WarpProgram, model: IssueModel, warps_per_cta: int, ctas: int, steps: int,
-    turns: int = 0, age_first: bool = False,
+    turns: int = 0, age_first: bool = False, stagger: float = 0.0,
 ):  # fmt: skip
     """(end cycle, pipe busy cycles, each warp's step ends) of ``ctas`` CTAs each running
     ``prog`` ``steps`` times, on the busiest sub-partition (``smsp_warps``)."""
     cta_of, group_of = _layout(warps_per_cta, ctas, model.sub_partitions)
     return execute_roles(
-        [prog], model, warps_per_cta, ctas, steps, cta_of, group_of, turns, True, age_first
-    )
+        [prog], model, warps_per_cta, ctas, steps, cta_of, group_of, turns, True, age_first,
+        stagger=stagger,
+    )  # fmt: skip
 
 
 WARPGROUP = 4  # warps
@@ -445,6 +448,7 @@ def execute_roles(
     progs: list[WarpProgram], model: IssueModel, warps_per_cta: int, ctas: int, steps: int,
     cta_of: np.ndarray | None = None, group_of: np.ndarray | None = None, turns: int = 0,
     step_ends: bool = False, age_first: bool = False, at_pc: np.ndarray | None = None,
+    stagger: float = 0.0,
 ):  # fmt: skip
     """(end cycle, pipe busy cycles[, the cycle each warp ended each step, where
     ``step_ends``]) of ``ctas`` CTAs whose warps on one SMSP run ``progs``, one program per
@@ -457,7 +461,8 @@ def execute_roles(
     ``age_first``: a sub-partition's scheduler picks among its ready warps those of the
     oldest CTA first (``rank_paces``), else the warp waiting longest. ``at_pc``: a float
     array per instruction of ``progs`` (concatenated) to which each warp's cycles from its
-    previous issue to that instruction's are added (``pc_cycles``)."""
+    previous issue to that instruction's are added (``pc_cycles``). ``stagger``: cycles by
+    which each warpgroup's warps start after the previous warpgroup's (0: all together)."""
     pipe_of, interval, latency, rate, overlap, read_lat = model.arrays()
     port = model.smem_bytes_per_cycle_per_sm / model.sub_partitions
     ends = np.cumsum([len(p) for p in progs])
@@ -483,7 +488,7 @@ def execute_roles(
         model.bar_latency + model.bar_latency_per_warp * warps_per_cta, cta_of, slot_of, first,
         end, steps, CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue), overlap, named,
         group_of.astype(np.int64), int(turns), float(model.latency_jitter), bool(age_first),
-        np.zeros(0) if at_pc is None else at_pc,
+        np.zeros(0) if at_pc is None else at_pc, float(stagger),
     )  # fmt: skip
     return out if step_ends else out[:2]
 
@@ -508,7 +513,7 @@ def pc_cycles(
 
 def replay(
     prog: WarpProgram, model: IssueModel, warps_per_cta: int, ctas: int = 1, steps: int = 4,
-    turns: int = 0,
+    turns: int = 0, stagger: float = 0.0,
 ) -> StepTime:  # fmt: skip
     """Cycles per step of ``prog`` on one SM with ``ctas`` resident CTAs of ``warps_per_cta``
     warps (their warps spread over the sub-partitions as the SM's warp slots are:
@@ -517,11 +522,14 @@ def replay(
     Steady state: the replay runs every warp for ``steps`` steps and for ``2 * steps``; the
     difference of the two end times over ``steps`` is the time per step, free of the first
     steps' warm-up and the last ones' drain, whatever order the warps' steps interleave in.
-    ``turns``: arrivals on warpgroup 0's turn barrier before the first step (``first_turn``)."""
+    ``turns``: arrivals on warpgroup 0's turn barrier before the first step (``first_turn``).
+    ``stagger``: cycles by which each warpgroup starts after the one before (0: together,
+    the replay's step; warpgroups that nothing makes take turns may settle in another phase
+    from another start: docs/model.md, "Warpgroups replayed in step")."""
     here = len(smsp_warps(warps_per_cta, ctas, model.sub_partitions))
 
     def run(n, k):
-        return _execute(prog, model, warps_per_cta, n, k, turns)[:2]
+        return _execute(prog, model, warps_per_cta, n, k, turns, stagger=stagger)[:2]
 
     def per_step(n):
         end_short, _ = run(n, steps)
