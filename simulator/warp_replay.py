@@ -8,7 +8,8 @@ the SM numbers its warp slots CTA after CTA and deals them out in turn), each ex
 state. It models, per instruction:
 
 - the **issue slot**: one instruction per cycle per SMSP; of the warps that can issue, the one
-  that issued last goes on (greedy), else the one that has waited longest;
+  that issued last goes on (greedy), else the one that has waited longest
+  (``IssueModel.issue_order``);
 - the **stall count** the compiler scheduled (fixed-latency dependencies: the warp's next
   instruction issues that many cycles later, at least one);
 - **scoreboards**: a variable-latency instruction (MUFU, shared memory, shuffles) releases its
@@ -73,6 +74,7 @@ __all__ = [
     "smsp_warps",
 ]
 
+ISSUE_ORDERS = ("greedy", "round-robin")  # IssueModel.issue_order
 # pipes of an SMSP; the shared-memory port is accounted separately (bytes)
 PIPES = ("tensor", "xu", "fma", "alu", "mio", "uniform", "control", "lsu")
 _PIPE_OF = {
@@ -138,6 +140,11 @@ class IssueModel:
         ``read_latency``.
     source : str
         Where the numbers come from.
+    issue_order : str
+        Which ready warp a sub-partition issues: ``"greedy"``, the one that issued last if it
+        can, else the one waiting longest (the replay's); ``"round-robin"``, the first ready
+        one after the one that issued last (an alternative, measured in docs/model.md,
+        "Warpgroups replayed in step").
     """
 
     interval: tuple
@@ -153,8 +160,13 @@ class IssueModel:
     latency_jitter: float = 0.0
     read_latency_of: tuple = ()
     source: str = ""
+    issue_order: str = "greedy"
 
     def __post_init__(self):
+        if self.issue_order not in ISSUE_ORDERS:
+            raise ValueError(
+                f"IssueModel.issue_order must be one of {ISSUE_ORDERS}, got {self.issue_order!r}"
+            )
         fields = ("interval", "latency", "tensor_flops_per_cycle", "tensor_overlap",
                   "read_latency_of")  # fmt: skip
         for f in fields:
@@ -224,6 +236,7 @@ def _run(
     klass, stall, wbar, rbar, wait, sbytes, flops, group, fresh, pipe_of, interval, latency,
     rate, read_lat, port_rate, link_rate, bar_lat, cta_of, slot_of, first, end, steps, bar_class,
     async_class, mio_queue, overlap, named, group_of, turns, jitter, age_first, at_pc, stagger,
+    round_robin,
 ):  # fmt: skip
     # the instructions are the programs of a CTA's warps on this SMSP, one after the other:
     # the warp in slot j runs [first[j], end[j]); warp w on this SMSP is of CTA cta_of[w] and
@@ -272,8 +285,9 @@ def _run(
         best = -1
         soonest = np.inf
         # greedy: the warp that issued last goes on if it can; else the one waiting longest
+        # (round-robin: the first ready one after it)
         for k in range(n_w):
-            w = (greedy + k) % n_w
+            w = (greedy + k + round_robin) % n_w
             if step[w] >= steps or at_bar[w]:
                 continue
             i = pc[w]
@@ -304,7 +318,12 @@ def _run(
                 # the warp waiting longest; with ``age_first``, of the oldest CTA first
                 older = age_first and cta_of[w] < cta_of[best]
                 same = not age_first or cta_of[w] == cta_of[best]
-                if best < 0 or k == 0 or older or (same and last_issue[w] < last_issue[best]):
+                if round_robin:  # the first ready after the last issued (oldest CTA first)
+                    if best < 0 or older:
+                        best = w
+                        if not age_first:
+                            break
+                elif best < 0 or k == 0 or older or (same and last_issue[w] < last_issue[best]):
                     best = w
                     if k == 0:
                         break
@@ -489,6 +508,7 @@ def execute_roles(
         end, steps, CLASS_ID["bar"], CLASS_ID["hgmma"], int(model.mio_queue), overlap, named,
         group_of.astype(np.int64), int(turns), float(model.latency_jitter), bool(age_first),
         np.zeros(0) if at_pc is None else at_pc, float(stagger),
+        int(model.issue_order == "round-robin"),
     )  # fmt: skip
     return out if step_ends else out[:2]
 
