@@ -22,29 +22,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lone_cta import _samples, class_shares, read_launches, source_tables
+from lone_cta import _samples, class_shares, read_launches, replay_shares, source_tables
 
 HERE = Path(__file__).resolve().parent
 
 
-def replay_shares(row: dict) -> dict[str, float]:
+def hopper_shares(row: dict) -> dict[str, float]:
     """Each instruction class's share of the replayed step of the build's consumer warps."""
-    from flashio import kernels, simulator
+    from flashio import kernels
     from flashio.simulator import issue
-    from flashio.simulator.sass import CLASSES
-    from flashio.simulator.warp_replay import first_turn, pc_cycles
+    from flashio.simulator.warp_replay import first_turn
 
     warps = 4 * (row["block_q"] // 64 + 1)
     key = issue.hopper_key(row["head_dim"], row["block_q"], row["block_kv"], warps, "bf16",
                            row["overlap"])  # fmt: skip
     consumers = warps - kernels.implementation("flashio-hopper").producer_warps
-    model = issue.issue_model(simulator.load_gpu("h200-measured"))
-    prog = issue._program(key, "flashio-hopper")
-    pc = pc_cycles(prog, model, consumers, 1, turns=first_turn(prog))
-    by: dict[str, float] = {}
-    for c, v in zip(prog.klass, pc, strict=True):
-        by[CLASSES[c]] = by.get(CLASSES[c], 0.0) + v
-    return {c: v / pc.sum() for c, v in by.items()}
+    turns = first_turn(issue._program(key, "flashio-hopper"))
+    return replay_shares(key, 1, "flashio-hopper", consumers, turns)
 
 
 def rows(path: Path = HERE / "hopper_samples_source.csv.gz", order_path: Path | None = None):
@@ -56,7 +50,7 @@ def rows(path: Path = HERE / "hopper_samples_source.csv.gz", order_path: Path | 
     order_path = order_path or path.with_name("hopper_samples_launches.json")
     order = [{**r, "kernel": "hopper_fwd"} for r in json.loads(order_path.read_text())["launches"]]
     return [
-        {**r, "gpu": class_shares(table), "replay": replay_shares(r),
+        {**r, "gpu": class_shares(table), "replay": hopper_shares(r),
          "top": sorted(table, key=_samples, reverse=True)[:6]}
         for r, table in read_launches(tables, order)
     ]  # fmt: skip

@@ -126,17 +126,19 @@ def class_shares(table: list[dict]) -> dict[str, float]:
     return {c: v / total for c, v in by.items()}
 
 
-def replay_shares(key: str, ctas: int) -> dict[str, float]:
-    """Each class's share of the replay's cycles at the census program ``key`` (flashio), with
-    ``ctas`` CTAs an SM."""
+def replay_shares(
+    key: str, ctas: int, impl: str = "flashio", warps: int = 4, turns: int = 0
+) -> dict[str, float]:
+    """Each class's share of the replay's cycles at the census program ``key`` of ``impl``,
+    with ``ctas`` CTAs of ``warps`` warps an SM (``turns``: ``warp_replay.first_turn``)."""
     from flashio import simulator
     from flashio.simulator import issue
     from flashio.simulator.sass import CLASSES
     from flashio.simulator.warp_replay import pc_cycles
 
     model = issue.issue_model(simulator.load_gpu("h200-measured"))
-    prog = issue._program(key, "flashio")
-    pc = pc_cycles(prog, model, 4, ctas)
+    prog = issue._program(key, impl)
+    pc = pc_cycles(prog, model, warps, ctas, turns=turns)
     by: dict[str, float] = {}
     for c, v in zip(prog.klass, pc, strict=True):
         by[CLASSES[c]] = by.get(CLASSES[c], 0.0) + v
