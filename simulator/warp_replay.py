@@ -236,7 +236,7 @@ def _run(
     klass, stall, wbar, rbar, wait, sbytes, flops, group, fresh, pipe_of, interval, latency,
     rate, read_lat, port_rate, link_rate, bar_lat, cta_of, slot_of, first, end, steps, bar_class,
     async_class, mio_queue, overlap, named, group_of, turns, jitter, age_first, at_pc, stagger,
-    round_robin,
+    round_robin, mark_of, n_marks,
 ):  # fmt: skip
     # the instructions are the programs of a CTA's warps on this SMSP, one after the other:
     # the warp in slot j runs [first[j], end[j]); warp w on this SMSP is of CTA cta_of[w] and
@@ -272,6 +272,8 @@ def _run(
     tensor_class = async_class  # and that instruction's class
     tensor_warp = -1  # and the warp that issued it
     step_end = np.zeros((n_w, steps))  # when each warp issued the last instruction of a step
+    # when each warp issued each marked instruction of each step (mark_of[i] >= 0: its mark)
+    mark_at = np.zeros((n_w if n_marks else 0, steps, n_marks))
     pipe_free = np.zeros(len(interval))
     pipe_busy = np.zeros(len(interval))
     port_free = 0.0
@@ -331,7 +333,7 @@ def _run(
                 soonest = t
         if best < 0:
             if soonest == np.inf:  # every warp waits at a barrier: cannot happen
-                return np.inf, pipe_busy, step_end
+                return np.inf, pipe_busy, step_end, mark_at
             now = max(now + 1.0, math.ceil(soonest))
             continue
         w = best
@@ -377,6 +379,8 @@ def _run(
             sb[w, rbar[i]] = max(sb[w, rbar[i]], start + read_lat[c])
         if i < at_pc.shape[0]:
             at_pc[i] += now - last_issue[w]
+        if n_marks and mark_of[i] >= 0:
+            mark_at[w, step[w], mark_of[i]] = now
         last_issue[w] = now
         issued += 1
         greedy = w
@@ -412,7 +416,7 @@ def _run(
             step_end[w, step[w]] = now + 1.0
             step[w] += 1
         now += 1.0
-    return now, pipe_busy, step_end
+    return now, pipe_busy, step_end, mark_at
 
 
 # the replay's named barriers: ids 0-15, then one a warpgroup for ids held in registers
@@ -467,7 +471,7 @@ def execute_roles(
     progs: list[WarpProgram], model: IssueModel, warps_per_cta: int, ctas: int, steps: int,
     cta_of: np.ndarray | None = None, group_of: np.ndarray | None = None, turns: int = 0,
     step_ends: bool = False, age_first: bool = False, at_pc: np.ndarray | None = None,
-    stagger: float = 0.0,
+    stagger: float = 0.0, marks: np.ndarray | None = None,
 ):  # fmt: skip
     """(end cycle, pipe busy cycles[, the cycle each warp ended each step, where
     ``step_ends``]) of ``ctas`` CTAs whose warps on one SMSP run ``progs``, one program per
@@ -481,7 +485,11 @@ def execute_roles(
     oldest CTA first (``rank_paces``), else the warp waiting longest. ``at_pc``: a float
     array per instruction of ``progs`` (concatenated) to which each warp's cycles from its
     previous issue to that instruction's are added (``pc_cycles``). ``stagger``: cycles by
-    which each warpgroup's warps start after the previous warpgroup's (0: all together)."""
+    which each warpgroup's warps start after the previous warpgroup's (0: all together).
+    ``marks``: an int array per instruction of ``progs`` (concatenated), a mark's number or
+    -1; then the cycle each warp issued each marked instruction in each step is returned last
+    (warps x steps x marks), as a kernel's ``%clock64`` stamps are read
+    (data/gpu/probe/hopper_phase.py)."""
     pipe_of, interval, latency, rate, overlap, read_lat = model.arrays()
     port = model.smem_bytes_per_cycle_per_sm / model.sub_partitions
     ends = np.cumsum([len(p) for p in progs])
@@ -509,8 +517,11 @@ def execute_roles(
         group_of.astype(np.int64), int(turns), float(model.latency_jitter), bool(age_first),
         np.zeros(0) if at_pc is None else at_pc, float(stagger),
         int(model.issue_order == "round-robin"),
+        np.full(0, -1, np.int64) if marks is None else np.asarray(marks, np.int64),
+        0 if marks is None else int(np.max(marks, initial=-1)) + 1,
     )  # fmt: skip
-    return out if step_ends else out[:2]
+    out = out if marks is not None else out[:3]
+    return out if step_ends else out[:2] + out[3:]
 
 
 def pc_cycles(

@@ -56,6 +56,12 @@
 #ifndef PERSISTENT
 #define PERSISTENT 0
 #endif
+#ifndef STEP_CLOCK  // 1: the consumers stamp %clock64 at four points of each step
+#define STEP_CLOCK 0  // (data/gpu/probe/hopper_phase.py: the warpgroups' phase on the GPU)
+#endif
+#if STEP_CLOCK && (SKELETON || PERSISTENT)
+#error "STEP_CLOCK builds are of the forward's loop, one tile a CTA"
+#endif
 
 // The tiles of this CTA, k counting them: with PERSISTENT, blockIdx.x, blockIdx.x + gridDim.x,
 // ... (a grid of fewer CTAs than tiles); without, the one tile blockIdx.x (a CTA per tile, and
@@ -87,6 +93,26 @@ static_assert(!PINGPONG || CONSUMERS == 2, "PINGPONG takes two consumer warpgrou
 #define CAT(a, b) CAT_(a, b)
 #define WGMMA_S CAT(wgmma_ss_n, BLOCK_KV)
 #define WGMMA_O CAT(CAT(wgmma_rs_n, HEAD_DIM), _tb)
+
+// STEP_CLOCK = 1: warp 0 of each consumer warpgroup (all on sub-partition 0) stamps the SM's
+// clock at four points of key block j: 0 its K block has arrived, 1 S is done, 2 the softmax
+// is done (P packed), 3 O += P V is done; in the first STAMP_CTAS CTAs, first STAMP_STEPS
+// blocks. Each stamp's memory clobber keeps the code on its side: the stamped build is its
+// own kernel (hopper_phase.py times it beside the plain one and replays its own SASS).
+#if STEP_CLOCK
+constexpr int STAMP_CTAS = 132, STAMP_STEPS = 128, STAMP_POINTS = 4;
+extern "C" {  // unmangled: the host reads it by name
+__device__ unsigned long long hopper_stamps[STAMP_CTAS * (BLOCK_Q / 64) * STAMP_STEPS * STAMP_POINTS];
+}
+#endif
+__device__ __forceinline__ void stamp(int c, int j, int point) {
+#if STEP_CLOCK
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory");
+    if ((threadIdx.x & 127) == 0 && blockIdx.x < STAMP_CTAS && j < STAMP_STEPS)
+        hopper_stamps[((blockIdx.x * (BLOCK_Q / 64) + c) * STAMP_STEPS + j) * STAMP_POINTS + point] = t;
+#endif
+}
 
 // Named barriers 1 and 2 (0 is __syncthreads): warpgroup c waits on its own before its matrix
 // products and, once they are issued, arrives on the other's, handing it the tensor cores.
@@ -318,16 +344,19 @@ __device__ __forceinline__ void consume(const Tile& w, int k, int it0, int t, in
         mbar_wait(v_full + 8 * s, parity);
         mbar_arrive(v_empty + 8 * s);
 #else
+        stamp(c, j, 0);
         turn_begin(c);
         issue_s(acc_s, q_base, sk + s * KV_BYTES);
         wgmma_commit();
         turn_end(c);
         wgmma_wait<0>();
         fence_regs<NS>(acc_s);
+        stamp(c, j, 1);
         mbar_arrive(k_empty + 8 * s);
         u.softmax(acc_s, j, m, l, alpha);
         rescale(acc_o, alpha);
         pack_p(pa, acc_s);
+        stamp(c, j, 2);
         mbar_wait(v_full + 8 * s, parity);
         turn_begin(c);
         issue_o(acc_o, pa, sv + s * KV_BYTES);
@@ -335,6 +364,7 @@ __device__ __forceinline__ void consume(const Tile& w, int k, int it0, int t, in
         turn_end(c);
         wgmma_wait<0>();
         fence_regs<NO>(acc_o);
+        stamp(c, j, 3);
         mbar_arrive(v_empty + 8 * s);
 #endif
     }
@@ -357,6 +387,7 @@ __device__ __forceinline__ void consume(const Tile& w, int k, int it0, int t, in
     for (int j = 1; j < nblocks; ++j) {
         const int s = (it0 + j) % STAGES, sp = (it0 + j - 1) % STAGES;
         mbar_wait(k_full + 8 * s, ((it0 + j) / STAGES) & 1);
+        stamp(c, j, 0);
         turn_begin(c);
         issue_s(acc_s, q_base, sk + s * KV_BYTES);
         wgmma_commit();
@@ -367,10 +398,13 @@ __device__ __forceinline__ void consume(const Tile& w, int k, int it0, int t, in
         turn_end(c);
         wgmma_wait<1>();  // S_j done, P_{j-1} V_{j-1} may still run
         fence_regs<NS>(acc_s);
+        stamp(c, j, 1);
         mbar_arrive(k_empty + 8 * s);
         u.softmax(acc_s, j, m, l, alpha);
+        stamp(c, j, 2);
         wgmma_wait<0>();
         fence_regs<NO>(acc_o);
+        stamp(c, j, 3);  // here O += P_{j-1} V_{j-1}
         fence_p(pa);  // the product read P_{j-1} from these registers until now
         mbar_arrive(v_empty + 8 * sp);
         pack_p(pa, acc_s);
