@@ -75,6 +75,7 @@ __all__ = [
 ]
 
 ISSUE_ORDERS = ("greedy", "round-robin")  # IssueModel.issue_order
+WARPGROUP_STARTS = ("together", "spread")  # IssueModel.warpgroup_start
 # pipes of an SMSP; the shared-memory port is accounted separately (bytes)
 PIPES = ("tensor", "xu", "fma", "alu", "mio", "uniform", "control", "lsu")
 _PIPE_OF = {
@@ -145,6 +146,11 @@ class IssueModel:
         can, else the one waiting longest (the replay's); ``"round-robin"``, the first ready
         one after the one that issued last (an alternative, measured in docs/model.md,
         "Warpgroups replayed in step").
+    warpgroup_start : str
+        Where ``replay`` starts the warpgroups of a CTA that do not take turns: ``"together"``
+        (every warp at cycle 0) or ``"spread"`` (warpgroup g of G after g / G of the step
+        replayed together: G warpgroups evenly apart, the phase the GPU's run at:
+        data/gpu/probe/hopper_phase.py). Warpgroups that take turns settle alike either way.
     """
 
     interval: tuple
@@ -161,11 +167,17 @@ class IssueModel:
     read_latency_of: tuple = ()
     source: str = ""
     issue_order: str = "greedy"
+    warpgroup_start: str = "together"
 
     def __post_init__(self):
         if self.issue_order not in ISSUE_ORDERS:
             raise ValueError(
                 f"IssueModel.issue_order must be one of {ISSUE_ORDERS}, got {self.issue_order!r}"
+            )
+        if self.warpgroup_start not in WARPGROUP_STARTS:
+            raise ValueError(
+                f"IssueModel.warpgroup_start must be one of {WARPGROUP_STARTS}, "
+                f"got {self.warpgroup_start!r}"
             )
         fields = ("interval", "latency", "tensor_flops_per_cycle", "tensor_overlap",
                   "read_latency_of")  # fmt: skip
@@ -544,7 +556,7 @@ def pc_cycles(
 
 def replay(
     prog: WarpProgram, model: IssueModel, warps_per_cta: int, ctas: int = 1, steps: int = 4,
-    turns: int = 0, stagger: float = 0.0,
+    turns: int = 0, stagger: float | None = None,
 ) -> StepTime:  # fmt: skip
     """Cycles per step of ``prog`` on one SM with ``ctas`` resident CTAs of ``warps_per_cta``
     warps (their warps spread over the sub-partitions as the SM's warp slots are:
@@ -554,21 +566,28 @@ def replay(
     difference of the two end times over ``steps`` is the time per step, free of the first
     steps' warm-up and the last ones' drain, whatever order the warps' steps interleave in.
     ``turns``: arrivals on warpgroup 0's turn barrier before the first step (``first_turn``).
-    ``stagger``: cycles by which each warpgroup starts after the one before (0: together,
-    the replay's step; warpgroups that nothing makes take turns may settle in another phase
-    from another start: docs/model.md, "Warpgroups replayed in step")."""
+    ``stagger``: cycles by which each warpgroup starts after the one before (0: together;
+    None: as ``model.warpgroup_start`` says; warpgroups that nothing makes take turns may
+    settle in another phase from another start: docs/model.md, "Warpgroups replayed in
+    step")."""
     here = len(smsp_warps(warps_per_cta, ctas, model.sub_partitions))
+    groups = warps_per_cta // WARPGROUP
 
-    def run(n, k):
-        return _execute(prog, model, warps_per_cta, n, k, turns, stagger=stagger)[:2]
+    def run(n, k, lag):
+        return _execute(prog, model, warps_per_cta, n, k, turns, stagger=lag)[:2]
 
-    def per_step(n):
-        end_short, _ = run(n, steps)
-        end_long, busy = run(n, 2 * steps)
+    def per_step(n, lag):
+        end_short, _ = run(n, steps, lag)
+        end_long, busy = run(n, 2 * steps, lag)
         return (end_long - end_short) / steps, busy, end_long
 
-    alone, _, _ = per_step(1)
-    together, busy, end = per_step(ctas)
+    alone, _, _ = per_step(1, 0.0 if stagger is None else stagger)
+    if stagger is None:
+        stagger = 0.0
+        if model.warpgroup_start == "spread" and groups > 1 and not turns:
+            stagger = alone / groups  # evenly apart over the step they take together
+            alone, _, _ = per_step(1, stagger)
+    together, busy, end = per_step(ctas, stagger)
     if not np.isfinite(end):
         raise FlashioError(
             f"{prog.name}: every warp waits at a barrier that never completes (a named barrier "

@@ -16,13 +16,16 @@ stamped build's own loop, marking the same four clock reads (``warp_replay.execu
 marks=)``). B = 1, H = 16, N = 16384, bf16, non-causal; the first 132 CTAs (the first round)
 are stamped, every key block.
 
-    python data/gpu/probe/hopper_phase.py --out DIR     # on the GPU: DIR/hopper_phase.npz, .json
-    python data/gpu/probe/hopper_phase.py --report DIR  # anywhere with NVRTC: GPU against replay
+    python data/gpu/probe/hopper_phase.py --out DIR     # on the GPU: DIR/hopper_phase.json,
+                                                        # DIR/hopper_phase_stamps.json.gz
+    python data/gpu/probe/hopper_phase.py --sass DIR    # with NVRTC: DIR/hopper_phase_sass.json
+    python data/gpu/probe/hopper_phase.py --report DIR  # the GPU's stamps beside the replay's
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import statistics
 import sys
@@ -102,10 +105,20 @@ def stamped_program(build) -> tuple[sass.WarpProgram, np.ndarray]:
     return sass.WarpProgram.from_instructions(label(build), body), marks
 
 
-def replayed_stamps(build, model=None) -> np.ndarray:
+def stamped_programs() -> dict:
+    """Every build's stamped loop and marks, as hopper_phase_sass.json stores them."""
+    out = {}
+    for build in BUILDS:
+        prog, marks = stamped_program(build)
+        out[label(build)] = {"loop": prog.to_json(), "marks": marks.tolist()}
+    return out
+
+
+def replayed_stamps(build, programs: dict, model=None) -> np.ndarray:
     """The replay's stamps of one CTA: (consumer warpgroups, steps, points) cycles, the warp
-    of each warpgroup on sub-partition 0."""
-    prog, marks = stamped_program(build)
+    of each warpgroup on sub-partition 0 (``programs``: hopper_phase_sass.json's)."""
+    entry = programs[label(build)]
+    prog, marks = sass.WarpProgram.from_json(entry["loop"]), np.array(entry["marks"])
     model = model or issue.issue_model(simulator.load_gpu("h200-measured"))
     warps = 4 * (build[1] // 64)  # the consumers (the producer's loop is not replayed)
     cta_of, group_of = _layout(warps, 1, model.sub_partitions)
@@ -134,6 +147,21 @@ def summary(stamps: np.ndarray) -> dict:
             "in_step": [float((share[:, g] < 0.1).mean()) for g in range(share.shape[1])],
         }
     return out
+
+
+STAMPS = "hopper_phase_stamps.json.gz"
+
+
+def write_stamps(out_dir: Path, arrays: dict) -> None:
+    """Each build's stamps (CTAs x warpgroups x steps x points, cycles from the CTA's first
+    stamp), as nested lists."""
+    with gzip.GzipFile(out_dir / STAMPS, "wb", mtime=0) as f:
+        f.write(json.dumps({k: v.tolist() for k, v in arrays.items()}).encode())
+
+
+def read_stamps(data_dir: Path) -> dict:
+    with gzip.open(data_dir / STAMPS, "rt") as f:
+        return {k: np.array(v, np.int64) for k, v in json.load(f).items()}
 
 
 def run(out_dir: Path) -> dict:
@@ -183,7 +211,7 @@ def run(out_dir: Path) -> dict:
         )
     prov["nvidia_smi_after"] = nvidia_smi()
     out_dir.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(out_dir / "hopper_phase.npz", **arrays)
+    write_stamps(out_dir, arrays)
     doc = {"provenance": prov,
            "config": {"builds": [list(b) for b in BUILDS], "seq_len": SEQ_LEN, "heads": HEADS,
                       "stamped_ctas": STAMP_CTAS, "launches": LAUNCHES, "settled": SETTLED},
@@ -195,11 +223,12 @@ def run(out_dir: Path) -> dict:
 def report(data_dir: Path) -> list[dict]:
     """Per build: the GPU's step, parts and phase (stamped CTAs) beside the replay's."""
     doc = json.loads((data_dir / "hopper_phase.json").read_text())
-    stamps = np.load(data_dir / "hopper_phase.npz")
+    programs = json.loads((data_dir / "hopper_phase_sass.json").read_text())
+    stamps = read_stamps(data_dir)
     rows = []
     for build in (tuple(b) for b in doc["config"]["builds"]):
         name = label(build)
-        rep = replayed_stamps(build)
+        rep = replayed_stamps(build, programs)
         res = doc["results"][name]
         rows.append({"build": name, "gpu": summary(stamps[name]), "replay": summary(rep[None]),
                      "plain_ms": res["plain"]["median_ms"],
@@ -210,11 +239,17 @@ def report(data_dir: Path) -> list[dict]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     g = ap.add_mutually_exclusive_group(required=True)
-    g.add_argument("--out", type=Path, help="run on the GPU; write OUT/hopper_phase.npz, .json")
+    g.add_argument("--out", type=Path, help="run on the GPU; write OUT/hopper_phase*.json*")
+    g.add_argument("--sass", type=Path, help="compile only; write SASS/hopper_phase_sass.json")
     g.add_argument("--report", type=Path, metavar="DIR", help="the GPU's stamps beside the replay")
     args = ap.parse_args(argv)
     if args.out:
         run(args.out)
+        return 0
+    if args.sass:
+        args.sass.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(stamped_programs(), separators=(",", ":"))
+        (args.sass / "hopper_phase_sass.json").write_text(text)
         return 0
     for r in report(args.report):
         print(json.dumps(r))

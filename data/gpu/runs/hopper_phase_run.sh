@@ -3,7 +3,7 @@
 # each timed as it runs and built with STEP_CLOCK=1, whose consumer warpgroups stamp the SM's
 # clock at four points of each key block (data/gpu/probe/hopper_phase.py): the phase the
 # warpgroups settle into on the GPU. Run from the repository root. Writes
-# $OUT/hopper_phase.json, $OUT/hopper_phase.npz and $OUT/hopper_phase.log.
+# $OUT/hopper_phase.json, $OUT/hopper_phase_stamps.json.gz and $OUT/hopper_phase.log.
 export PYTHONUNBUFFERED=1 PYTHONPATH=.
 python3 -m pip install --quiet --no-deps --no-build-isolation -e .  # the package imports as flashio
 L=$OUT/hopper_phase.log
