@@ -336,7 +336,10 @@ def synthetic_step_costs(
     issue is left out: a few instructions a step). ``drift``: with the paces by age."""
     prog = flash_forward_program(block_kv, head_dim, elem_bytes, overlap)
     model = issue_model(gpu)
-    st = replay(prog, model, consumer_warps, ctas_per_sm)
+    # the written program has no named barriers: where the description's warpgroups take
+    # turns (ping-pong), no start of the model's moves them (IssueModel.warpgroup_start)
+    turns = overlap in ("pingpong", "both")
+    st = replay(prog, model, consumer_warps, ctas_per_sm, stagger=0.0 if turns else None)
     paces = rank_paces(prog, model, consumer_warps, ctas_per_sm) if drift else ()
     return StepCost(
         key=prog.name,

@@ -194,13 +194,16 @@ def test_at_d64_the_ranking_misses_are_in_the_cycles_not_the_clock():
     assert min(hopper.values(), key=lambda r: r["model_cycles"])["label"] == "hopper 128x176 both"
 
 
-def _hopper_samples():
-    spec = importlib.util.spec_from_file_location(
-        "hopper_samples", "data/gpu/probe/hopper_samples.py"
-    )
+def _probe(name: str):
+    """The probe script data/gpu/probe/``name``.py as a module."""
+    spec = importlib.util.spec_from_file_location(name, f"data/gpu/probe/{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.rows()
+    return module
+
+
+def _hopper_samples():
+    return _probe("hopper_samples").rows()
 
 
 def _mufu_share(shares: dict) -> float:
@@ -286,13 +289,6 @@ def test_a_round_robin_issue_order_takes_three_warpgroups_out_of_step():
     assert 1.0 < both < 1.03
 
 
-def _hopper_phase():
-    spec = importlib.util.spec_from_file_location("hopper_phase", "data/gpu/probe/hopper_phase.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_gpus_warpgroups_without_turns_run_apart():
     """data/gpu/probe/hopper_phase.py (data/gpu/runs/hopper_phase_run.sh, an H100 SXM): the
     Hopper forward built with STEP_CLOCK=1, each consumer warpgroup stamping the SM clock at
@@ -311,7 +307,7 @@ def test_the_gpus_warpgroups_without_turns_run_apart():
     from flashio.simulator import issue
     from flashio.simulator.warp_replay import _layout, execute_roles, replay
 
-    hp = _hopper_phase()
+    hp = _probe("hopper_phase")
     rows = {r["build"]: r for r in hp.report(Path("data/gpu/probe"))}
     assert len(rows) == len(hp.BUILDS)
     for name in ("d=64 128x128 none s2", "d=64 128x128 none s3"):
@@ -367,3 +363,28 @@ def test_warpgroups_started_spread_order_the_d64_builds_as_the_gpu():
     prog = issue._program(issue.hopper_key(64, 128, 128, 12, "bf16", "none"), "flashio-hopper")
     half = replay(prog, together, 8, 1, 16, stagger=step("none", together) / 2).alone
     assert step("none", spread) == half
+
+
+def test_a_written_ping_pong_program_is_not_spread(monkeypatch):
+    """``simulator.synth`` writes a consumer program without named barriers, so the replay
+    cannot see that a description with ping-pong (or both overlaps) takes turns: the spread
+    start leaves such programs together, and moves the others."""
+    import dataclasses
+
+    from flashio import simulator
+    from flashio.simulator import issue
+
+    gpu = simulator.load_gpu("h200-measured")
+    together = issue.issue_model(gpu)
+    spread = dataclasses.replace(together, warpgroup_start="spread")
+
+    def steps(model):
+        issue.synthetic_step_costs.cache_clear()
+        monkeypatch.setattr(issue, "issue_model", lambda _: model)
+        return {o: issue.synthetic_step_costs(gpu, 128, 64, 2, o, 8, 1).replay.alone
+                for o in ("both", "pingpong", "none")}  # fmt: skip
+
+    before, after = steps(together), steps(spread)
+    issue.synthetic_step_costs.cache_clear()
+    assert after["both"] == before["both"] and after["pingpong"] == before["pingpong"]
+    assert after["none"] != before["none"]
