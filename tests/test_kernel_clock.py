@@ -388,3 +388,19 @@ def test_a_written_ping_pong_program_is_not_spread(monkeypatch):
     issue.synthetic_step_costs.cache_clear()
     assert after["both"] == before["both"] and after["pingpong"] == before["pingpong"]
     assert after["none"] != before["none"]
+
+
+def test_stamps_become_cycles_from_each_ctas_first():
+    """hopper_phase.relative: the SM clock, read to 64 bits or kept to 32, becomes cycles
+    from each CTA's first stamp, across the 32-bit wrap; a build with intra-warpgroup overlap
+    does not stamp its first key block."""
+    import numpy as np
+
+    hp = _probe("hopper_phase")
+    cycles = np.arange(2 * 3 * 4).reshape(1, 2, 3, 4) * 100 + 7
+    for start in (5, (1 << 32) - 250):  # the second crosses the wrap
+        raw = (start + cycles) % (1 << 32)
+        assert (hp.relative(raw, "none") == cycles - 7).all()
+        intra = hp.relative(raw.astype(np.int32), "intra-warpgroup")
+        assert (intra[:, :, 0] == hp.UNSTAMPED).all()
+        assert (intra[:, :, 1:] == cycles[:, :, 1:] - cycles[:, :, 1:].min()).all()

@@ -131,7 +131,7 @@ def summary(stamps: np.ndarray) -> dict:
     """Per warpgroup the median cycles of a step's parts, and between warpgroups the phase:
     how far each one's S lands after warpgroup 0's, as a share of the step (``stamps``:
     (CTAs, warpgroups, steps, points), steps before ``SETTLED`` left out)."""
-    s = stamps[:, :, SETTLED:, :].astype(np.float64)
+    s = stamps[:, :, SETTLED:, :].astype(np.float64)  # every one stamped
     step = np.diff(s[..., 0], axis=2)
     parts = {"s_wait": s[..., 1] - s[..., 0], "softmax": s[..., 2] - s[..., 1],
              "pv_wait": s[..., 3] - s[..., 2]}  # fmt: skip
@@ -150,6 +150,26 @@ def summary(stamps: np.ndarray) -> dict:
 
 
 STAMPS = "hopper_phase_stamps.json.gz"
+UNSTAMPED = -1
+
+
+def relative(stamps: np.ndarray, overlap: str) -> np.ndarray:
+    """Stamps (CTAs x warpgroups x steps x points, the SM clock or anything congruent to it
+    modulo 2**32) as cycles from each CTA's first stamp. Builds with intra-warpgroup overlap
+    stamp from their second key block on (the first is issued before the loop): their first
+    is ``UNSTAMPED``."""
+    x = np.asarray(stamps).astype(np.int64) % (1 << 32)
+    stamped = np.ones(x.shape, bool)
+    if overlap in ("intra-warpgroup", "both"):
+        stamped[:, :, 0] = False
+    ref = x[:, 0, 1, 0][:, None, None, None]  # a stamp of each CTA; a CTA spans < 2**31
+    rel = (x - ref + (1 << 31)) % (1 << 32) - (1 << 31)
+    rel -= (
+        np.where(stamped, rel, np.iinfo(np.int64).max)
+        .reshape(len(x), -1)
+        .min(axis=1)[:, None, None, None]
+    )
+    return np.where(stamped, rel, UNSTAMPED)
 
 
 def write_stamps(out_dir: Path, arrays: dict) -> None:
@@ -197,9 +217,7 @@ def run(out_dir: Path) -> dict:
                 raw = cupy.ndarray((n,), cupy.uint64, memptr=ptr).get()
                 st = raw.reshape(STAMP_CTAS, build[1] // 64, STAMP_STEPS, POINTS)
                 steps = -(-SEQ_LEN // build[2])
-                st = st[:, :, :steps].astype(np.int64)
-                st -= st.reshape(STAMP_CTAS, -1).min(axis=1)[:, None, None, None]
-                arrays[label(build)] = st.astype(np.int32)
+                arrays[label(build)] = relative(st[:, :, :steps], build[3])
             del bufs
         cupy.get_default_memory_pool().free_all_blocks()
         results[label(build)] = {**times, "gpu": summary(arrays[label(build)])}
