@@ -120,11 +120,13 @@ HOPPER_PRESET = implementation("flashio-hopper")
 def compile_sass(sched, workdir: Path, extra: tuple = ()) -> tuple[str, dict]:
     """The SASS listing and ptxas report of ``sched``'s kernels, compiled as CuPy compiles
     them on the H200 (sm_90; the Hopper forward for sm_90a); ``extra``: more (name, value)
-    defines (a probe's build of the mma.sync kernels)."""
+    defines (a probe's build: ``DQ_TARGET`` of the mma.sync backward, ``STEP_CLOCK`` of the
+    Hopper forward)."""
     if hopper.uses_hopper(sched):
         name = "hopper_bwd.cu" if sched.name == "flash2_bwd" else "hopper_fwd.cu"
         code = (CUDA_DIR / name).read_text()
-        options = (*hopper.compile_options(hopper.defines(sched)), *CUPY_NVRTC_OPTIONS)
+        defs = (*hopper.defines(sched), *extra)
+        options = (*hopper.compile_options(defs), *CUPY_NVRTC_OPTIONS)
         options += ("--ptxas-options=-v",)
     else:
         defs = (*defines(sched), *extra)

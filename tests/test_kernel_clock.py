@@ -295,12 +295,10 @@ def test_the_gpus_warpgroups_without_turns_run_apart():
     four points of every key block (first round of CTAs, N = 16384). Without overlap the GPU's
     two consumer warpgroups run half a step apart (S lands 0.47-0.48 of a step after the other
     one's, within a tenth of a step of it in 1% of the steps or fewer), and three spread over
-    the step. The replay of the same stamped code, started together, settles apart too (0.43)
-    and steps within 2% of the GPU: in the d = 64 builds without overlap the replay's step is
-    right once its warpgroups are where the GPU's are. The compiled code without stamps,
-    replayed from the same start, stays within a fifth of a step of step (0.09-0.19), where it
-    takes 15% more cycles than started half a step apart (docs/model.md, "Warpgroups
-    replayed in step")."""
+    the step. The replay of the same stamped code, started together, keeps them near step
+    (0.11-0.14) and steps 2.6-3.9% short of the GPU; so does the compiled code without stamps
+    (0.09-0.19), which takes 15% more cycles than started half a step apart (docs/model.md,
+    "Warpgroups replayed in step")."""
     from pathlib import Path
 
     from flashio import kernels, simulator
@@ -313,12 +311,12 @@ def test_the_gpus_warpgroups_without_turns_run_apart():
     for name in ("d=64 128x128 none s2", "d=64 128x128 none s3"):
         gpu, rep = rows[name]["gpu"], rows[name]["replay"]
         assert gpu["phase"]["median"][0] > 0.45 and gpu["phase"]["in_step"][0] < 0.02, name
-        assert rep["phase"]["median"][0] > 0.4, name
+        assert rep["phase"]["median"][0] < 0.2, name
     three = rows["d=64 192x128 none s2"]["gpu"]["phase"]["median"]
     assert min(three) > 0.15 and max(three) > 0.3
     for name in ("d=64 128x128 none s2", "d=64 128x128 none s3", "d=64 192x128 none s2"):
         r = rows[name]
-        assert r["replay"]["step"] == pytest.approx(r["gpu"]["step"], rel=0.02), name
+        assert 0.95 < r["replay"]["step"] / r["gpu"]["step"] < 0.98, name
 
     model = issue.issue_model(simulator.load_gpu("h200-measured"))
     consumers = 12 - kernels.implementation("flashio-hopper").producer_warps

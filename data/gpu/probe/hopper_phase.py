@@ -80,20 +80,10 @@ def stamped_options(sched) -> tuple[str, ...]:
 def stamped_program(build) -> tuple[sass.WarpProgram, np.ndarray]:
     """The stamped build's consumer loop as the replay runs it, and each instruction's mark
     (the n-th clock read of the step: n; else -1)."""
-    import subprocess
+    from benchmarks.sass_census import compile_sass
 
-    from benchmarks import nvrtc
-    from benchmarks.sass_census import _tool
-
-    code = (gpu.CUDA_DIR / "hopper_fwd.cu").read_text()
-    cubin, _ = nvrtc.compile_cubin(code, stamped_options(schedule(build)))
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "k.cubin"
-        path.write_bytes(cubin)
-        tool = _tool("cuobjdump")
-        env = {"PATH": str(Path(tool).parent)}
-        text = subprocess.run([tool, "-sass", str(path)], check=True, capture_output=True,
-                              text=True, env=env).stdout  # fmt: skip
+        text, _ = compile_sass(schedule(build), Path(tmp), extra=(("STEP_CLOCK", 1),))
     listing = sass.parse(text)["hopper_fwd"]
     lo, hi = sass_paths.main_loop(listing, "HGMMA")
     body = sass_paths.straight_path(listing, lo, hi)
