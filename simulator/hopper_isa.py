@@ -44,6 +44,11 @@ HOPPER_ISA = {
     # least perturbation a replay in whole cycles can make, an assumption (docs/model.md,
     # "Ties and phase locking", gives the steps at 0 to 3 cycles)
     "latency_jitter": 1.0,
+    # a CTA's wgmma warpgroups that nothing makes take turns run evenly apart, not in step: the
+    # Hopper forward's d = 64 builds without overlap, stamped, put one warpgroup's S 0.47-0.48
+    # of a step after the other's on the GPU (data/gpu/probe/hopper_phase.py); the replay
+    # keeps the phase it starts them in (docs/model.md, "Warpgroups started apart")
+    "warpgroup_start": "spread",
     # bar.sync with W warps per CTA arriving together: 20, 28, 36 cycles per barrier at
     # W = 4, 8, 12; less the replay's own issue of W / 4 barriers per SMSP, 12 + 1.75 W
     "bar_cycles_base": 12.0,
@@ -126,5 +131,6 @@ def issue_model(gpu: GPUSpec, isa: dict = HOPPER_ISA) -> IssueModel:
         sub_partitions=sp,
         mio_queue=isa["mio_queue"],
         tensor_overlap=isa["tensor_overlap"],
+        warpgroup_start=isa["warpgroup_start"],
         source="simulator.hopper_isa.HOPPER_ISA and the spec's per-SM rates",
     )

@@ -145,12 +145,13 @@ class IssueModel:
         Which ready warp a sub-partition issues: ``"greedy"``, the one that issued last if it
         can, else the one waiting longest (the replay's); ``"round-robin"``, the first ready
         one after the one that issued last (an alternative, measured in docs/model.md,
-        "Warpgroups replayed in step").
+        "Warpgroups started apart").
     warpgroup_start : str
-        Where ``replay`` starts the warpgroups of a CTA that do not take turns: ``"together"``
-        (every warp at cycle 0) or ``"spread"`` (warpgroup g of G after g / G of the step
-        replayed together: G warpgroups evenly apart, the phase the GPU's run at:
-        data/gpu/probe/hopper_phase.py). Warpgroups that take turns settle alike either way.
+        Where ``replay`` starts the wgmma warpgroups of a CTA that do not take turns:
+        ``"together"`` (every warp at cycle 0) or ``"spread"`` (warpgroup g of G after g / G of
+        the step replayed together: G warpgroups evenly apart, the phase the GPU's run at:
+        data/gpu/probe/hopper_phase.py; ``HOPPER_ISA``'s). Warpgroups that take turns settle
+        alike either way; warps without wgmma start together.
     """
 
     interval: tuple
@@ -546,12 +547,38 @@ def pc_cycles(
     program-counter sampling attributes to each instruction (Nsight Compute's warp-state
     samples per SASS instruction). Their sum is a warp's step."""
     cta_of, group_of = _layout(warps_per_cta, ctas, model.sub_partitions)
+    lag = start_stagger(prog, model, warps_per_cta, steps, turns)
     runs = []
     for k in (steps, 2 * steps):
         at_pc = np.zeros(len(prog))
-        execute_roles([prog], model, warps_per_cta, ctas, k, cta_of, group_of, turns, at_pc=at_pc)
+        execute_roles([prog], model, warps_per_cta, ctas, k, cta_of, group_of, turns,
+                      at_pc=at_pc, stagger=lag)  # fmt: skip
         runs.append(at_pc)
     return (runs[1] - runs[0]) / (steps * len(cta_of))
+
+
+def _spreads(prog: WarpProgram, model: IssueModel, warps_per_cta: int, turns: int) -> bool:
+    """Whether ``model`` starts the warpgroups of a CTA running ``prog`` apart: several
+    warpgroups issuing wgmma that nothing makes take turns (the phase was measured on such
+    warpgroups; warps without wgmma start together, as a CTA's warps do)."""
+    return (
+        model.warpgroup_start == "spread"
+        and warps_per_cta // WARPGROUP > 1
+        and not turns
+        and bool((prog.klass == CLASS_ID["hgmma"]).any())
+    )
+
+
+def start_stagger(
+    prog: WarpProgram, model: IssueModel, warps_per_cta: int, steps: int = 4, turns: int = 0
+) -> float:
+    """Cycles by which ``model`` starts each warpgroup of a CTA after the one before
+    (``IssueModel.warpgroup_start``): 0, or, where it spreads them, the step of one CTA's
+    warpgroups started together over their number."""
+    if not _spreads(prog, model, warps_per_cta, turns):
+        return 0.0
+    together = replay(prog, model, warps_per_cta, 1, steps, turns, stagger=0.0).alone
+    return together / (warps_per_cta // WARPGROUP)
 
 
 def replay(
@@ -568,10 +595,9 @@ def replay(
     ``turns``: arrivals on warpgroup 0's turn barrier before the first step (``first_turn``).
     ``stagger``: cycles by which each warpgroup starts after the one before (0: together;
     None: as ``model.warpgroup_start`` says; warpgroups that nothing makes take turns may
-    settle in another phase from another start: docs/model.md, "Warpgroups replayed in
-    step")."""
+    settle in another phase from another start: docs/model.md, "Warpgroups started
+    apart")."""
     here = len(smsp_warps(warps_per_cta, ctas, model.sub_partitions))
-    groups = warps_per_cta // WARPGROUP
 
     def run(n, k, lag):
         return _execute(prog, model, warps_per_cta, n, k, turns, stagger=lag)[:2]
@@ -584,8 +610,8 @@ def replay(
     alone, _, _ = per_step(1, 0.0 if stagger is None else stagger)
     if stagger is None:
         stagger = 0.0
-        if model.warpgroup_start == "spread" and groups > 1 and not turns:
-            stagger = alone / groups  # evenly apart over the step they take together
+        if _spreads(prog, model, warps_per_cta, turns):
+            stagger = alone / (warps_per_cta // WARPGROUP)  # evenly apart over their step
             alone, _, _ = per_step(1, stagger)
     together, busy, end = per_step(ctas, stagger)
     if not np.isfinite(end):

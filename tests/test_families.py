@@ -186,29 +186,35 @@ def test_compiled_tile_search_as_predicted_before_the_gpu_ran_it(flashio_rep):
 def test_hopper_forward_of_this_project_from_its_compiled_code():
     """This project's Hopper forward (kernels/cuda/hopper_fwd.cu), timed beside PyTorch's
     kernels (data/gpu/hopper), each build (tiling, softmax overlap) priced by its consumer
-    warps' compiled loop (data/sass/flashio-hopper.json.gz). Achieved: 9.7% over 120 rows,
-    8.9% too fast on average (max 26.2%, the 20-us launches at N = 1k; within 14% at N >=
-    8k): the steps within 5% of the GPU's (test_kernel_clock), a CTA's fixed cost 3.5-7.5
-    thousand cycles short (docs/model.md, "FFMA's cost beside wgmma is the FMA pipe's"). The
-    model's pick among the d = 128 builds is the best at 9 of 10 shapes, 2.3% slower at the
-    tenth; among the d = 64 builds, where the GPU runs the builds without overlap fastest,
-    it picks one with both overlaps, 3-13% slower. (With FFMA beside another warp's wgmma
-    at the rate fitted on a dense stream's CTA time, before: 6.8%, the d = 128 builds with
-    both overlaps 7-17% too slow, the d = 64 picks within 1.1%.) Priced instead by the
-    program simulator.synth writes from the description (written programs): 12.2%, 11.4% too
-    fast on average. The 30 persistent rows are left out (the engine dispatches tiles in
-    order, not a persistent grid's static assignment)."""
+    warps' compiled loop (data/sass/flashio-hopper.json.gz). Achieved: 13.5% over 120 rows,
+    13.4% too fast on average (max 26.7%, the 20-40-us launches at N = 1k and 2k; within
+    20.1% at N >= 8k): the steps within -13% to +8% of the GPU's (test_kernel_clock), a
+    CTA's fixed cost 3.2-7.5 thousand cycles short (docs/model.md, "FFMA's cost beside wgmma
+    is the FMA pipe's"). The model's pick among the d = 128 builds is the best at 9 of 10
+    shapes, 2.3% slower at the tenth; among the d = 64 builds, where the GPU runs the builds
+    without overlap fastest, it picks one without overlap at every shape, 0.6-2.9% slower
+    than the best. (With the warpgroups of the builds without overlap started together:
+    9.7%, 8.9% too fast, the d = 64 picks builds with both overlaps, 3-13% slower:
+    docs/model.md, "Warpgroups started apart". With FFMA beside another warp's wgmma at the
+    rate fitted on a dense stream's CTA time, before: 6.8%, the d = 128 builds with both
+    overlaps 7-17% too slow.) Priced instead by the program simulator.synth writes from the
+    description (written programs): 13.0%, 12.8% too fast on average. The 30 persistent rows
+    are left out (the engine dispatches tiles in order, not a persistent grid's static
+    assignment)."""
     rep = families.report(families=("flashio-hopper",), jobs=2)
     assert rep["not_modelled"]["flashio-hopper persistent"] == 30
     s = rep["summary"]["flashio-hopper flash2"]
-    assert s["n"] == 120 and s["mape"] <= 0.10 and s["bias"] < -0.08
+    assert s["n"] == 120 and s["mape"] <= 0.136 and s["bias"] < -0.13
     fwd = [r for r in rep["rows"] if r["schedule"] == "flash2"]
     big = [r for r in fwd if "N=8192" in r["label"] or "N=16384" in r["label"]]
-    assert len(big) == 48 and all(abs(r["error"]) <= 0.14 for r in big)
+    assert len(big) == 48 and all(abs(r["error"]) <= 0.21 for r in big)
     ranked = [r for r in rep["ranking"] if r["schedule"] == "flash2"]
     d128 = [r for r in ranked if r["shape"]["head_dim"] == 128]
     assert len(d128) == 10 and all(r["picked_slower_than_best"] <= 0.025 for r in d128)
     assert sum(r["picked_slower_than_best"] == 0 for r in d128) >= 9
+    d64 = [r for r in ranked if r["shape"]["head_dim"] == 64]
+    assert len(d64) == 10 and all(r["picked_slower_than_best"] <= 0.03 for r in d64)
+    assert all(r["picked"][3] == "none" for r in d64)
     w = rep["written"]["flashio-hopper flash2"]
     assert w["n"] == 120 and w["mape"] <= 0.15 and w["bias"] < 0
 

@@ -38,33 +38,45 @@ def test_replayed_cycles_against_the_gpus(rows):
     """The replay's cycles against Nsight Compute's for each kernel run alone. Achieved (the
     bounds round them up; the replay is deterministic): this project's mma.sync forwards
     within 1.4%, flash-attn 2's 11.0% short, cuDNN's 10.9% over (its written program), the
-    Hopper builds within 6% (the two with both overlaps within 2%; 14.2% and 24.8% over
-    before FFMA took one cycle and its rate beside wgmma was fitted on the FFMA warpgroup's
-    span: docs/model.md, "FFMA's cost beside wgmma is the FMA pipe's")."""
+    Hopper builds at d = 128 within 2% (14.2% and 24.8% over with both overlaps before FFMA
+    took one cycle and its rate beside wgmma was fitted on the FFMA warpgroup's span:
+    docs/model.md, "FFMA's cost beside wgmma is the FMA pipe's"), the d = 64 build without
+    overlap 8.1% short (its warpgroups started apart, as the GPU runs them; 5-6% over
+    started together: a CTA's fixed cost is what it lacks)."""
     err = {k: r["cycles_error"] for k, r in rows.items()}
     assert abs(err["flashio 128x64 w8", 128]) <= 0.01
     assert abs(err["flashio 128x128 w8", 64]) <= 0.02
     assert abs(err["sdpa-flash", 128]) <= 0.12 and abs(err["sdpa-cudnn", 128]) <= 0.11
-    plain = (("128x176 pingpong", 128), ("128x128 none", 128), ("128x128 none", 64))
-    assert max(abs(err[f"hopper {b}", d]) for b, d in plain) <= 0.06
-    assert abs(err["hopper 128x128 both", 128]) <= 0.02
-    assert abs(err["hopper 128x176 both", 128]) <= 0.01
+    d128 = ("128x176 pingpong", "128x128 none", "128x128 both", "128x176 both")
+    assert max(abs(err[f"hopper {b}", 128]) for b in d128) <= 0.02
+    assert -0.09 <= err["hopper 128x128 none", 64] < -0.07
 
 
 def test_hopper_builds_in_cycles():
     """Every build of the Hopper forward at every validation shape, alone under Nsight Compute
     (data/gpu/probe/hopper_cycles.py): in cycles, where the clock drops out, the GPU orders
     the d = 128 builds as it does in time (128x176 with both overlaps fewest at N >= 2048,
-    then 128x128 with both). The replay's cycles: 8.6% off over the 120 rows, 7.7% short on
-    average (a CTA's fixed cost: the next test); at d = 128 and N >= 4096 within 10.2% for
+    then 128x128 with both). The replay's cycles: 12.4% off over the 120 rows, 12.2% short
+    on average (a CTA's fixed cost: the next test; 8.6% and 7.7% with the warpgroups started
+    together, the d = 64 steps too long there); at d = 128 and N >= 4096 within 10.3% for
     every build, and it orders the first two as the GPU does at each of those shapes (with
     the rate fitted on a dense FFMA stream's CTA time, before: the builds with both overlaps
-    9-24% over, ranked wrong). The bounds are the achieved figures rounded (the replay is
-    deterministic)."""
+    9-24% over, ranked wrong). At d = 64 its fewest cycles are the GPU's at 8 of the 10
+    shapes (started together: at none). The bounds are the achieved figures rounded (the
+    replay is deterministic)."""
     rows = kernel_clock.hopper_cycles(jobs=2)
     assert len(rows) == 120
     err = [r["cycles_error"] for r in rows]
-    assert sum(abs(e) for e in err) / len(err) <= 0.09
+    assert sum(abs(e) for e in err) / len(err) <= 0.125
+    assert -0.125 < sum(err) / len(err) < -0.12
+    d64 = [r for r in rows if r["head_dim"] == 64]
+    shapes = {(r["seq_len"], r["causal"]) for r in d64}
+    agree = 0
+    for shape in shapes:
+        at = [r for r in d64 if (r["seq_len"], r["causal"]) == shape]
+        fewest = min(at, key=lambda r: r["cycles"])
+        agree += fewest is min(at, key=lambda r: r["model_cycles"])
+    assert len(shapes) == 10 and agree == 8
     big = [r for r in rows if r["head_dim"] == 128 and r["seq_len"] >= 4096]
     for n, causal in {(r["seq_len"], r["causal"]) for r in big}:
         at = {r["label"]: r for r in big if (r["seq_len"], r["causal"]) == (n, causal)}
@@ -77,25 +89,26 @@ def test_hopper_builds_in_cycles():
 def test_hopper_cycles_split_into_steps_and_a_fixed_cost():
     """The same 120 launches, cycles per round of CTAs (one CTA an SM) against steps a CTA,
     a line through N = 1k..16k per non-causal build (``kernel_clock.cycle_parts``): the GPU
-    spends 8.9-13.2 thousand cycles a CTA besides its steps, the replay 4.8-6.9 thousand, 3.5
-    to 7.6 thousand short for every build, while its step is within 5% of the GPU's at
-    d = 128 and -5% to +11% at d = 64 (1-28% over with the rate fitted on a dense FFMA
-    stream's CTA time: docs/model.md, "FFMA's cost beside wgmma is the FMA pipe's"). A
-    documented limit, pinned so that a model that lifts it says so."""
+    spends 8.9-13.2 thousand cycles a CTA besides its steps, the replay 3.2-7.5 thousand
+    fewer for every build, while its step is within -1% to +3% of the GPU's at d = 128 and
+    -13% to +8% at d = 64 (-5% to +11% with the warpgroups started together; 1-28% over
+    with the rate fitted on a dense FFMA stream's CTA time: docs/model.md, "FFMA's cost
+    beside wgmma is the FMA pipe's"). A documented limit, pinned so that a model that lifts
+    it says so."""
     parts = kernel_clock.cycle_parts(kernel_clock.hopper_cycles(jobs=2))
     assert len(parts) == 12 and all(p["shapes"] == 5 for p in parts)
     for p in parts:
         assert 8_500 < p["gpu_fixed"] < 13_500, p
         assert 3_000 < p["gpu_fixed"] - p["model_fixed"] < 8_000, p
-        assert abs(p["model_step"] / p["gpu_step"] - 1) < (0.05 if p["head_dim"] == 128 else 0.12)
+        assert abs(p["model_step"] / p["gpu_step"] - 1) < (0.04 if p["head_dim"] == 128 else 0.13)
 
 
 def test_a_ctas_fixed_cost_is_its_copies_and_stores():
     """data/gpu/probe/hopper_cycles.py --cta-cost: three builds at N = 128..2816 (1 to 22
     steps a CTA) with one round of 132 CTAs and ten, alone under Nsight Compute. A line per
     build and round count (``cycle_parts(..., by_rounds=True)``): the replay's step is within
-    7% of the GPU's (+4% and +7% for the d = 64 build without overlap, whose replayed step
-    is over on the validation shapes too), while a CTA's fixed cost after the first round is
+    11% of the GPU's (-10% and -8% for the d = 64 build without overlap, whose replayed step
+    is short on the validation shapes too), while a CTA's fixed cost after the first round is
     6.1-8.9 thousand cycles on the GPU and 2.7-4.1 thousand in the replay. Built without
     arithmetic (``--skeleton``: every copy, barrier and store) the same CTAs cost 4.7-8.6
     thousand cycles a round besides their steps, at 1.97 GHz instead of 1.7-1.8: in seconds
@@ -117,7 +130,7 @@ def test_a_ctas_fixed_cost_is_its_copies_and_stores():
 
     assert len(parts) == 6 and len(skeleton) == 6
     for p in parts:
-        assert abs(p["model_step"] / p["gpu_step"] - 1) < 0.07, p
+        assert abs(p["model_step"] / p["gpu_step"] - 1) < 0.11, p
         if p["rounds"] == 10:
             assert 2_500 < p["gpu_fixed"] - p["model_fixed"] < 5_500, p
             bare = skeleton[(p["head_dim"], p["block_kv"], 10)]
@@ -143,55 +156,52 @@ def test_the_replayed_step_keeps_the_tensor_pipes_as_busy_as_the_gpu():
         assert abs(r["model_issue"] - r["gpu_issue"]) < 0.03, r
 
 
-def test_at_d64_the_replay_overrates_the_overlaps_and_underrates_plain_warpgroups():
+def test_at_d64_the_replayed_step_keeps_the_tensor_pipes_busy_in_the_gpus_order():
     """data/gpu/probe/hopper_pipes64_ncu.csv (an H100 SXM, the same SM as the H200's): the
     d = 64 builds at N = 16384. Their tensor pipes are busy 48-56% of the cycles, and the GPU
     keeps them busier without overlap (128x128: 48-51%; 192x128: 54-56%) than with both
-    overlaps (47-49%), while the replayed step has it the other way (both: 50-51%, none: 48%
-    and 51%): the builds with both overlaps 2.5-3 points too busy, those without 0-5 points
-    too idle: the same ordering error as the ranking misses of docs/validation.md at d = 64
-    (the model picks 128x176 with both overlaps; the GPU runs 192x128 without overlap
-    fastest). What in the replay gives it is not found yet. Within 6 points each (the
-    d = 128 builds: 3)."""
+    overlaps (47-49%). So does the replayed step, its warpgroups without turns started apart
+    (none: 53% and 55%; both: 50-51%), each build within 5 points of the GPU; started
+    together it had it the other way (none 48% and 51%), the ordering error behind the
+    d = 64 ranking misses of docs/validation.md before the spread start."""
     rows = kernel_clock.pipe_activity("hopper_pipes64")
     assert len(rows) == 8
     for r in rows:
-        assert 0.45 < r["gpu_tensor"] < 0.6 and abs(r["model_tensor"] - r["gpu_tensor"]) < 0.06
-        if r["overlap"] == "both":
-            assert r["model_tensor"] - r["gpu_tensor"] > 0.02, r
-        elif r["overlap"] == "none":
-            assert r["model_tensor"] - r["gpu_tensor"] < 0.001, r
-    both = max(r["gpu_tensor"] for r in rows if r["overlap"] == "both")
-    plain = [r["gpu_tensor"] for r in rows if r["overlap"] == "none" and r["stages"] == 2]
-    assert min(plain) > both
+        assert 0.45 < r["gpu_tensor"] < 0.6 and abs(r["model_tensor"] - r["gpu_tensor"]) < 0.05
+    for side in ("gpu_tensor", "model_tensor"):
+        both = max(r[side] for r in rows if r["overlap"] == "both")
+        plain = [r[side] for r in rows if r["overlap"] == "none" and r["stages"] == 2]
+        assert min(plain) > both, side
 
 
-def test_at_d64_the_ranking_misses_are_in_the_cycles_not_the_clock():
+def test_at_d64_the_gpus_order_is_in_the_cycles_not_the_clock():
     """data/gpu/probe/kernel_clock.py --set d64 (an H100 SXM, whose SMs are the H200's): the
-    d = 64 Hopper builds behind the ranking misses of docs/validation.md, alone under Nsight
-    Compute and back to back with the board power. Alone, every build runs at 1.81-1.82 GHz
-    and 192x128 without overlap takes 12-15% fewer cycles than the builds with both overlaps;
-    back to back, all draw 690-701 W, and the power limit takes more clock from the builds
-    without overlap (1.66-1.71 GHz implied) than from those with both (1.77-1.80), so it
-    narrows the gap (7% in time) rather than making it. The replay's cycles are 6-7% short for
-    both overlaps and 6-10% over without, which orders 128x176 with both first: the misses
-    are the replay's cycles at d = 64, not the one clock it takes for every kernel."""
+    d = 64 Hopper builds, alone under Nsight Compute and back to back with the board power.
+    Alone, every build runs at 1.81-1.82 GHz and 192x128 without overlap takes 12-15% fewer
+    cycles than the builds with both overlaps; back to back, all draw 690-701 W, and the
+    power limit takes more clock from the builds without overlap (1.66-1.71 GHz implied)
+    than from those with both (1.77-1.80), so it narrows the gap (7% in time) rather than
+    making it. The replay gives 192x128 without overlap the fewest cycles too, every build
+    4-9% short but the intra-warpgroup one (6% over); started together (docs/model.md,
+    "Warpgroups started apart") the builds without overlap were 6-10% over and 128x176 with
+    both overlaps came first: the order is in the cycles, not in the one clock the model
+    takes for every kernel."""
     rows = {r["label"]: r for r in kernel_clock.rows("kernel_clock_d64")}
     hopper = {k: r for k, r in rows.items() if k.startswith("hopper")}
     assert len(rows) == 6 and len(hopper) == 5
     assert all(1.80e9 < r["clock_alone_hz"] < 1.83e9 for r in hopper.values())
     best = rows["hopper 192x128 none"]
     assert min(hopper.values(), key=lambda r: r["cycles"]) is best
+    assert min(hopper.values(), key=lambda r: r["model_cycles"]) is best
     both = [rows["hopper 128x176 both"], rows["hopper 128x128 both"]]
     for r in both:
         assert r["cycles"] > 1.12 * best["cycles"], r
         assert r["sustained_clock_hz"] > best["sustained_clock_hz"] + 0.05e9, r
         assert r["sustained_s"] / best["sustained_s"] < r["cycles"] / best["cycles"], r
-        assert -0.08 < r["cycles_error"] < -0.05, r
     assert all(r["sustained_watts"] > 685 for r in hopper.values())
-    plain = [rows["hopper 128x128 none"], best]
-    assert all(0.05 < r["cycles_error"] < 0.11 for r in plain), plain
-    assert min(hopper.values(), key=lambda r: r["model_cycles"])["label"] == "hopper 128x176 both"
+    for label, r in hopper.items():
+        low, high = (0.05, 0.07) if "intra" in label else (-0.09, -0.04)
+        assert low < r["cycles_error"] < high, r
 
 
 def _probe(name: str):
@@ -212,34 +222,38 @@ def _mufu_share(shares: dict) -> float:
     return shares["mufu"] / (shares["mufu"] + shares["alu"] + shares["fma"])
 
 
-def test_at_d64_the_replay_waits_at_mufu_where_the_gpu_does_not_without_overlap():
+def test_at_d64_the_replay_waits_at_mufu_about_as_the_gpu_does():
     """data/gpu/probe/hopper_samples_source.csv.gz (data/gpu/runs/hopper_samples_run.sh, an
     H100 SXM: the H200's SMs): Nsight Compute's per-instruction warp-state samples of the
     Hopper forward's builds at N = 16384, d = 64 and 128, against the replay's consumer
     cycles at the same code (``warp_replay.pc_cycles``). Of the softmax's time (MUFU, ALU
-    and FP32 classes), the replay puts 1.35-1.58x the GPU's share at MUFU in the d = 64
-    builds without overlap (1.12x for 128x128 with 3 stages, whose GPU samples differ from
-    its 2- and 4-stage twins'), and 0.92-0.99x in those with overlaps: without overlap the
-    replay's warpgroups, in step, contend for the MUFU pipe together, where the GPU's do not
+    and FP32 classes), the replay puts 1.06-1.18x the GPU's share at MUFU in the d = 64
+    builds without overlap (0.76x for 128x128 with 3 stages, whose GPU samples differ from
+    its 2- and 4-stage twins'), and 0.92-1.01x in those with overlaps. With the warpgroups
+    without overlap started together it was 1.35-1.58x (1.12x): in step, they contended for
+    the MUFU pipe together, where the GPU's do not
     (``test_warpgroups_without_turns_settle_in_the_phase_they_start_in``)."""
     rows = [r for r in _hopper_samples() if r["head_dim"] == 64]
     assert len(rows) == 8
     for r in rows:
         ratio = _mufu_share(r["replay"]) / _mufu_share(r["gpu"])
-        if r["overlap"] == "none":
-            assert ratio > (1.3 if r["stages"] != 3 else 1.05), r
+        if r["overlap"] != "none":
+            assert 0.9 < ratio < 1.02, r
+        elif r["stages"] == 3 and r["block_q"] == 128:
+            assert 0.7 < ratio < 0.8, r
         else:
-            assert 0.85 < ratio < 1.05, r
+            assert 1.0 < ratio < 1.2, r
 
 
 def test_warpgroups_without_turns_settle_in_the_phase_they_start_in():
     """The replayed step of warpgroups that nothing makes take turns depends on the phase
-    they start in (``warp_replay.replay(..., stagger=)``), and the replay starts them
-    together: the d = 64, 128x128 build without overlap takes 2,113 cycles a step so and
+    they start in (``warp_replay.replay(..., stagger=)``): the d = 64, 128x128 build
+    without overlap takes 2,113 cycles a step started together and
     1,846 (12.7% fewer) with its second warpgroup started 700 cycles after the first (16
     steps). The GPU's 4.15 M cycles for it (kernel_clock_d64) lie between the model's 4.39 M
-    with the first and what the shorter step gives. The builds whose warpgroups take turns
-    (both overlaps) do not depend on it."""
+    with the first and what the shorter step gives (3.81 M with the spread start, the model's
+    default since: ``test_warpgroups_started_spread_order_the_d64_builds_as_the_gpu``). The
+    builds whose warpgroups take turns (both overlaps) do not depend on it."""
     from flashio import kernels, simulator
     from flashio.simulator import issue
     from flashio.simulator.warp_replay import first_turn, replay
@@ -263,16 +277,18 @@ def test_a_round_robin_issue_order_takes_three_warpgroups_out_of_step():
     overlap (three consumer warpgroups, the GPU's fastest d = 64 build: 3.84 M cycles
     against the model's 4.24 M, kernel_clock_d64) steps 2,548 cycles instead of 2,912
     (-12.5%, 16 steps), where the builds whose warpgroups take turns move by 2-3% (128x176
-    with both overlaps 2,701 -> 2,749). Not adopted: the overlap rates were fitted with the
-    greedy pick in the loop (docs/model.md, "Warpgroups replayed in step")."""
+    with both overlaps 2,701 -> 2,749), all started together. Not adopted: the overlap rates
+    were fitted with the greedy pick in the loop (docs/model.md, "Warpgroups started
+    apart")."""
     import dataclasses
 
     from flashio import kernels, simulator
     from flashio.simulator import issue
     from flashio.simulator.warp_replay import first_turn, replay
 
-    greedy = issue.issue_model(simulator.load_gpu("h200-measured"))
-    assert greedy.issue_order == "greedy"
+    spread = issue.issue_model(simulator.load_gpu("h200-measured"))
+    assert spread.issue_order == "greedy"
+    greedy = dataclasses.replace(spread, warpgroup_start="together")
     with pytest.raises(ValueError, match="issue_order"):
         dataclasses.replace(greedy, issue_order="oldest")
     fair = dataclasses.replace(greedy, issue_order="round-robin")
@@ -297,8 +313,10 @@ def test_the_gpus_warpgroups_without_turns_run_apart():
     one's, within a tenth of a step of it in 1% of the steps or fewer), and three spread over
     the step. The replay of the same stamped code, started together, keeps them near step
     (0.11-0.14) and steps 2.6-3.9% short of the GPU; so does the compiled code without stamps
-    (0.09-0.19), which takes 15% more cycles than started half a step apart (docs/model.md,
-    "Warpgroups replayed in step")."""
+    (0.09-0.19), which takes 15% more cycles than started half a step apart. Started as the
+    model starts them (spread), the two keep 0.39-0.40 of a step apart and step 13-14% short
+    of the GPU, while the three of 192x128 fall back near step (0.08-0.09; docs/model.md,
+    "Warpgroups started apart")."""
     from pathlib import Path
 
     from flashio import kernels, simulator
@@ -309,21 +327,25 @@ def test_the_gpus_warpgroups_without_turns_run_apart():
     rows = {r["build"]: r for r in hp.report(Path("data/gpu/probe"))}
     assert len(rows) == len(hp.BUILDS)
     for name in ("d=64 128x128 none s2", "d=64 128x128 none s3"):
-        gpu, rep = rows[name]["gpu"], rows[name]["replay"]
+        gpu, rep = rows[name]["gpu"], rows[name]["replay_together"]
         assert gpu["phase"]["median"][0] > 0.45 and gpu["phase"]["in_step"][0] < 0.02, name
         assert rep["phase"]["median"][0] < 0.2, name
+        spread = rows[name]["replay"]  # the model's start
+        assert 0.35 < spread["phase"]["median"][0] < 0.45, name
+        assert 0.85 < spread["step"] / gpu["step"] < 0.88, name
     three = rows["d=64 192x128 none s2"]["gpu"]["phase"]["median"]
     assert min(three) > 0.15 and max(three) > 0.3
+    assert max(rows["d=64 192x128 none s2"]["replay"]["phase"]["median"]) < 0.1
     for name in ("d=64 128x128 none s2", "d=64 128x128 none s3", "d=64 192x128 none s2"):
         r = rows[name]
-        assert 0.95 < r["replay"]["step"] / r["gpu"]["step"] < 0.98, name
+        assert 0.95 < r["replay_together"]["step"] / r["gpu"]["step"] < 0.98, name
 
     model = issue.issue_model(simulator.load_gpu("h200-measured"))
     consumers = 12 - kernels.implementation("flashio-hopper").producer_warps
     prog = issue._program(issue.hopper_key(64, 128, 128, 12, "bf16", "none"), "flashio-hopper")
     cta_of, group_of = _layout(consumers, 1, model.sub_partitions)
     _, _, ends = execute_roles([prog], model, consumers, 1, 32, cta_of, group_of, step_ends=True)
-    together = replay(prog, model, consumers, 1, 16).alone
+    together = replay(prog, model, consumers, 1, 16, stagger=0.0).alone
     lag = (ends[1, 16:] - ends[0, 16:]) / together
     assert (abs(lag - lag.round()) < 0.25).all()
     assert replay(prog, model, consumers, 1, 16, stagger=together / 2).alone < together / 1.12
@@ -336,18 +358,19 @@ def test_warpgroups_started_spread_order_the_d64_builds_as_the_gpu():
     overlap then steps fewer cycles than the one with both overlaps, as on the GPU (lines
     through five shapes, ``kernel_clock.cycle_parts``: 1,949 against 2,093 cycles), where
     started together it steps more (2,113 against 2,034); the builds that take turns do not
-    move. Not the default: priced in docs/model.md, "Warpgroups replayed in step"."""
+    move. ``HOPPER_ISA``'s start, so the model's default: priced in docs/model.md,
+    "Warpgroups started apart"."""
     import dataclasses
 
     from flashio import kernels, simulator
     from flashio.simulator import issue
     from flashio.simulator.warp_replay import first_turn, replay
 
-    together = issue.issue_model(simulator.load_gpu("h200-measured"))
-    assert together.warpgroup_start == "together"
+    spread = issue.issue_model(simulator.load_gpu("h200-measured"))
+    assert spread.warpgroup_start == "spread"
     with pytest.raises(ValueError, match="warpgroup_start"):
-        dataclasses.replace(together, warpgroup_start="staggered")
-    spread = dataclasses.replace(together, warpgroup_start="spread")
+        dataclasses.replace(spread, warpgroup_start="staggered")
+    together = dataclasses.replace(spread, warpgroup_start="together")
     producer = kernels.implementation("flashio-hopper").producer_warps
 
     def step(overlap, model):
@@ -373,8 +396,8 @@ def test_a_written_ping_pong_program_is_not_spread(monkeypatch):
     from flashio.simulator import issue
 
     gpu = simulator.load_gpu("h200-measured")
-    together = issue.issue_model(gpu)
-    spread = dataclasses.replace(together, warpgroup_start="spread")
+    spread = issue.issue_model(gpu)
+    together = dataclasses.replace(spread, warpgroup_start="together")
 
     def steps(model):
         issue.synthetic_step_costs.cache_clear()

@@ -61,13 +61,13 @@ def test_intra_warpgroup_overlap_is_bounded_by_the_tensor_pipe():
     little where FFMA beside wgmma keeps a fifth of its rate (HOPPER_ISA): within 2% of each
     other. The GPU agrees that the overlap alone is no sure gain: this project's compiled
     d = 64, 192x128 builds take 2,856 cycles a step with it and 2,663 without
-    (kernel_clock.cycle_parts on data/gpu/probe/hopper_cycles_ncu.csv)."""
-    from flashio.simulator.issue import issue_model
-    from flashio.simulator.warp_replay import replay
+    (kernel_clock.cycle_parts on data/gpu/probe/hopper_cycles_ncu.csv). Each step as the
+    model prices it (``synthetic_step_costs``: the program with both overlaps has no named
+    barriers, so its warpgroups, which take turns, are not started apart)."""
+    from flashio.simulator.issue import synthetic_step_costs
 
     gpu = simulator.load_gpu("h200-measured")
-    model = issue_model(gpu)
-    t = {o: replay(synth.flash_forward_program(128, 128, 2, o), model, 8).alone
+    t = {o: synthetic_step_costs(gpu, 128, 128, 2, o, 8, 1).replay.alone
          for o in ("none", "both")}  # fmt: skip
     per_smsp = gpu.tensor_bf16_flops_per_cycle_per_sm / gpu.sm_sub_partitions
     tensor = 2 * (4 * 64 * 128 * 128 / 4) / per_smsp  # two warps per SMSP, cycles

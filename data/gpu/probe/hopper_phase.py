@@ -25,6 +25,7 @@ are stamped, every key block.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import statistics
@@ -39,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from flashio import kernels, simulator
 from flashio.kernels import gpu, hopper
 from flashio.simulator import issue, sass, sass_paths
-from flashio.simulator.warp_replay import _layout, execute_roles, first_turn
+from flashio.simulator.warp_replay import _layout, execute_roles, first_turn, start_stagger
 
 # (head dim, block_q, block_kv, softmax overlap, K/V stages): every d = 64 build of the
 # validation (the ranking misses) and three d = 128 ones (ranked right: the control)
@@ -106,14 +107,17 @@ def stamped_programs() -> dict:
 
 def replayed_stamps(build, programs: dict, model=None) -> np.ndarray:
     """The replay's stamps of one CTA: (consumer warpgroups, steps, points) cycles, the warp
-    of each warpgroup on sub-partition 0 (``programs``: hopper_phase_sass.json's)."""
+    of each warpgroup on sub-partition 0 (``programs``: hopper_phase_sass.json's), its
+    warpgroups started as ``model`` starts them (``IssueModel.warpgroup_start``)."""
     entry = programs[label(build)]
     prog, marks = sass.WarpProgram.from_json(entry["loop"]), np.array(entry["marks"])
     model = model or issue.issue_model(simulator.load_gpu("h200-measured"))
     warps = 4 * (build[1] // 64)  # the consumers (the producer's loop is not replayed)
+    turns = first_turn(prog)
     cta_of, group_of = _layout(warps, 1, model.sub_partitions)
-    out = execute_roles([prog], model, warps, 1, REPLAY_STEPS, cta_of, group_of,
-                        first_turn(prog), marks=marks)  # fmt: skip
+    lag = start_stagger(prog, model, warps, turns=turns)
+    out = execute_roles([prog], model, warps, 1, REPLAY_STEPS, cta_of, group_of, turns,
+                        marks=marks, stagger=lag)  # fmt: skip
     return out[2]
 
 
@@ -229,16 +233,21 @@ def run(out_dir: Path) -> dict:
 
 
 def report(data_dir: Path) -> list[dict]:
-    """Per build: the GPU's step, parts and phase (stamped CTAs) beside the replay's."""
+    """Per build: the GPU's step, parts and phase (stamped CTAs) beside the replay's, its
+    warpgroups started as the model starts them ("replay") and together
+    ("replay_together")."""
     doc = json.loads((data_dir / "hopper_phase.json").read_text())
     programs = json.loads((data_dir / "hopper_phase_sass.json").read_text())
     stamps = read_stamps(data_dir)
+    model = issue.issue_model(simulator.load_gpu("h200-measured"))
+    together = dataclasses.replace(model, warpgroup_start="together")
     rows = []
     for build in (tuple(b) for b in doc["config"]["builds"]):
         name = label(build)
-        rep = replayed_stamps(build, programs)
         res = doc["results"][name]
-        rows.append({"build": name, "gpu": summary(stamps[name]), "replay": summary(rep[None]),
+        rows.append({"build": name, "gpu": summary(stamps[name]),
+                     "replay": summary(replayed_stamps(build, programs, model)[None]),
+                     "replay_together": summary(replayed_stamps(build, programs, together)[None]),
                      "plain_ms": res["plain"]["median_ms"],
                      "stamped_ms": res["stamped"]["median_ms"]})  # fmt: skip
     return rows
