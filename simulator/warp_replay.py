@@ -442,10 +442,10 @@ def smsp_warps(warps_per_cta: int, ctas: int, sub_partitions: int) -> np.ndarray
     ``warps_per_cta`` warps are resident: the SM numbers its warp slots CTA after CTA and
     sub-partition s takes the slots s, s + 4, ... (so two 6-warp CTAs put three warps on
     each, not four on two of them); sub-partition 0 has the most."""
-    return _layout(warps_per_cta, ctas, sub_partitions)[0]
+    return warp_layout(warps_per_cta, ctas, sub_partitions)[0]
 
 
-def _layout(warps_per_cta: int, ctas: int, sub_partitions: int, s: int = 0):
+def warp_layout(warps_per_cta: int, ctas: int, sub_partitions: int, s: int = 0):
     """(the CTA of each warp, its warpgroup in its CTA) on sub-partition ``s``, which takes the
     SM's warp slots s, s + sub_partitions, ... (``smsp_warps``)."""
     slots = np.arange(s, ctas * warps_per_cta, sub_partitions)
@@ -459,7 +459,7 @@ def _execute(
 ):  # fmt: skip
     """(end cycle, pipe busy cycles, each warp's step ends) of ``ctas`` CTAs each running
     ``prog`` ``steps`` times, on the busiest sub-partition (``smsp_warps``)."""
-    cta_of, group_of = _layout(warps_per_cta, ctas, model.sub_partitions)
+    cta_of, group_of = warp_layout(warps_per_cta, ctas, model.sub_partitions)
     return execute_roles(
         [prog], model, warps_per_cta, ctas, steps, cta_of, group_of, turns, True, age_first,
         stagger=stagger,
@@ -546,7 +546,7 @@ def pc_cycles(
     ``replay``), averaged over the warps on the busiest sub-partition: what a profiler's
     program-counter sampling attributes to each instruction (Nsight Compute's warp-state
     samples per SASS instruction). Their sum is a warp's step."""
-    cta_of, group_of = _layout(warps_per_cta, ctas, model.sub_partitions)
+    cta_of, group_of = warp_layout(warps_per_cta, ctas, model.sub_partitions)
     lag = start_stagger(prog, model, warps_per_cta, steps, turns)
     runs = []
     for k in (steps, 2 * steps):
@@ -663,7 +663,7 @@ def _sub_partitions(warps_per_cta: int, ctas: int, sub_partitions: int):
     warpgroup), for the warp slots s, s + sub_partitions, ... of each."""
     seen = set()
     for s in range(sub_partitions):
-        cta_of, group_of = _layout(warps_per_cta, ctas, sub_partitions, s)
+        cta_of, group_of = warp_layout(warps_per_cta, ctas, sub_partitions, s)
         key = (tuple(cta_of), tuple(group_of))
         if len(cta_of) and key not in seen:
             seen.add(key)

@@ -321,7 +321,7 @@ def test_the_gpus_warpgroups_without_turns_run_apart():
 
     from flashio import kernels, simulator
     from flashio.simulator import issue
-    from flashio.simulator.warp_replay import _layout, execute_roles, replay
+    from flashio.simulator.warp_replay import execute_roles, replay, warp_layout
 
     hp = _probe("hopper_phase")
     rows = {r["build"]: r for r in hp.report(Path("data/gpu/probe"))}
@@ -343,7 +343,7 @@ def test_the_gpus_warpgroups_without_turns_run_apart():
     model = issue.issue_model(simulator.load_gpu("h200-measured"))
     consumers = 12 - kernels.implementation("flashio-hopper").producer_warps
     prog = issue._program(issue.hopper_key(64, 128, 128, 12, "bf16", "none"), "flashio-hopper")
-    cta_of, group_of = _layout(consumers, 1, model.sub_partitions)
+    cta_of, group_of = warp_layout(consumers, 1, model.sub_partitions)
     _, _, ends = execute_roles([prog], model, consumers, 1, 32, cta_of, group_of, step_ends=True)
     together = replay(prog, model, consumers, 1, 16, stagger=0.0).alone
     lag = (ends[1, 16:] - ends[0, 16:]) / together
@@ -389,7 +389,8 @@ def test_warpgroups_started_spread_order_the_d64_builds_as_the_gpu():
 def test_a_written_ping_pong_program_is_not_spread(monkeypatch):
     """``simulator.synth`` writes a consumer program without named barriers, so the replay
     cannot see that a description with ping-pong (or both overlaps) takes turns: the spread
-    start leaves such programs together, and moves the others."""
+    start leaves such programs together, and moves the others (at d = 64, 128-key blocks and
+    two consumer warpgroups, the program without overlap steps 4.9% fewer cycles)."""
     import dataclasses
 
     from flashio import simulator
@@ -408,7 +409,7 @@ def test_a_written_ping_pong_program_is_not_spread(monkeypatch):
     before, after = steps(together), steps(spread)
     issue.synthetic_step_costs.cache_clear()
     assert after["both"] == before["both"] and after["pingpong"] == before["pingpong"]
-    assert after["none"] != before["none"]
+    assert after["none"] < 0.96 * before["none"]  # 2,190 -> 2,083 cycles a step
 
 
 def test_stamps_become_cycles_from_each_ctas_first():

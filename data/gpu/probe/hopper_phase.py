@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from flashio import kernels, simulator
 from flashio.kernels import gpu, hopper
 from flashio.simulator import issue, sass, sass_paths
-from flashio.simulator.warp_replay import _layout, execute_roles, first_turn, start_stagger
+from flashio.simulator.warp_replay import execute_roles, first_turn, start_stagger, warp_layout
 
 # (head dim, block_q, block_kv, softmax overlap, K/V stages): every d = 64 build of the
 # validation (the ranking misses) and three d = 128 ones (ranked right: the control)
@@ -114,7 +114,7 @@ def replayed_stamps(build, programs: dict, model=None) -> np.ndarray:
     model = model or issue.issue_model(simulator.load_gpu("h200-measured"))
     warps = 4 * (build[1] // 64)  # the consumers (the producer's loop is not replayed)
     turns = first_turn(prog)
-    cta_of, group_of = _layout(warps, 1, model.sub_partitions)
+    cta_of, group_of = warp_layout(warps, 1, model.sub_partitions)
     lag = start_stagger(prog, model, warps, turns=turns)
     out = execute_roles([prog], model, warps, 1, REPLAY_STEPS, cta_of, group_of, turns,
                         marks=marks, stagger=lag)  # fmt: skip
