@@ -4,6 +4,7 @@ replay's cycles against the GPU's (docs/model.md, "One SM clock for every kernel
 import importlib.util
 import statistics
 
+import numpy as np
 import pytest
 
 from flashio.analysis.validation import kernel_clock
@@ -416,8 +417,6 @@ def test_stamps_become_cycles_from_each_ctas_first():
     """hopper_phase.relative: the SM clock, read to 64 bits or kept to 32, becomes cycles
     from each CTA's first stamp, across the 32-bit wrap; a build with intra-warpgroup overlap
     does not stamp its first key block."""
-    import numpy as np
-
     hp = _probe("hopper_phase")
     cycles = np.arange(2 * 3 * 4).reshape(1, 2, 3, 4) * 100 + 7
     for start in (5, (1 << 32) - 250):  # the second crosses the wrap
@@ -426,3 +425,18 @@ def test_stamps_become_cycles_from_each_ctas_first():
         intra = hp.relative(raw.astype(np.int32), "intra-warpgroup")
         assert (intra[:, :, 0] == hp.UNSTAMPED).all()
         assert (intra[:, :, 1:] == cycles[:, :, 1:] - cycles[:, :, 1:].min()).all()
+
+
+def test_rounds_are_each_sms_ctas_in_start_order():
+    """hopper_rounds.summary: a CTA's round is its place among its SM's CTAs by start; per
+    round the start spread, the medians of the Q wait, loop and store, and the gap from the
+    SM's previous CTA having stored to the next one's start (records: sm, then four times)."""
+    hr = _probe("hopper_rounds")
+    records = np.array([[1, 125, 135, 210, 220], [0, 0, 10, 100, 110],
+                        [1, 5, 12, 105, 115], [0, 120, 130, 200, 214]])  # fmt: skip
+    assert hr.rounds(records).tolist() == [1, 0, 0, 1]
+    first, second = hr.summary(records)["rounds"]
+    assert first["ctas"] == 2 and first["gap_ns"] is None
+    assert first["q_wait_ns"] == pytest.approx(8.5) and first["loop_ns"] == pytest.approx(91.5)
+    assert second["gap_ns"] == pytest.approx(10.0) and second["store_ns"] == pytest.approx(12.0)
+    assert second["first_start_ns"] == 120 and second["start_spread_ns"] == pytest.approx(4.0)

@@ -62,6 +62,12 @@
 #if STEP_CLOCK && (SKELETON || PERSISTENT)
 #error "STEP_CLOCK builds are of the forward's loop, one tile a CTA"
 #endif
+#ifndef CTA_CLOCK  // 1: each CTA records its SM and the global timer at four points
+#define CTA_CLOCK 0  // (data/gpu/probe/hopper_rounds.py: the rounds of CTAs on the GPU)
+#endif
+#if CTA_CLOCK && (STEP_CLOCK || PERSISTENT)
+#error "CTA_CLOCK builds take one tile a CTA and no step stamps"
+#endif
 
 // The tiles of this CTA, k counting them: with PERSISTENT, blockIdx.x, blockIdx.x + gridDim.x,
 // ... (a grid of fewer CTAs than tiles); without, the one tile blockIdx.x (a CTA per tile, and
@@ -111,6 +117,29 @@ __device__ __forceinline__ void stamp(int c, int j, int point) {
     asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory");
     if ((threadIdx.x & 127) == 0 && blockIdx.x < STAMP_CTAS && j < STAMP_STEPS)
         hopper_stamps[((blockIdx.x * (BLOCK_Q / 64) + c) * STAMP_STEPS + j) * STAMP_POINTS + point] = t;
+#endif
+}
+
+// CTA_CLOCK = 1: each of the first CLOCK_CTAS CTAs records its %smid and %globaltimer (ns, one
+// timer for the whole chip) at 0 its start, 1 its Q tile arrived (consumer warpgroup 0), 2 its
+// last key block done (warpgroup 0), 3 warpgroup 0's rows of O stored (the copy has read them).
+#if CTA_CLOCK
+constexpr int CLOCK_CTAS = 4096, CLOCK_FIELDS = 5;  // %smid, then the four times
+extern "C" {  // unmangled: the host reads it by name
+__device__ unsigned long long hopper_cta_clock[CLOCK_CTAS * CLOCK_FIELDS];
+}
+#endif
+__device__ __forceinline__ void cta_clock(int point) {
+#if CTA_CLOCK
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+    if (blockIdx.x >= CLOCK_CTAS) return;
+    hopper_cta_clock[blockIdx.x * CLOCK_FIELDS + 1 + point] = t;
+    if (point == 0) {
+        unsigned sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        hopper_cta_clock[blockIdx.x * CLOCK_FIELDS] = sm;
+    }
 #endif
 }
 
@@ -254,6 +283,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
 
     if (threadIdx.x == 0) {
+        cta_clock(0);
         mbar_init(q_full, 1);
         mbar_init(q_empty, CONSUMERS);
         for (int s = 0; s < STAGES; ++s) {
@@ -334,6 +364,7 @@ __device__ __forceinline__ void consume(const Tile& w, int k, int it0, int t, in
     if (c == 1) named_arrive(1);  // warpgroup 0 takes the tensor cores first
 #endif
     mbar_wait(q_full, k & 1);
+    if (c == 0 && t == 0) cta_clock(1);
 #if !INTRA
     for (int j = 0; j < nblocks; ++j) {
         const int s = (it0 + j) % STAGES;
@@ -424,6 +455,7 @@ __device__ __forceinline__ void consume(const Tile& w, int k, int it0, int t, in
 #if PINGPONG
     if (c == 0) named_sync(1);  // balance warpgroup 1's last hand-over
 #endif
+    if (c == 0 && t == 0) cta_clock(2);
     const int row0 = u.row0, tq = u.tq;
 
     // O = acc / l, staged in this warpgroup's rows of the Q buffer (no product reads them any
@@ -451,6 +483,7 @@ __device__ __forceinline__ void consume(const Tile& w, int k, int it0, int t, in
             for (int cb = 0; cb < CB; ++cb) tma_store_3d(tm_o, 64 * cb, wg_row, bh, q_base + cb * BLOCK_Q * 128);
             tma_store_commit_and_wait();  // the copy has read the staged rows
         }
+        if (c == 0) cta_clock(3);
         mbar_arrive(q_empty);
     }
 }
