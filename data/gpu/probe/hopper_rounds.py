@@ -81,32 +81,52 @@ def rounds(records: np.ndarray) -> np.ndarray:
 
 
 def summary(records: np.ndarray) -> dict:
-    """Per round: how many CTAs, the spread of their starts (10th to 90th percentile, ns), and
-    the medians of a CTA's wait for its Q tile, its loop, its store, and the gap from the CTA
-    before it on its SM having stored to its own start (its first round: none)."""
+    """Per round: how many CTAs, the spread of their starts (10th to 90th percentile, ns), the
+    medians of a CTA's span (start to stored), of its wait for its Q tile, its loop and its
+    store, and of the gap from the CTA before it on its SM having stored to its own start (its
+    first round: none). ``records``: CTAs x (sm, start, q_arrived, loop_done, stored); the
+    model's have start and end only (``model_records``), and no parts."""
     r = rounds(records)
     t = records[:, 1:].astype(np.float64)
-    prev_stored = np.full(len(records), np.nan)
+    parts = records.shape[1] == FIELDS
+    prev_end = np.full(len(records), np.nan)
     for sm in np.unique(records[:, 0]):
         mine = np.flatnonzero(records[:, 0] == sm)
         order = mine[np.argsort(t[mine, 0], kind="stable")]
-        prev_stored[order[1:]] = t[order[:-1], 3]
+        prev_end[order[1:]] = t[order[:-1], -1]
     out = []
     for k in range(int(r.max()) + 1):
         m = r == k
         starts = t[m, 0]
-        gap = t[m, 0] - prev_stored[m]
-        out.append({
+        row = {
             "round": k,
             "ctas": int(m.sum()),
             "start_spread_ns": float(np.percentile(starts, 90) - np.percentile(starts, 10)),
             "first_start_ns": float(starts.min()),
-            "q_wait_ns": float(np.median(t[m, 1] - t[m, 0])),
-            "loop_ns": float(np.median(t[m, 2] - t[m, 1])),
-            "store_ns": float(np.median(t[m, 3] - t[m, 2])),
-            "gap_ns": None if k == 0 else float(np.nanmedian(gap)),
-        })  # fmt: skip
+            "span_ns": float(np.median(t[m, -1] - t[m, 0])),
+            "gap_ns": None if k == 0 else float(np.nanmedian(t[m, 0] - prev_end[m])),
+        }
+        if parts:
+            row["q_wait_ns"] = float(np.median(t[m, 1] - t[m, 0]))
+            row["loop_ns"] = float(np.median(t[m, 2] - t[m, 1]))
+            row["store_ns"] = float(np.median(t[m, 3] - t[m, 2]))
+        out.append(row)
     return {"sms": len(np.unique(records[:, 0])), "rounds": out}
+
+
+def model_records(build, n: int) -> np.ndarray | None:
+    """The model's CTAs of the same launch (``simulate(..., timeline=True)`` on h200-measured
+    with the validated options): CTAs x (sm, start, end) in ns; None for a skeleton, which the
+    model does not replay."""
+    if build[5]:
+        return None
+    from flashio import simulator
+
+    res = simulator.simulate(schedule(build, n), "h200-measured", options=simulator.VALIDATED,
+                             timeline=True)  # fmt: skip
+    tl = res.timeline[0]  # start s, end s, SM
+    t = np.rint((tl[:, :2] - tl[:, 0].min()) * 1e9).astype(np.int64)
+    return np.column_stack([tl[:, 2].astype(np.int64), t])
 
 
 def write_clock(out_dir: Path, arrays: dict) -> None:
@@ -175,12 +195,18 @@ def run(out_dir: Path) -> dict:
 
 
 def report(data_dir: Path) -> list[dict]:
-    """Per launch: its times and its rounds, from the committed records."""
+    """Per launch: its times and its rounds from the committed records, beside the model's."""
     doc = json.loads((data_dir / "hopper_rounds.json").read_text())
     arrays = read_clock(data_dir)
-    return [{"launch": k, "plain_ms": v["plain"]["median_ms"],
-             "clocked_ms": v["clocked"]["median_ms"], **summary(arrays[k])}
-            for k, v in doc["results"].items()]  # fmt: skip
+    builds = {label(tuple(b), n): (tuple(b), n) for b in doc["config"]["builds"]
+              for n in doc["config"]["seq_lens"]}  # fmt: skip
+    out = []
+    for k, v in doc["results"].items():
+        model = model_records(*builds[k])
+        out.append({"launch": k, "plain_ms": v["plain"]["median_ms"],
+                    "clocked_ms": v["clocked"]["median_ms"], "gpu": summary(arrays[k]),
+                    "model": None if model is None else summary(model)})  # fmt: skip
+    return out
 
 
 def main(argv=None) -> int:
