@@ -440,3 +440,28 @@ def test_rounds_are_each_sms_ctas_in_start_order():
     assert first["q_wait_ns"] == pytest.approx(8.5) and first["loop_ns"] == pytest.approx(91.5)
     assert second["gap_ns"] == pytest.approx(10.0) and second["store_ns"] == pytest.approx(12.0)
     assert second["first_start_ns"] == 120 and second["start_spread_ns"] == pytest.approx(4.0)
+
+
+def test_the_gpus_rounds_of_ctas_drift_apart():
+    """data/gpu/probe/hopper_rounds.py (data/gpu/runs/hopper_rounds_run.sh, an H100 SXM): the
+    Hopper forward's CTAs, built with CTA_CLOCK=1, at N = 2048 and 16384. The first round
+    starts within 0.2 us, and the later ones drift apart (at N = 16384 their starts spread
+    over 2.8-7.7 us in the second round and 11.9-86 us by the fifteenth), so a later round's
+    copies are not one burst; yet in every later round a CTA waits 0.9-2.2 us for its Q tile,
+    stores its first warpgroup's rows of O in 0.77-1.38 us, and the next CTA on its SM starts
+    0.19-0.64 us after that store (the model's next CTA starts as the last one ends)."""
+    from pathlib import Path
+
+    hr = _probe("hopper_rounds")
+    launches = hr.read_clock(Path("data/gpu/probe"))
+    assert len(launches) == 8
+    for name, records in launches.items():
+        got = hr.summary(records)
+        rounds = got["rounds"]
+        assert got["sms"] == 132 and rounds[0]["start_spread_ns"] < 250, name
+        for r in rounds[1:]:
+            assert 900 < r["q_wait_ns"] < 2300 and 150 < r["gap_ns"] < 700, (name, r)
+        assert all(700 < r["store_ns"] < 1400 for r in rounds), name
+        if "N=16384" in name:
+            assert rounds[1]["start_spread_ns"] > 2_500, name
+            assert rounds[-2]["start_spread_ns"] > 10_000, name
