@@ -21,7 +21,7 @@ from flashio.kernels.registry import SCHEDULES, spec
 from flashio.kernels.shape import MAX_SIZE, AttentionShape
 from flashio.simulator import _memory
 from flashio.simulator.errors import TilingError
-from flashio.simulator.trace import EVENT_DTYPE, KernelInfo, TensorInfo, Trace, TraceMeta
+from flashio.simulator.trace import EVENT_DTYPE, KernelInfo, Space, TensorInfo, Trace, TraceMeta
 
 __all__ = ["SCHEDULES", "Schedule", "default_block", "schedule"]
 
@@ -192,6 +192,9 @@ class Schedule:
             registers = _launch_registers(self)
             if registers:
                 params["launch_registers"] = registers
+            bulk = _bulk_copies(self)
+            if bulk:
+                params["bulk_copies"] = bulk
             roles = _warp_roles(self)
             if roles:
                 params["warp_roles"] = roles
@@ -278,6 +281,22 @@ def _launch_registers(s) -> dict[str, int]:
             total += consumers * impl.register_budget
             out[k.name] = -(-total // k.warps)
     return out
+
+
+def _bulk_copies(s) -> dict[str, list[str]]:
+    """The global tensors a TMA implementation moves by bulk copies, by kernel: in its
+    warp-specialized kernels, the matrices (rank 4: batch, heads, rows, columns), whose tiles
+    a producer warp copies in and the consumers copy out; not the row vectors (L, D), which
+    its threads load and store, nor reductions (empty for implementations that load by
+    ``cp.async``). Time models price their requests at the GPU's bulk-copy rates and
+    latencies (``GPUSpec.request_costs``)."""
+    impl = _specialized(s)
+    if impl.loads != "tma" or not impl.producer_warps:
+        return {}
+    mod = _module(s.name)
+    matrices = [t.name for t in mod.tensors(s) if t.space == Space.GLOBAL and len(t.shape) == 4]
+    warp_specialized = spec(s.name).warp_specialized
+    return {k.name: matrices for k in mod.kernels(s) if k.name in warp_specialized}
 
 
 def _warp_roles(s) -> dict:

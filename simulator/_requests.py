@@ -13,6 +13,11 @@ from flashio.simulator._state import (
     B_HBM,
     B_L2,
     B_SM_MEM,
+    C_BULK_BW,
+    C_BULK_HBM_LAT,
+    C_BULK_L2_LAT,
+    C_BULK_ST_BW,
+    C_BULK_ST_LAT,
     C_FILLS,
     C_HBM_BW,
     C_HBM_LAT,
@@ -45,8 +50,17 @@ def request(mem, cfg, port, op, tensor, offset, rows, row_bytes, stride, nbytes,
     r_l2 = r_hbm = -1
     l2_on, l2, srv, tstat, busy, cnt = mem.l2_on, mem.l2, mem.srv, mem.tstat, mem.busy, mem.cnt
     # the SM's own path to the memory system, in parallel with the chip's servers; it sends
-    # reductions at their own rate
-    path = nbytes / (cfg[C_SM_RED_BW] if op == REDUCE else cfg[C_SM_MEM_BW])
+    # reductions at their own rate, and bulk copies (TMA) at theirs, with their latencies
+    l2_lat, hbm_lat = cfg[C_L2_LAT], cfg[C_HBM_LAT]
+    bulk_load = op == LOAD and mem.bulk[tensor] != 0
+    if op == REDUCE:
+        path = nbytes / cfg[C_SM_RED_BW]
+    elif mem.bulk[tensor] == 0:
+        path = nbytes / cfg[C_SM_MEM_BW]
+    elif op == LOAD:
+        path, l2_lat, hbm_lat = nbytes / cfg[C_BULK_BW], cfg[C_BULK_L2_LAT], cfg[C_BULK_HBM_LAT]
+    else:  # a store's written-back lines leave at HBM's plain latency
+        path, l2_lat = nbytes / cfg[C_BULK_ST_BW], cfg[C_BULK_ST_LAT]
     p0 = max(port[0], t)  # the bytes leave the SM from p0 to port[0]
     port[0] = p0 + path
     busy[B_SM_MEM] += path
@@ -77,10 +91,10 @@ def request(mem, cfg, port, op, tensor, offset, rows, row_bytes, stride, nbytes,
         busy[B_L2] += nbytes / cfg[C_L2_BW]
         if shared:
             r_l2 = _arrive(mem, 0, t, p0, port[0], nbytes, cfg[C_L2_BW])
-            done = port[0] + cfg[C_L2_LAT]
+            done = port[0] + l2_lat
         else:
             srv[0] = max(srv[0], t) + nbytes / cfg[C_L2_BW]
-            done = max(srv[0], port[0]) + cfg[C_L2_LAT]
+            done = max(srv[0], port[0]) + l2_lat
     else:  # no L2: every global access is an HBM access (the FA paper's model)
         if op == LOAD:
             miss = nbytes
@@ -89,17 +103,17 @@ def request(mem, cfg, port, op, tensor, offset, rows, row_bytes, stride, nbytes,
             wb = nbytes
             tstat[tensor, T_HBM_WRITE] += nbytes
         done = port[0]
+    if bulk_load and miss > 0:  # a bulk copy streams in at the SM's rate after HBM's latency
+        done = max(done, port[0] + hbm_lat)
     if miss + wb > 0:  # the HBM request goes out at the CTA's time t
         busy[B_HBM] += (miss + wb) / cfg[C_HBM_BW]
         if shared:
             r_hbm = _arrive(mem, 1, t, p0, port[0], miss + wb, cfg[C_HBM_BW])
         else:
             srv[1] = max(srv[1], t) + (miss + wb) / cfg[C_HBM_BW]
-            done = max(done, srv[1] + cfg[C_HBM_LAT])
+            done = max(done, srv[1] + hbm_lat)
             if fills and miss > 0:  # its missed lines land in the L2 as the HBM delivers them
-                fill_landing(
-                    l2, tensor, offset, rows, row_bytes, stride, t, srv[1] + cfg[C_HBM_LAT]
-                )
+                fill_landing(l2, tensor, offset, rows, row_bytes, stride, t, srv[1] + hbm_lat)
     return max(done, wait), r_l2, r_hbm
 
 
@@ -126,9 +140,9 @@ def track(mem, si, s, col, r_l2, r_hbm):
 @njit(**HOT)
 def landed(mem, cfg, si, s, col):
     """When the requests slot s holds at ``col`` land (their last bytes' departure plus the
-    server's latency), if both departures are known; else the last of their streams' ends,
-    before which some request may still start (docs/model.md, "Streamed requests"). Returns
-    (done, known, last stream end)."""
+    server's plain latency, bulk copies' too), if both departures are known; else the last of
+    their streams' ends, before which some request may still start (docs/model.md, "Streamed
+    requests"). Returns (done, known, last stream end)."""
     done, known, end = -np.inf, True, -np.inf
     for k in range(2):
         r = si[s, col + k]

@@ -33,10 +33,18 @@ LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in 
     C_STREAMS,
     C_PACED,
     C_FILLS,
-) = range(21)
-N_CFG = 21
+    C_BULK_BW,
+    C_BULK_L2_LAT,
+    C_BULK_HBM_LAT,
+    C_BULK_ST_BW,
+    C_BULK_ST_LAT,
+) = range(26)
+N_CFG = 26
 # C_OCCUPY, C_DURATION: an arithmetic event of work w at rate R occupies its SM's pipe for
 # w / R * C_OCCUPY and takes its CTA at least w / R * C_DURATION (docs/model.md)
+# C_BULK_*: the requests of tensors the kernel moves by bulk copies (TMA; ``Memory.bulk``):
+# the rates at which an SM's path sends the loads and the stores, what a load adds after the
+# L2 and after HBM, what a store adds after the L2 (``GPUSpec.request_costs``)
 # C_CTA_LEAD, C_CTA_TAIL: seconds a CTA spends before its first event and after its last (its
 # compiled prologue and epilogue, with the issue model; else 0)
 # C_RED_HOLD: 1 where the kernel's loop sends its reductions after all its tensor-core work,
@@ -101,8 +109,9 @@ SNAP_T, SNAP_BUSY, SNAP_HELD, SNAP_DIRTY, SNAP_HBM = 0, 1, 8, 9, 10
 # The engine's state, named (numba passes namedtuples of arrays as they are).
 # What the memory system keeps across kernels: the L2 (``l2_on`` false: no L2), the L2 and HBM
 # servers' free times (or, streamed, their state ``sv``: _streams.Streams), the spill
-# pseudo-tensor and each tensor's space, and the counters.
-Memory = namedtuple("Memory", "l2_on l2 srv sv local space tstat busy cnt")
+# pseudo-tensor and each tensor's space, the tensors the kernel moves by bulk copies (1 each;
+# set per kernel), and the counters.
+Memory = namedtuple("Memory", "l2_on l2 srv sv local space bulk tstat busy cnt")
 # One kernel: its CTA count, the SM count (slot s runs on SM s % sm_stride), the register spill
 # bytes a CTA stores and loads back per step, the shared memory a CTA declares, when it ends so
 # far, the per-CTA timeline, and the CTAs at whose dispatch the memory system is checkpointed

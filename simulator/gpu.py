@@ -15,7 +15,7 @@ import dataclasses
 import difflib
 import math
 import numbers
-from typing import Any
+from typing import Any, NamedTuple
 
 from flashio.simulator.errors import GPUSpecError
 
@@ -47,6 +47,18 @@ def derived_message(key: str) -> str:
         f"{key} is a chip total, derived as {stored} x {count} x clock_hz (docs/gpus.md, "
         f"'What scales with what'); set {stored} instead"
     )
+
+
+class RequestCosts(NamedTuple):
+    """Memory requests on a GPU, plain or bulk copies (``GPUSpec.request_costs``): the rates
+    at which one SM's path sends loads and stores, the latency a load adds after its bytes
+    have passed the L2 or HBM, and a store after the L2."""
+
+    load_bytes_per_s: float
+    store_bytes_per_s: float
+    l2_latency_s: float
+    hbm_latency_s: float
+    store_latency_s: float
 
 
 class _ChipTotal:
@@ -127,6 +139,15 @@ class GPUSpec:
     # slower than its memory path; 0: not measured (they move at the path's rate). Last, with
     # a default, so spec files without it still load.
     sm_reduce_bytes_per_cycle_per_sm: float = 0.0
+    # bulk copies (TMA, cp.async.bulk: a warp-specialized kernel's tiles in and out of shared
+    # memory), where measured: one SM's rate and the latency of a copy from the L2 and from
+    # HBM, and of a copy out; 0: not known (priced as the loads and stores above). Last, with
+    # defaults, so spec files without them still load.
+    bulk_load_bytes_per_cycle_per_sm: float = 0.0
+    bulk_l2_latency_cycles: int = 0
+    bulk_hbm_latency_cycles: int = 0
+    bulk_store_bytes_per_cycle_per_sm: float = 0.0
+    bulk_store_latency_cycles: int = 0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -180,6 +201,26 @@ class GPUSpec:
         red = self.sm_reduce_bytes_per_cycle_per_sm or self.sm_memory_bytes_per_cycle_per_sm
         return min(red, self.sm_memory_bytes_per_cycle_per_sm) * self.clock_hz
 
+    def request_costs(self, bulk: bool = False) -> RequestCosts:
+        """What memory requests cost on this GPU: loads' and stores' rates through the SM's
+        path and their latencies; ``bulk``, those of bulk copies (TMA: the tiles a
+        warp-specialized kernel copies in and out), at the bulk-copy fields wherever they are
+        known and the plain requests' elsewhere."""
+
+        def pick(measured, plain):
+            return measured if bulk and measured else plain
+
+        path = self.sm_memory_bytes_per_cycle_per_sm
+        l2 = self.l2_latency_cycles
+        return RequestCosts(
+            load_bytes_per_s=pick(self.bulk_load_bytes_per_cycle_per_sm, path) * self.clock_hz,
+            store_bytes_per_s=pick(self.bulk_store_bytes_per_cycle_per_sm, path) * self.clock_hz,
+            l2_latency_s=self.cycles_to_s(pick(self.bulk_l2_latency_cycles, l2)),
+            hbm_latency_s=self.cycles_to_s(pick(self.bulk_hbm_latency_cycles,
+                                                self.hbm_latency_cycles)),
+            store_latency_s=self.cycles_to_s(pick(self.bulk_store_latency_cycles, l2)),
+        )  # fmt: skip
+
     def mma_flops_per_s(self, dtype: str) -> float:
         """Matrix-multiply throughput for inputs of ``dtype``, in FLOP/s (dense).
 
@@ -227,7 +268,14 @@ _FIELD_NAMES: tuple[str, ...] = GPUSpec.field_names()
 OPTIONAL_FIELDS = {
     f.name: f.default for f in dataclasses.fields(GPUSpec) if f.default is not dataclasses.MISSING
 }
-ZERO_ALLOWED = ("l2_bytes", "l1_bytes_per_sm", "sm_reduce_bytes_per_cycle_per_sm")
+BULK_FIELDS = (
+    "bulk_load_bytes_per_cycle_per_sm",
+    "bulk_l2_latency_cycles",
+    "bulk_hbm_latency_cycles",
+    "bulk_store_bytes_per_cycle_per_sm",
+    "bulk_store_latency_cycles",
+)
+ZERO_ALLOWED = ("l2_bytes", "l1_bytes_per_sm", "sm_reduce_bytes_per_cycle_per_sm", *BULK_FIELDS)
 _MMA_FIELDS = {
     "fp16": "tensor_fp16_flops_per_cycle_per_sm",
     "bf16": "tensor_bf16_flops_per_cycle_per_sm",

@@ -204,11 +204,12 @@ class Compiled:
 
 
 def sends_last(prog: WarpProgram | None) -> bool:
-    """Whether loop ``prog`` issues no tensor-core instruction, and waits for no wgmma group,
-    after its last global store or reduction (a global access that writes no register). This
-    project's mma.sync backward adds dQ last, after dK's products; flash-attn 2's backward
-    multiplies dK after its dQ atomics, and this project's Hopper backward waits for dK's and
-    dV's wgmma after them (docs/model.md, "Reductions")."""
+    """Whether loop ``prog`` issues no tensor-core instruction after its last global store or
+    reduction (a global access that writes no register): its warps cannot issue the next
+    step's products before the SM has taken their sends. This project's mma.sync backward adds
+    dQ last, after dK's products, and its Hopper backward sends dQ's reductions with dK's
+    wgmma in flight and only waits for it after them; flash-attn 2's backward issues dK's
+    products after its dQ atomics (docs/model.md, "Reductions")."""
     if prog is None:
         return False
     tensor = {CLASS_ID["hmma"], CLASS_ID["hgmma"]}
@@ -218,9 +219,7 @@ def sends_last(prog: WarpProgram | None) -> bool:
     ]  # fmt: skip
     if not sends:
         return False
-    groups = prog.group if prog.group is not None else [0] * len(prog.klass)
-    after = range(sends[-1] + 1, len(prog.klass))
-    return not any(prog.klass[i] in tensor or groups[i] <= -2 for i in after)
+    return not any(prog.klass[i] in tensor for i in range(sends[-1] + 1, len(prog.klass)))
 
 
 def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:

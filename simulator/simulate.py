@@ -319,16 +319,20 @@ def _synthetic_step(
 
 def prefetches(kinfo, options: ModelOptions, comp: Compiled | None, params=None) -> int:
     """How the engine issues the kernel's next-step loads (``_state.C_PREFETCH``): a step
-    early (``PREFETCH_STEP``) for a kernel ``options.prefetch_kernels`` names, unless its
+    early (``PREFETCH_STEP``) for a kernel ``options.prefetch_kernels`` names or whose tiles
+    a producer warp copies in with two buffers or more (``params["bulk_copies"]``: it issues
+    the next stage's copies while the consumers compute), unless its
     compiled loop waits for its copies before any tensor-core work since it issued them
     (``Compiled.copies_overlap`` False: Triton's 2-stage forward, which Nsight Compute sees
     waiting on memory: 0, where the trace has them); staged (``PREFETCH_STAGED``) with
     ``options.staged_loads`` where the trace's implementation keeps one buffer per tile
     (``params["copy_stages"]`` 1; absent: this project's kernels, which do)."""
-    named = kinfo.name in options.prefetch_kernels
+    params = params or {}
+    produced = kinfo.name in params.get("bulk_copies", {}) and params.get("copy_stages", 1) > 1
+    named = kinfo.name in options.prefetch_kernels or produced
     if not named or (comp is not None and comp.copies_overlap is False):
         return 0
-    if options.staged_loads and int((params or {}).get("copy_stages", 1)) == 1:
+    if options.staged_loads and int(params.get("copy_stages", 1)) == 1:
         return E.PREFETCH_STAGED
     return E.PREFETCH_STEP
 
@@ -343,6 +347,13 @@ def spill_reloads_hit(kinfo, occ, gpu: GPUSpec, comp: Compiled | None) -> bool:
         frame = occ.spilled_regs_per_thread * 4 * threads * occ.ctas_per_sm
         return frame <= gpu.l1_free_bytes(smem)
     return spills_fit_l1(comp, occ.ctas_per_sm, threads, smem, gpu)
+
+
+def bulk_tensors(meta, kernel: str) -> np.ndarray:
+    """1 for each tensor of ``meta`` (and the spill pseudo-tensor after them) that kernel
+    ``kernel`` moves by bulk copies (``params["bulk_copies"]``), else 0."""
+    names = set(meta.params.get("bulk_copies", {}).get(kernel, ()))
+    return np.array([int(t.name in names) for t in meta.tensors] + [0], np.int64)
 
 
 class Spills(NamedTuple):
@@ -394,6 +405,12 @@ def _config(
     cfg[E.C_RED_HOLD] = float(hold_reductions)
     cfg[E.C_L2_LAT] = gpu.cycles_to_s(gpu.l2_latency_cycles)
     cfg[E.C_HBM_LAT] = gpu.cycles_to_s(gpu.hbm_latency_cycles)
+    bulk = gpu.request_costs(bulk=True)
+    cfg[E.C_BULK_BW] = bulk.load_bytes_per_s
+    cfg[E.C_BULK_L2_LAT] = bulk.l2_latency_s
+    cfg[E.C_BULK_HBM_LAT] = bulk.hbm_latency_s
+    cfg[E.C_BULK_ST_BW] = bulk.store_bytes_per_s
+    cfg[E.C_BULK_ST_LAT] = bulk.store_latency_s
     rates = _pipe_rates(gpu, dtype)
     cfg[E.C_TENSOR] = rates[int(Op.MMA)]
     cfg[E.C_FP32] = rates[int(Op.ELEMENTWISE)]
@@ -554,7 +571,8 @@ def replay(
             gpu, dtype, cost, shared, prefetches(kinfo, options, comp, source.meta.params),
             holds_reductions(comp, shared), options.streamed_requests, options.pending_fills,
         )  # fmt: skip
-        mem = E.Memory(l2_on, l2, srv, sv, local, space, tstat, busy, cnt)
+        bulk = bulk_tensors(meta, kinfo.name)
+        mem = E.Memory(l2_on, l2, srv, sv, local, space, bulk, tstat, busy, cnt)
         probe = (probes or {}).get(k)
         end_s, span = _replay_kernel(
             source, k, kinfo, occ, gpu, cfg, start, mem, window_events, timeline, progress,

@@ -8,8 +8,10 @@ from hypothesis import strategies as st
 
 from flashio import kernels, simulator
 from flashio.simulator import EVENT_DTYPE, KernelInfo, Op, Space, TensorInfo, Trace, TraceMeta
+from flashio.simulator.gpu import BULK_FIELDS
 
 H200 = simulator.load_gpu("h200")
+BULK_H200 = {f: getattr(H200, f) for f in BULK_FIELDS}
 REL = 1e-9  # see the module docstring
 FLOAT_FIELDS = ("time_s", "cycles")
 INT_FIELDS = (
@@ -69,7 +71,8 @@ def attention_schedules(draw, name, *, max_seq_len=40, max_tiles=5, dtypes=tuple
 @st.composite
 def gpu_specs(draw, *, l2=("none", "tiny", "large")):
     """An H200 with few SMs and an L2 of none, a few granules (evictions), or plenty; its SMs
-    send reductions at their memory path's rate (0: not measured) or slower."""
+    send reductions at their memory path's rate (0: not measured) or slower, and bulk copies
+    as plain requests or as the H200's."""
     line = draw(st.sampled_from([64, 128, 256]))
     kind = draw(st.sampled_from(l2))
     granules = {"none": 0, "tiny": draw(st.integers(1, 6)), "large": 4096}[kind]
@@ -81,6 +84,8 @@ def gpu_specs(draw, *, l2=("none", "tiny", "large")):
         l2_bytes=(granules * 64 + spare_lines) * line,
         l2_latency_cycles=draw(st.sampled_from([1, 260])),
         sm_reduce_bytes_per_cycle_per_sm=draw(st.sampled_from([0.0, 2.5, 18.6])),
+        # bulk copies not measured (0: priced as plain requests), or as the H200's
+        **draw(st.sampled_from([dict.fromkeys(BULK_FIELDS, 0), BULK_H200])),
     )
 
 
@@ -96,10 +101,12 @@ def random_traces(draw):
         TensorInfo("tile", Space.SHARED, (64,), 4),
         TensorInfo("acc", Space.REGISTERS, (32,), 4),
     )
-    kinfos, rows = [], []
+    kinfos, rows, bulk = [], [], {}
     for k in range(draw(st.integers(1, 3))):
         ctas = draw(st.integers(1, 6))
         kinfos.append(KernelInfo(f"k{k}", ctas, draw(st.integers(1, 8)), 256, 32))
+        # the global tensors this kernel moves by bulk copies, if any
+        bulk[f"k{k}"] = draw(st.lists(st.sampled_from(["A", "B", "C"]), unique=True))
         for c in range(ctas):
             rows += [
                 (k, c, Op.ALLOC, 3, 0, 1, 0, 0, 256, 0),
@@ -126,7 +133,8 @@ def random_traces(draw):
     ev = np.zeros(len(rows), EVENT_DTYPE)
     for i, (k, c, op, t, off, n, rb, stride, nb, fl) in enumerate(rows):
         ev[i] = (k, c, -1, op, t, -1, -1, off, n, rb, stride, nb, fl)
-    return Trace(ev, TraceMeta("random", {"dtype": dtype}, tuple(kinfos), tensors))
+    params = {"dtype": dtype, "bulk_copies": bulk}
+    return Trace(ev, TraceMeta("random", params, tuple(kinfos), tensors))
 
 
 def spills(trace, gpu) -> bool:

@@ -237,19 +237,32 @@ def _events_by_cta(trace: Trace, kernel: int, ctas: int) -> list[list[dict]]:
     return out
 
 
-def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic, reduce_rate,
-                  fills=False):  # fmt: skip
+def _make_request(l2, l2_server, hbm_server, traffic, reduce_rate, fills=False):
     """A LOAD/STORE/REDUCE of byte ranges of one tensor, issued at the CTA's clock by an SM
-    whose path to the memory system is the server ``port``. ``fills``: pending fills
+    whose path to the memory system is the server ``port``, at the rates and latencies of
+    ``request.plain`` or, for the tensors ``request.bulk`` (the kernel's bulk copies, set per
+    kernel), ``request.costs`` (``GPUSpec.request_costs``). ``fills``: pending fills
     (ModelOptions.pending_fills)."""
 
     def request(cta, port, op, tensor, ranges, b, early=False, late=False):
         traffic[tensor][0 if op == Op.LOAD else 1] += b
         written_back: dict[int, int] = {}
         # every request passes the SM's own memory path, in parallel with the chip's servers;
-        # "it sends reductions at their own rate"
+        # "it sends reductions at their own rate"; a tensor the kernel moves by bulk copies
+        # (request.bulk, set per kernel) at the bulk copies' rates and latencies (a store's
+        # written-back lines at HBM's plain latency)
+        costs = request.costs if tensor in request.bulk else request.plain
+        if op == Op.REDUCE:
+            costs = request.plain
+            rate, l2_latency = reduce_rate, costs.l2_latency_s
+        elif op == Op.LOAD:
+            rate, l2_latency = costs.load_bytes_per_s, costs.l2_latency_s
+        else:
+            rate, l2_latency = costs.store_bytes_per_s, costs.store_latency_s
+        # a store's written-back lines leave at HBM's plain latency
+        hbm_latency = (costs if op == Op.LOAD else request.plain).hbm_latency_s
         sent_from = max(port.free, cta.t)  # the SM path sends the bytes until through_sm
-        through_sm = port.serve(cta.t, b, reduce_rate if op == Op.REDUCE else None)
+        through_sm = port.serve(cta.t, b, rate)
         shared = []  # streamed: the requests that say when the rest lands
         wait = -math.inf
         if l2 is not None:
@@ -259,6 +272,7 @@ def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic, r
                 wait = l2.wait
             # "done = max(finish_L2, finish_SM) + l2_latency"
             if isinstance(l2_server, StreamServer):
+                # streamed, the L2 and HBM parts land at the plain latencies, bulk copies' too
                 shared.append(l2_server.serve(sent_from, through_sm, b))
                 done = through_sm + l2_latency
             else:
@@ -269,6 +283,9 @@ def _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic, r
                 written_back[tensor] = b
             done = through_sm  # the HBM request below still goes out at the CTA's clock
         wb = sum(written_back.values())
+        if op == Op.LOAD and tensor in request.bulk and miss > 0:
+            # "a bulk copy ... after HBM's latency": its bytes stream in at the SM's rate
+            done = max(done, through_sm + hbm_latency)
         traffic[tensor][2] += miss
         for owner, nbytes in written_back.items():
             traffic[owner][3] += nbytes
@@ -398,15 +415,20 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
     local = n_t  # pseudo-tensor of register spills (docs/model.md)
     traffic = [[0, 0, 0, 0] for _ in range(n_t + 1)]  # global read, write, hbm read, write
     counts = {Op.MMA: 0, Op.ELEMENTWISE: 0, Op.EXP: 0, Op.SHARED: 0}
-    request = _make_request(l2, l2_server, hbm_server, l2_latency, hbm_latency, traffic,
+    request = _make_request(l2, l2_server, hbm_server, traffic,
                             gpu.sm_reduce_bandwidth_bytes_per_s,
                             options.pending_fills)  # fmt: skip
+    request.plain, request.costs = gpu.request_costs(), gpu.request_costs(bulk=True)
+    names = [t.name for t in meta.tensors]
     kernel_results = []
     t_now = 0.0
 
     for k, (kinfo, occ, comp) in enumerate(zip(kinfos, occs, comps, strict=True)):
         before = [sum(row[i] for row in traffic) for i in range(4)]
         start = t_now + gpu.kernel_launch_s  # "starts kernel_launch_s after" the previous one
+        # the tensors the kernel moves by bulk copies: "the matrices" of its trace's list
+        bulk = meta.params.get("bulk_copies", {}).get(kinfo.name, ())
+        request.bulk = {names.index(name) for name in bulk}
         for srv in (l2_server, hbm_server):  # free times raised to the kernel's start
             if isinstance(srv, Server):
                 srv.free = max(srv.free, start)

@@ -122,3 +122,51 @@ def test_ctas_copying_one_new_tile_all_wait_for_its_fill():
         assert merged.min() >= 0.999 * merged[0]  # no reader before the one that missed
         plain = _replayed_shared_copy(SMS, nbytes, fills=False)
         assert (plain[1:] < plain[0]).all()  # every later reader hits at once
+
+
+def _lone_copy_cycles(nbytes: int, where: str, op: Op, bulk: bool) -> float:
+    """Cycles of h200's clock (1.98 GHz, the probe's 1.97-1.99) the engine takes for one CTA
+    alone to move ``nbytes`` in (``op`` LOAD: from the L2, after a kernel that reads the same
+    region, or from HBM) or out (STORE), as a bulk copy (``bulk``: the trace's
+    ``bulk_copies``) or a plain request."""
+    rows = [(0, 0, -1, int(Op.LOAD), 0, -1, -1, 0, 1, nbytes, nbytes, nbytes, 0)]
+    rows += [(1, 0, -1, int(op), 0 if where == "l2" else 1, -1, -1, 0, 1, nbytes, nbytes,
+              nbytes, 0)]  # fmt: skip
+    ev = np.array(rows, EVENT_DTYPE)
+    tensors = (
+        TensorInfo("warm", Space.GLOBAL, (nbytes,), 1),
+        TensorInfo("fresh", Space.GLOBAL, (nbytes,), 1),
+    )
+    kinfos = (KernelInfo("first", 1, 8, 200 << 10, 32), KernelInfo("copy", 1, 8, 200 << 10, 32))
+    params = {"dtype": "fp16", "bulk_copies": {"copy": ["warm", "fresh"]} if bulk else {}}
+    trace = Trace(ev, TraceMeta("lone", params, kinfos, tensors))
+    gpu = simulator.load_gpu("h200")
+    span = simulator.simulate(trace, gpu, timeline=True).timeline[1]
+    return float(span[0, 1] - span[0, 0]) * gpu.clock_hz
+
+
+@pytest.mark.parametrize(
+    ("where", "op", "doc"),
+    [("l2", Op.LOAD, "burst.json"), ("hbm", Op.LOAD, "burst.json"),
+     ("hbm", Op.STORE, "burst_stores.json")],
+)  # fmt: skip
+def test_a_lone_ctas_bulk_copy_takes_what_the_gpus_does(where, op, doc):
+    """One CTA alone copying a tile by TMA (burst.py: 16-192 KiB in, 16-64 KiB out): the
+    engine prices a bulk copy at h200's measured line (``bulk_*``; docs/model.md, "Bulk
+    copies"), within the GPU's own repetitions at every size, give or take the line's
+    largest residual (19 cycles; from HBM 433, where the repetitions scatter more). A plain
+    request, at the pointer chase's latency, takes less than any repetition of the
+    smallest copy, where latency is most of the time."""
+    rows = json.loads((Path("data/gpu/probe") / doc).read_text())["rows"]
+    if op == Op.LOAD:
+        rows = [r for r in rows if (r["copy"], r["ctas"], r["where"]) == ("tma", 1, where)]
+    else:
+        rows = [r for r in rows if (r["ctas"], r["wait"]) == (1, "read")]
+    sizes = sorted({r["bytes"] for r in rows})
+    for nbytes in sizes:
+        gpu = np.array([r["cycles"][0] for r in rows if r["bytes"] == nbytes], float)
+        bulk = _lone_copy_cycles(nbytes, where, op, bulk=True)
+        slack = 433 if where == "hbm" and op == Op.LOAD else 19  # the line's residuals
+        assert gpu.min() - slack <= bulk <= gpu.max() + slack, (nbytes, bulk, gpu)
+        if nbytes == sizes[0]:
+            assert _lone_copy_cycles(nbytes, where, op, bulk=False) < 0.8 * gpu.min()

@@ -72,11 +72,12 @@ def test_triton_tilings_are_ranked_and_the_first_choice_is_near_the_best(triton)
 def test_hopper_native_cudnn_forward_from_its_description():
     """cuDNN's forward (wgmma, TMA, warp specialized; its machine code unknown here) against
     the fa3 description at cuDNN's tiling, the consumer warps' program written by
-    simulator.synth: achieved 3.3% (max 6.7%; 7.5% and 14.5% before FFMA took one cycle
-    and its rate beside wgmma was fitted on the FFMA warpgroup's span)."""
+    simulator.synth: achieved 3.4% (max 7.6%; 3.3% and 6.6% before its tiles' copies were
+    priced as bulk copies, docs/model.md "Bulk copies"; 7.5% and 14.5% before FFMA took one
+    cycle and its rate beside wgmma was fitted on the FFMA warpgroup's span)."""
     rep = families.report(families=("cudnn",))
     s = rep["summary"]["cudnn flash2"]
-    assert s["n"] == 20 and s["mape"] <= 0.04 and s["max_error"] <= 0.07
+    assert s["n"] == 20 and s["mape"] <= 0.04 and s["max_error"] <= 0.08
     keys = {r["label"] for r in rep["rows"]}
     assert all("128x128 w12" in k for k in keys)
     assert rep["not_modelled"]["torch_cudnn"] == 20  # the backward
@@ -184,30 +185,30 @@ def test_compiled_tile_search_as_predicted_before_the_gpu_ran_it(flashio_rep):
 
 
 def test_hopper_forward_of_this_project_from_its_compiled_code():
-    """This project's Hopper forward (kernels/cuda/hopper_fwd.cu), timed beside PyTorch's
-    kernels (data/gpu/hopper), each build (tiling, softmax overlap) priced by its consumer
-    warps' compiled loop (data/sass/flashio-hopper.json.gz). Achieved: 13.5% over 120 rows,
-    13.4% too fast on average (max 26.7%, the 20-40-us launches at N = 1k and 2k; within
-    20.1% at N >= 8k): the steps within -13% to +8% of the GPU's (test_kernel_clock), a
-    CTA's fixed cost 3.2-7.5 thousand cycles short (docs/model.md, "FFMA's cost beside wgmma
-    is the FMA pipe's"). The model's pick among the d = 128 builds is the best at 9 of 10
-    shapes, 2.3% slower at the tenth; among the d = 64 builds, where the GPU runs the builds
-    without overlap fastest, it picks one without overlap at every shape, 0.6-2.9% slower
-    than the best. (With the warpgroups of the builds without overlap started together:
-    9.7%, 8.9% too fast, the d = 64 picks builds with both overlaps, 3-13% slower:
-    docs/model.md, "Warpgroups started apart". With FFMA beside another warp's wgmma at the
-    rate fitted on a dense stream's CTA time, before: 6.8%, the d = 128 builds with both
-    overlaps 7-17% too slow.) Priced instead by the program simulator.synth writes from the
-    description (written programs): 13.0%, 12.8% too fast on average. The 30 persistent rows
-    are left out (the engine dispatches tiles in order, not a persistent grid's static
-    assignment)."""
+    """This project's Hopper forward (kernels/cuda/hopper_fwd.cu), timed beside PyTorch's kernels
+    (data/gpu/hopper), each build (tiling, softmax overlap) priced by its consumer warps'
+    compiled loop (data/sass/flashio-hopper.json.gz). Achieved: 12.4% over 120 rows, 12.2% too
+    fast on average (max 25.0%, the 20-40-us launches at N = 1k and 2k; within 19.3% at N >=
+    8k): the steps within -13% to +8% of the GPU's (test_kernel_clock), a CTA's fixed cost
+    short still (docs/model.md, "A CTA's fixed cost"). Before its copies were priced as bulk
+    copies (docs/model.md, "Bulk copies"): 13.5%, 13.4% too fast, max 26.7%, within 20.1% at N
+    >= 8k. The model's pick among the d = 128 builds is the best at 9 of 10 shapes, 2.3% slower
+    at the tenth; among the d = 64 builds, where the GPU runs the builds without overlap
+    fastest, it picks one without overlap at every shape, 0.6-2.9% slower than the best. (With
+    the warpgroups of the builds without overlap started together: 9.7%, 8.9% too fast, the d =
+    64 picks builds with both overlaps, 3-13% slower: docs/model.md, "Warpgroups started
+    apart". With FFMA beside another warp's wgmma at the rate fitted on a dense stream's CTA
+    time, before: 6.8%, the d = 128 builds with both overlaps 7-17% too slow.) Priced instead
+    by the program simulator.synth writes from the description (written programs): 11.7%, 11.5%
+    too fast on average. The 30 persistent rows are left out (the engine dispatches tiles in
+    order, not a persistent grid's static assignment)."""
     rep = families.report(families=("flashio-hopper",), jobs=2)
     assert rep["not_modelled"]["flashio-hopper persistent"] == 30
     s = rep["summary"]["flashio-hopper flash2"]
-    assert s["n"] == 120 and s["mape"] <= 0.136 and s["bias"] < -0.13
+    assert s["n"] == 120 and s["mape"] <= 0.125 and s["bias"] < -0.12
     fwd = [r for r in rep["rows"] if r["schedule"] == "flash2"]
     big = [r for r in fwd if "N=8192" in r["label"] or "N=16384" in r["label"]]
-    assert len(big) == 48 and all(abs(r["error"]) <= 0.21 for r in big)
+    assert len(big) == 48 and all(abs(r["error"]) <= 0.2 for r in big)
     ranked = [r for r in rep["ranking"] if r["schedule"] == "flash2"]
     d128 = [r for r in ranked if r["shape"]["head_dim"] == 128]
     assert len(d128) == 10 and all(r["picked_slower_than_best"] <= 0.025 for r in d128)
@@ -223,13 +224,15 @@ def test_hopper_backward_of_this_project_from_its_compiled_code():
     """This project's Hopper backward (kernels/cuda/hopper_bwd.cu between flash2_bwd.cu's first
     and last kernels), timed beside PyTorch's backward (data/gpu/hopper/hopper_bwd_measure.json),
     each build (tiling, Q and dO buffers) priced by its consumer warps' compiled loop.
-    Achieved: 5.6% (bias +5.4%, max 14.7%) since its dQ reductions pass the SM's path at the
-    rate one SM was measured to send them (docs/model.md, "Reductions"); 16.2% before, every
-    row too fast. The d = 64 tilings ranked at Spearman 0.8 or more, the model's pick within
-    1.4% of the best."""
+    Achieved: 3.9% (bias -1.3%, max 11.0%) with its Q and dO tiles copied a step ahead by
+    its producer and its warps held while their dQ reductions leave at the rate one SM was
+    measured to send them (docs/model.md, "Bulk copies", "Reductions"); 5.6% (bias +5.4%,
+    max 14.7%) before, its next tiles waiting behind the reductions on the SM's path; 16.2%
+    before the reductions' rate, every row too fast. The d = 64 tilings ranked at Spearman
+    0.8 or more, the model's pick within 1.4% of the best."""
     rep = families.report(families=("flashio-hopper",), jobs=2)
     s = rep["summary"]["flashio-hopper flash2_bwd"]
-    assert s["n"] == 36 and s["mape"] <= 0.06 and s["max_error"] <= 0.15
+    assert s["n"] == 36 and s["mape"] <= 0.04 and s["max_error"] <= 0.11
     ranked = [r for r in rep["ranking"] if r["schedule"] == "flash2_bwd"]
     assert len(ranked) == 6 and all(r["spearman"] >= 0.8 for r in ranked)
     assert all(r["picked_slower_than_best"] <= 0.015 for r in ranked)
@@ -239,11 +242,14 @@ def test_eager_pytorch_from_its_kernels_machine_code():
     """PyTorch's eager attention (GEMM, scale, masked_fill when causal, row softmax, GEMM:
     every kernel of the call summed) against standard attention with the pytorch preset
     (unfused), its elementwise and softmax kernels replayed from their machine code, their
-    loads waiting the HBM's latency: achieved 7.6% (max 14.3%, causal N = 2048, whose warp
-    softmax comes out 35% too fast); the issue's bound is 15%."""
+    loads waiting the HBM's latency: achieved 8.0% (max 20.5%, N = 1024, d = 64, where the
+    GEMMs' bulk copies, the 32 KiB tile of S a CTA copies out at 32 B a cycle among them,
+    are most of a CTA; 7.4% and 13.9% before bulk copies were priced, docs/model.md "Bulk
+    copies"; cuBLAS's epilogue is assumed to store by TMA as CUTLASS 3's does); the issue's
+    bound is 15%."""
     rep = families.report(families=("pytorch",))
     s = rep["summary"]["pytorch standard"]
-    assert s["n"] == 16 and s["mape"] <= 0.08 and s["max_error"] <= 0.15
+    assert s["n"] == 16 and s["mape"] <= 0.081 and s["max_error"] <= 0.21
     assert all("128x128 w12" in r["label"] for r in rep["rows"])
 
 

@@ -38,7 +38,7 @@ def test_wgmma_kernels_and_flash_attn2_run_at_the_power_limit(rows):
 def test_replayed_cycles_against_the_gpus(rows):
     """The replay's cycles against Nsight Compute's for each kernel run alone. Achieved (the
     bounds round them up; the replay is deterministic): this project's mma.sync forwards
-    within 1.4%, flash-attn 2's 11.0% short, cuDNN's 10.9% over (its written program), the
+    within 1.4%, flash-attn 2's 11.2% short, cuDNN's 11.1% over (its written program), the
     Hopper builds at d = 128 within 2% (14.2% and 24.8% over with both overlaps before FFMA
     took one cycle and its rate beside wgmma was fitted on the FFMA warpgroup's span:
     docs/model.md, "FFMA's cost beside wgmma is the FMA pipe's"), the d = 64 build without
@@ -47,7 +47,7 @@ def test_replayed_cycles_against_the_gpus(rows):
     err = {k: r["cycles_error"] for k, r in rows.items()}
     assert abs(err["flashio 128x64 w8", 128]) <= 0.01
     assert abs(err["flashio 128x128 w8", 64]) <= 0.02
-    assert abs(err["sdpa-flash", 128]) <= 0.12 and abs(err["sdpa-cudnn", 128]) <= 0.11
+    assert abs(err["sdpa-flash", 128]) <= 0.12 and abs(err["sdpa-cudnn", 128]) <= 0.12
     d128 = ("128x176 pingpong", "128x128 none", "128x128 both", "128x176 both")
     assert max(abs(err[f"hopper {b}", 128]) for b in d128) <= 0.02
     assert -0.09 <= err["hopper 128x128 none", 64] < -0.07
@@ -57,9 +57,10 @@ def test_hopper_builds_in_cycles():
     """Every build of the Hopper forward at every validation shape, alone under Nsight Compute
     (data/gpu/probe/hopper_cycles.py): in cycles, where the clock drops out, the GPU orders
     the d = 128 builds as it does in time (128x176 with both overlaps fewest at N >= 2048,
-    then 128x128 with both). The replay's cycles: 12.4% off over the 120 rows, 12.2% short
-    on average (a CTA's fixed cost: the next test; 8.6% and 7.7% with the warpgroups started
-    together, the d = 64 steps too long there); at d = 128 and N >= 4096 within 10.3% for
+    then 128x128 with both). The replay's cycles: 11.2% off over the 120 rows, 11.0% short
+    on average (a CTA's fixed cost: the next test; 12.4% and 12.2% before the copies were
+    priced as bulk copies; 8.6% and 7.7% with the warpgroups started together, the d = 64
+    steps too long there); at d = 128 and N >= 4096 within 9.2% for
     every build, and it orders the first two as the GPU does at each of those shapes (with
     the rate fitted on a dense FFMA stream's CTA time, before: the builds with both overlaps
     9-24% over, ranked wrong). At d = 64 its fewest cycles are the GPU's at 8 of the 10
@@ -68,8 +69,8 @@ def test_hopper_builds_in_cycles():
     rows = kernel_clock.hopper_cycles(jobs=2)
     assert len(rows) == 120
     err = [r["cycles_error"] for r in rows]
-    assert sum(abs(e) for e in err) / len(err) <= 0.125
-    assert -0.125 < sum(err) / len(err) < -0.12
+    assert sum(abs(e) for e in err) / len(err) <= 0.113
+    assert -0.115 < sum(err) / len(err) < -0.105
     d64 = [r for r in rows if r["head_dim"] == 64]
     shapes = {(r["seq_len"], r["causal"]) for r in d64}
     agree = 0
@@ -84,14 +85,15 @@ def test_hopper_builds_in_cycles():
         first = ["hopper 128x176 both", "hopper 128x128 both"]
         assert sorted(at, key=lambda k: at[k]["cycles"])[:2] == first, (n, causal)
         assert sorted(at, key=lambda k: at[k]["model_cycles"])[:2] == first, (n, causal)
-        assert all(abs(at[k]["cycles_error"]) <= 0.11 for k in at)
+        assert all(abs(at[k]["cycles_error"]) <= 0.1 for k in at)
 
 
 def test_hopper_cycles_split_into_steps_and_a_fixed_cost():
     """The same 120 launches, cycles per round of CTAs (one CTA an SM) against steps a CTA,
     a line through N = 1k..16k per non-causal build (``kernel_clock.cycle_parts``): the GPU
-    spends 8.9-13.2 thousand cycles a CTA besides its steps, the replay 3.2-7.5 thousand
-    fewer for every build, while its step is within -1% to +3% of the GPU's at d = 128 and
+    spends 8.9-13.2 thousand cycles a CTA besides its steps, the replay 2.6-6.6 thousand
+    fewer for every build (3.2-7.5 before its copies were priced as bulk copies: docs/model.md,
+    "Bulk copies"), while its step is within -1% to +3% of the GPU's at d = 128 and
     -13% to +8% at d = 64 (-5% to +11% with the warpgroups started together; 1-28% over
     with the rate fitted on a dense FFMA stream's CTA time: docs/model.md, "FFMA's cost
     beside wgmma is the FMA pipe's"). A documented limit, pinned so that a model that lifts
@@ -100,7 +102,7 @@ def test_hopper_cycles_split_into_steps_and_a_fixed_cost():
     assert len(parts) == 12 and all(p["shapes"] == 5 for p in parts)
     for p in parts:
         assert 8_500 < p["gpu_fixed"] < 13_500, p
-        assert 3_000 < p["gpu_fixed"] - p["model_fixed"] < 8_000, p
+        assert 2_500 < p["gpu_fixed"] - p["model_fixed"] < 7_000, p
         assert abs(p["model_step"] / p["gpu_step"] - 1) < (0.04 if p["head_dim"] == 128 else 0.13)
 
 
@@ -110,7 +112,8 @@ def test_a_ctas_fixed_cost_is_its_copies_and_stores():
     build and round count (``cycle_parts(..., by_rounds=True)``): the replay's step is within
     11% of the GPU's (-10% and -8% for the d = 64 build without overlap, whose replayed step
     is short on the validation shapes too), while a CTA's fixed cost after the first round is
-    6.1-8.9 thousand cycles on the GPU and 2.7-4.1 thousand in the replay. Built without
+    6.1-8.9 thousand cycles on the GPU and 3.4-4.7 thousand in the replay (2.7-4.1 before
+    its copies were priced as bulk copies: docs/model.md, "Bulk copies"). Built without
     arithmetic (``--skeleton``: every copy, barrier and store) the same CTAs cost 4.7-8.6
     thousand cycles a round besides their steps, at 1.97 GHz instead of 1.7-1.8: in seconds
     the whole kernel's fixed cost is within 1.1 us of its skeleton's (docs/model.md, "A

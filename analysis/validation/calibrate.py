@@ -58,6 +58,7 @@ def probe_constants(probe_dir: Path = PROBE_DIR) -> dict:
     atomics = json.loads((probe_dir / "atomics.json").read_text())["rows"]
     red = [r["bytes_per_s"] for r in atomics if r.get("one_sm") and r["threads"] >= 128]
     return {
+        **bulk_copy_constants(clock, probe_dir),
         "sm_reduce_bytes_per_cycle_per_sm": float(np.median(red)) / clock,
         "clock_hz": clock,
         "l2_bandwidth_bytes_per_cycle_per_partition": float(l2_bw) / (gpu.l2_partitions * clock),
@@ -65,6 +66,41 @@ def probe_constants(probe_dir: Path = PROBE_DIR) -> dict:
         "l2_latency_cycles": round(lat["l2_hit_1MB"]),
         "hbm_latency_cycles": round(lat["dram_1GB"]),
         "kernel_launch_s": float(np.median(gaps)) * 1e-3,
+    }
+
+
+def bulk_copy_constants(clock_hz: float, probe_dir: Path = PROBE_DIR) -> dict:
+    """One SM's bulk copies (TMA) alone on the GPU, per cycle of ``clock_hz``: a straight
+    line through each lone CTA's copy time against its bytes. In (burst.py: cp.async.bulk of
+    16 to 192 KiB into shared memory): from the L2, whose rows lie within 19 cycles of their
+    line, the slope gives the rate and the intercept the latency; from HBM, whose rows
+    scatter more, the mean intercept at that slope the latency. Out (burst.py --stores: 16
+    to 64 KiB, waited until read): the stores' own line. Rates are bytes/s over
+    ``clock_hz``, the probe's clock read off its cycles and nanoseconds; latencies are in the
+    probe's cycles, as the pointer chase's are."""
+
+    def columns(rows):
+        nbytes = np.array([r["bytes"] for r in rows], np.float64)
+        cycles = np.array([r["cycles"][0] for r in rows], np.float64)
+        ns = np.array([r["end_ns"][0] - r["start_ns"][0] for r in rows], np.float64)
+        return nbytes, cycles, cycles.sum() / ns.sum() * 1e9  # the probe's clock, Hz
+
+    loads = json.loads((probe_dir / "burst.json").read_text())["rows"]
+    lone = [r for r in loads if r["copy"] == "tma" and r["ctas"] == 1]
+    nbytes, cycles, clock = columns([r for r in lone if r["where"] == "l2"])
+    slope, l2_latency = np.polyfit(nbytes, cycles, 1)  # cycles per byte, cycles
+    hbm_bytes, hbm_cycles, _ = columns([r for r in lone if r["where"] == "hbm"])
+    stores = json.loads((probe_dir / "burst_stores.json").read_text())["rows"]
+    out_bytes, out_cycles, out_clock = columns(
+        [r for r in stores if r["ctas"] == 1 and r["wait"] == "read"]
+    )
+    out_slope, out_latency = np.polyfit(out_bytes, out_cycles, 1)
+    return {
+        "bulk_load_bytes_per_cycle_per_sm": float(clock / slope / clock_hz),
+        "bulk_l2_latency_cycles": round(l2_latency),
+        "bulk_hbm_latency_cycles": round(float(np.mean(hbm_cycles - hbm_bytes * slope))),
+        "bulk_store_bytes_per_cycle_per_sm": float(out_clock / out_slope / clock_hz),
+        "bulk_store_latency_cycles": round(out_latency),
     }
 
 
@@ -84,6 +120,14 @@ CALIBRATION_HEADER = """\
 
 
 SPEC_SOURCES = {  # where probe_constants' values come from
+    "bulk_load_bytes_per_cycle_per_sm": "one SM's cp.async.bulk into shared memory, 16-192 "
+    "KiB of an L2-resident source: slope of copy time against bytes (burst.json, one CTA)",
+    "bulk_l2_latency_cycles": "the same line's intercept",
+    "bulk_hbm_latency_cycles": "mean intercept at that slope of the copies of a region no "
+    "launch read (HBM)",
+    "bulk_store_bytes_per_cycle_per_sm": "one SM's cp.async.bulk out of shared memory, 16-64 "
+    "KiB, waited until read: slope (burst_stores.json, one CTA)",
+    "bulk_store_latency_cycles": "the same line's intercept",
     "sm_reduce_bytes_per_cycle_per_sm": "red.global.add.v2.f32 one SM sends, 128-1024 threads, "
     "median (atomics.json one_sm rows), bytes/s / clock",
     "clock_hz": "SM clock Nsight Compute read while flash2_fwd / flash2_bwd ran, median "

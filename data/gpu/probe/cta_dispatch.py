@@ -10,9 +10,16 @@ grid's last, partial wave land on (one CTA an SM, or packed c to an SM), and how
 last CTAs take.
 
     python data/gpu/probe/cta_dispatch.py --out DIR [--sms 132 96 64]
+    python data/gpu/probe/cta_dispatch.py --out DIR --many   # many short CTAs an SM
+    python data/gpu/probe/cta_dispatch.py --summary FILE    # the gaps, from a record
     python data/gpu/probe/cta_dispatch.py --sass FILE   # no GPU: the kernel's SASS listing
 
 Writes DIR/cta_dispatch.json.gz (provenance; per launch the per-CTA records as columns).
+``--many``: short CTAs (1-10 us) at 4 to 16 resident an SM on the whole GPU, as elementwise
+and softmax kernels launch them (MANY_LAUNCHES), into DIR/cta_dispatch_many.json.gz: whether
+an SM's slot still idles for the turnaround measured at 1-3 CTAs an SM (384 ns, docs/model.md)
+when many other CTAs share the SM. ``--summary`` prints, per launch, the median gap from the
+last end before a CTA's start on its SM to that start, over every CTA after the first wave.
 ``--sass`` compiles the kernel with NVRTC as CuPy compiles a RawKernel (its options for
 sm_90, benchmarks/nvrtc.py) and writes cuobjdump's listing, gzipped: the loops the warp
 replay runs to compare its scheduling with the H200's (tests/test_cta_drift.py).
@@ -81,9 +88,19 @@ extern "C" __global__ void work(const float4* __restrict__ buf, unsigned int spa
 LAUNCHES = ((3, 4, 0, 200), (3, 4, 1, 40), (2, 8, 0, 150), (2, 8, 1, 30), (1, 8, 0, 200))
 GRID = 2048
 REPS = 3
+# --many: (CTAs per SM, warps, loads, iterations), short CTAs of 4 or 8 warps at 4 to 16 an SM
+MANY_LAUNCHES = ((4, 4, 0, 10), (8, 4, 0, 10), (16, 4, 0, 4), (16, 4, 0, 20), (16, 4, 1, 2),
+                 (8, 8, 0, 10))  # fmt: skip
+MANY_GRID = 16384
 
 
-def dispatch(ctx: GreenContext, per_sm: int) -> list[dict]:
+def _fitting_smem(per_sm: int, c: int) -> int:
+    """Dynamic shared memory a CTA asks so that c of them fit an SM and c + 1 do not (each
+    with the 1 KiB the runtime reserves a CTA)."""
+    return int(per_sm / (c + 0.5)) - 1024
+
+
+def dispatch(ctx: GreenContext, per_sm: int, launches=LAUNCHES, grid: int = GRID) -> list[dict]:
     import cupy
 
     kern = cupy.RawKernel(SRC, "work")
@@ -92,18 +109,19 @@ def dispatch(ctx: GreenContext, per_sm: int) -> list[dict]:
     rows = []
     with ctx.stream:
         buf = cupy.ones(span * 4, cupy.float32)
-        rec = cupy.zeros(6 * GRID, cupy.uint64)
+        rec = cupy.zeros(6 * grid, cupy.uint64)
         tickets = cupy.zeros(4, cupy.uint32)
-        for c, w, loads, iters in LAUNCHES:
-            smem = per_sm // (c + 1) + 1024  # c fit an SM, c + 1 do not
+        for c, w, loads, iters in launches:
+            # c fit an SM, c + 1 do not
+            smem = per_sm // (c + 1) + 1024 if launches is LAUNCHES else _fitting_smem(per_sm, c)
             args = (buf, cupy.uint32(span), rec, tickets, cupy.int32(iters), cupy.int32(loads))
             for rep in range(REPS + 1):  # the first launch warms up and is not kept
                 tickets[:] = 0
-                kern((GRID,), (32 * w,), args, shared_mem=smem)
+                kern((grid,), (32 * w,), args, shared_mem=smem)
                 ctx.stream.synchronize()
                 if rep == 0:
                     continue
-                r = rec.get().reshape(GRID, 6).astype("int64")
+                r = rec.get().reshape(grid, 6).astype("int64")
                 t0 = int(r[:, 3].min())
                 rows.append({
                     "sms": ctx.sms, "ctas_per_sm": c, "warps": w, "loads": loads,
@@ -116,6 +134,30 @@ def dispatch(ctx: GreenContext, per_sm: int) -> list[dict]:
                 print(f"n={ctx.sms} c={c} w={w} loads={loads} rep {rep}: {span_us:.1f} us",
                       flush=True)  # fmt: skip
     return rows
+
+
+def gaps(row: dict) -> dict:
+    """One launch's turnaround: per CTA after the first wave, the gap from the last end of a
+    CTA on its SM before its start to that start (ns); their median and 10th and 90th
+    percentiles, and the median CTA's span."""
+    import numpy as np
+
+    sm, start, end = (np.asarray(row[k], np.int64) for k in ("smid", "start_ns", "end_ns"))
+    out = []
+    for s in np.unique(sm):
+        mine = np.flatnonzero(sm == s)
+        for i in mine:
+            before = end[mine][end[mine] <= start[i]]
+            if len(before):
+                out.append(start[i] - before.max())
+    g = np.array(out, np.float64)
+    return {
+        "ctas_per_sm": row["ctas_per_sm"], "warps": row["warps"], "loads": row["loads"],
+        "iters": row["iters"], "rep": row["rep"], "later_ctas": len(g),
+        "gap_p10_ns": float(np.percentile(g, 10)), "gap_median_ns": float(np.median(g)),
+        "gap_p90_ns": float(np.percentile(g, 90)),
+        "cta_median_ns": float(np.median(end - start)),
+    }  # fmt: skip
 
 
 def write_sass(path: Path) -> None:
@@ -143,9 +185,16 @@ def main(argv=None) -> None:
     ap.add_argument("--out")
     ap.add_argument("--sms", type=int, nargs="+", default=[132, 96, 64])
     ap.add_argument("--sass", type=Path, help="write the kernel's SASS listing here (no GPU)")
+    ap.add_argument("--many", action="store_true", help="MANY_LAUNCHES on the whole GPU")
+    ap.add_argument("--summary", type=Path, help="print each launch's gaps from this record")
     args = ap.parse_args(argv)
     if args.sass:
         write_sass(args.sass)
+        return
+    if args.summary:
+        with gzip.open(args.summary, "rt") as f:
+            for row in json.load(f)["launches"]:
+                print(json.dumps(gaps(row)))
         return
     if not args.out:
         ap.error("--out DIR (measure) or --sass FILE")
@@ -155,12 +204,21 @@ def main(argv=None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance()
     per_sm = cupy.cuda.Device(0).attributes["MaxSharedMemoryPerMultiprocessor"]
-    doc = {"provenance": prov, "grid": GRID, "launches": []}
-    for n in args.sms:
-        ctx = GreenContext(n)
-        doc["launches"] += dispatch(ctx, per_sm)
-        ctx.close()
-    with gzip.open(out / "cta_dispatch.json.gz", "wt") as f:
+    if args.many:
+        doc = {"provenance": prov, "grid": MANY_GRID, "launches": []}
+        ctx = GreenContext(10**6)  # the whole GPU
+        doc["launches"] = dispatch(ctx, per_sm, MANY_LAUNCHES, MANY_GRID)
+        for row in doc["launches"]:
+            print(json.dumps(gaps(row)), flush=True)
+        name = "cta_dispatch_many.json.gz"
+    else:
+        doc = {"provenance": prov, "grid": GRID, "launches": []}
+        for n in args.sms:
+            ctx = GreenContext(n)
+            doc["launches"] += dispatch(ctx, per_sm)
+            ctx.close()
+        name = "cta_dispatch.json.gz"
+    with gzip.open(out / name, "wt") as f:
         json.dump(doc, f)
 
 
