@@ -83,6 +83,33 @@ extern "C" __global__ void work(const float4* __restrict__ buf, unsigned int spa
     if (s == 12345.0f) { pad[0] = s; tickets[2] = (unsigned int)pad[threadIdx.x & 7]; }
 }
 """
+# --many's spinning CTAs: each warp waits until its SM's clock has run ``cycles`` past the
+# CTA's start, using no pipe, so that an SM's CTAs finish in proportion to how many it holds
+SPIN_SRC = r"""
+extern "C" __global__ void spin(unsigned long long* rec, unsigned int* tickets, int cycles) {
+    __shared__ unsigned long long t0, c0;
+    __shared__ unsigned int s0;
+    if (threadIdx.x == 0) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        c0 = clock64();
+        s0 = atomicAdd(&tickets[0], 1u);
+    }
+    __syncthreads();
+    while ((long long)(clock64() - c0) < cycles) { __nanosleep(32); }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long t1, c1 = clock64();
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+        unsigned int id, e = atomicAdd(&tickets[1], 1u);
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+        unsigned long long* r = rec + 6ull * blockIdx.x;
+        r[0] = id; r[1] = s0; r[2] = e; r[3] = t0; r[4] = t1; r[5] = c1 - c0;
+    }
+}
+"""
+# (CTAs per SM, warps, cycles): spinning CTAs of 1 and 4 us at 4 to 16 an SM
+SPIN_LAUNCHES = ((4, 4, 2000), (8, 4, 2000), (16, 4, 2000), (16, 4, 8000), (8, 8, 2000),
+                 (2, 4, 2000), (1, 4, 2000))  # fmt: skip
 # (CTAs per SM, warps, loads, iterations): the flash2 forward 64x64 w4's residency (3) and
 # 128x128 w8's (2), one CTA an SM, with and without loads
 LAUNCHES = ((3, 4, 0, 200), (3, 4, 1, 40), (2, 8, 0, 150), (2, 8, 1, 30), (1, 8, 0, 200))
@@ -103,7 +130,10 @@ def _fitting_smem(per_sm: int, c: int) -> int:
 def dispatch(ctx: GreenContext, per_sm: int, launches=LAUNCHES, grid: int = GRID) -> list[dict]:
     import cupy
 
-    kern = cupy.RawKernel(SRC, "work")
+    # --many: at most 32 registers a thread, so that 16 CTAs of 4 warps (2,048 threads) fit
+    # the register file and shared memory alone limits how many share an SM
+    many = launches is not LAUNCHES
+    kern = cupy.RawKernel(SRC, "work", options=("--maxrregcount=32",) if many else ())
     kern.max_dynamic_shared_size_bytes = per_sm // 2 + 1024  # the most a launch below asks
     span = (8 << 20) // 16  # an 8 MiB buffer of float4: L2-resident
     rows = []
@@ -113,7 +143,7 @@ def dispatch(ctx: GreenContext, per_sm: int, launches=LAUNCHES, grid: int = GRID
         tickets = cupy.zeros(4, cupy.uint32)
         for c, w, loads, iters in launches:
             # c fit an SM, c + 1 do not
-            smem = per_sm // (c + 1) + 1024 if launches is LAUNCHES else _fitting_smem(per_sm, c)
+            smem = _fitting_smem(per_sm, c) if many else per_sm // (c + 1) + 1024
             args = (buf, cupy.uint32(span), rec, tickets, cupy.int32(iters), cupy.int32(loads))
             for rep in range(REPS + 1):  # the first launch warms up and is not kept
                 tickets[:] = 0
@@ -125,7 +155,8 @@ def dispatch(ctx: GreenContext, per_sm: int, launches=LAUNCHES, grid: int = GRID
                 t0 = int(r[:, 3].min())
                 rows.append({
                     "sms": ctx.sms, "ctas_per_sm": c, "warps": w, "loads": loads,
-                    "iters": iters, "rep": rep, "smid": r[:, 0].tolist(),
+                    "iters": iters, "rep": rep, "registers": kern.num_regs,
+                    "smem_bytes": smem, "smid": r[:, 0].tolist(),
                     "start_ticket": r[:, 1].tolist(), "end_ticket": r[:, 2].tolist(),
                     "start_ns": (r[:, 3] - t0).tolist(), "end_ns": (r[:, 4] - t0).tolist(),
                     "cycles": r[:, 5].tolist(),
@@ -139,10 +170,22 @@ def dispatch(ctx: GreenContext, per_sm: int, launches=LAUNCHES, grid: int = GRID
 def gaps(row: dict) -> dict:
     """One launch's turnaround: per CTA after the first wave, the gap from the last end of a
     CTA on its SM before its start to that start (ns); their median and 10th and 90th
-    percentiles, and the median CTA's span."""
+    percentiles, and the median CTA's span. And over the middle of the launch (20-60% of its
+    span), where every slot cycles through a CTA of span L and an idle gap g: the CTAs
+    resident on an SM on average (c L / (L + g)) and the starts an SM makes per microsecond
+    (c / (L + g)), with the gap each implies."""
     import numpy as np
 
     sm, start, end = (np.asarray(row[k], np.int64) for k in ("smid", "start_ns", "end_ns"))
+    c, last = row["ctas_per_sm"], float(end.max())
+    ts = np.linspace(0.2 * last, 0.6 * last, 200)
+    sms = np.unique(sm)
+    resident = np.mean([
+        np.mean([((start[sm == s] <= t) & (end[sm == s] > t)).sum() for t in ts]) for s in sms
+    ])  # fmt: skip
+    mid = (start > 0.2 * last) & (start < 0.6 * last)
+    rate = mid.sum() / len(sms) / (0.4 * last)  # starts per ns per SM
+    span = float(np.median(end[mid] - start[mid]))
     out = []
     for s in np.unique(sm):
         mine = np.flatnonzero(sm == s)
@@ -157,7 +200,40 @@ def gaps(row: dict) -> dict:
         "gap_p10_ns": float(np.percentile(g, 10)), "gap_median_ns": float(np.median(g)),
         "gap_p90_ns": float(np.percentile(g, 90)),
         "cta_median_ns": float(np.median(end - start)),
+        "registers": row.get("registers"), "mid_cta_ns": span,
+        "mid_resident": float(resident), "mid_starts_per_us": float(rate * 1e3),
+        "gap_from_resident_ns": span * (c / resident - 1),
+        "gap_from_starts_ns": c / rate - span,
     }  # fmt: skip
+
+
+def spin(per_sm: int) -> list[dict]:
+    """SPIN_LAUNCHES on the whole GPU: per launch the per-CTA records, as ``dispatch``."""
+    import cupy
+
+    kern = cupy.RawKernel(SPIN_SRC, "spin")
+    kern.max_dynamic_shared_size_bytes = max(_fitting_smem(per_sm, c) for c, *_ in SPIN_LAUNCHES)
+    rows = []
+    rec = cupy.zeros(6 * MANY_GRID, cupy.uint64)
+    tickets = cupy.zeros(4, cupy.uint32)
+    for c, w, cycles in SPIN_LAUNCHES:
+        smem = _fitting_smem(per_sm, c)
+        for rep in range(REPS + 1):  # the first launch warms up and is not kept
+            tickets[:] = 0
+            kern((MANY_GRID,), (32 * w,), (rec, tickets, cupy.int32(cycles)), shared_mem=smem)
+            cupy.cuda.runtime.deviceSynchronize()
+            if rep == 0:
+                continue
+            r = rec.get().reshape(MANY_GRID, 6).astype("int64")
+            t0 = int(r[:, 3].min())
+            rows.append({
+                "sms": 132, "ctas_per_sm": c, "warps": w, "loads": -1, "iters": cycles,
+                "rep": rep, "registers": kern.num_regs, "smem_bytes": smem, "spin": True,
+                "smid": r[:, 0].tolist(), "start_ticket": r[:, 1].tolist(),
+                "end_ticket": r[:, 2].tolist(), "start_ns": (r[:, 3] - t0).tolist(),
+                "end_ns": (r[:, 4] - t0).tolist(), "cycles": r[:, 5].tolist(),
+            })  # fmt: skip
+    return rows
 
 
 def write_sass(path: Path) -> None:
@@ -207,7 +283,7 @@ def main(argv=None) -> None:
     if args.many:
         doc = {"provenance": prov, "grid": MANY_GRID, "launches": []}
         ctx = GreenContext(10**6)  # the whole GPU
-        doc["launches"] = dispatch(ctx, per_sm, MANY_LAUNCHES, MANY_GRID)
+        doc["launches"] = dispatch(ctx, per_sm, MANY_LAUNCHES, MANY_GRID) + spin(per_sm)
         for row in doc["launches"]:
             print(json.dumps(gaps(row)), flush=True)
         name = "cta_dispatch_many.json.gz"
