@@ -242,11 +242,10 @@ def test_eager_pytorch_from_its_kernels_machine_code():
     """PyTorch's eager attention (GEMM, scale, masked_fill when causal, row softmax, GEMM:
     every kernel of the call summed) against standard attention with the pytorch preset
     (unfused), its elementwise and softmax kernels replayed from their machine code, their
-    loads waiting the HBM's latency: achieved 8.0% (max 20.5%, N = 1024, d = 64, where the
-    GEMMs' bulk copies, the 32 KiB tile of S a CTA copies out at 32 B a cycle among them,
-    are most of a CTA; 7.4% and 13.9% before bulk copies were priced, docs/model.md "Bulk
-    copies"; cuBLAS's epilogue is assumed to store by TMA as CUTLASS 3's does); the issue's
-    bound is 15%."""
+    loads waiting the HBM's latency: achieved 8.0% (max 20.5%, N = 1024, d = 64, +13.9%
+    before its GEMMs' tiles were priced as bulk copies; 7.4% and 13.9% then, docs/model.md
+    "Bulk copies"; cuBLAS's epilogue is assumed to store by TMA as CUTLASS 3's does); the
+    issue's bound is 15%."""
     rep = families.report(families=("pytorch",))
     s = rep["summary"]["pytorch standard"]
     assert s["n"] == 16 and s["mape"] <= 0.081 and s["max_error"] <= 0.21
