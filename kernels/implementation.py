@@ -920,7 +920,8 @@ FLASHIO_HOPPER = Implementation(
 # - NumLoadWarpGroups = 1 (4 producer warps), 2 consumer warpgroups (NumMMAThreads = 8 warps),
 #   setmaxnreg 232 / 40 (LoadRegisterRequirement = 40, MmaRegisterRequirement = 232 unless
 #   RegsPerThread >= 208; a 128 x 128 fp32 tile over 256 threads needs 64).
-# - persistent grid ("Setting persistent grid SM count"; assumed for cuBLAS).
+# - persistent grid ("Setting persistent grid SM count"): the GEMMs of eager PyTorch's profile
+#   run as 2 x 66 CTAs of 384 threads on the 132-SM H200 (data/impl/eager/eager_ncu.csv.gz).
 # - Operands from shared memory (SS wgmma; q_in_registers = False).
 # - stages = 2: cuBLAS's stage count is not public (CUTLASS sizes it to fill shared memory);
 #   2, the least a TMA pipeline that overlaps needs, is an assumption.

@@ -195,6 +195,8 @@ class Schedule:
             bulk = _bulk_copies(self)
             if bulk:
                 params["bulk_copies"] = bulk
+                if _specialized(self).persistent:  # its warp-specialized kernels loop over tiles
+                    params["persistent_kernels"] = sorted(bulk)
             roles = _warp_roles(self)
             if roles:
                 params["warp_roles"] = roles

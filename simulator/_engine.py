@@ -29,6 +29,7 @@ from flashio.simulator._requests import landed, request, settle, track
 from flashio.simulator._state import (
     ALLOC,
     B_TENSOR,
+    C_CTA_GAP,
     C_CTA_LEAD,
     C_CTA_TAIL,
     C_DURATION,
@@ -234,9 +235,12 @@ def _sample_memory(mem, span, c):
 
 
 @njit(**HOT)
-def _dispatch(s, c, t, si, sf, cta_off, win_c0, lead, reg, kern, mem):
-    """Slot s takes CTA c (the next in order) at time t; if c is the next marked CTA, the memory
-    system is checkpointed first."""
+def _dispatch(s, c, t, slots, cta_off, win_c0, cfg, kern, mem):
+    """Slot s, free since time t, takes CTA c (the next in order) the block scheduler's
+    turnaround (C_CTA_GAP) later; if c is the next marked CTA, the memory system is
+    checkpointed first."""
+    si, sf, reg = slots.si, slots.sf, slots.reg
+    t += cfg[C_CTA_GAP]
     marks, m = kern.marks, reg[R_MARK]
     if m < marks.shape[0] and c == marks[m]:
         snaps = kern.snaps
@@ -249,7 +253,7 @@ def _dispatch(s, c, t, si, sf, cta_off, win_c0, lead, reg, kern, mem):
             snaps[m, SNAP_HBM + 2 * tensor] = mem.tstat[tensor, T_HBM_READ]
             snaps[m, SNAP_HBM + 2 * tensor + 1] = mem.tstat[tensor, T_HBM_WRITE]
         reg[R_MARK] = m + 1
-    start_cta(s, c, t, si, sf, cta_off, win_c0, lead)
+    start_cta(s, c, t, si, sf, cta_off, win_c0, cfg[C_CTA_LEAD])
     reg[R_NEXT] = c + 1
 
 
@@ -303,7 +307,7 @@ def _run(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap, plain):
     n = hn[0]
     n_slots = si.shape[0]
     occupy, duration = cfg[C_OCCUPY], cfg[C_DURATION]
-    lead, tail = cfg[C_CTA_LEAD], cfg[C_CTA_TAIL]
+    tail = cfg[C_CTA_TAIL]
     prefetch = False if plain else cfg[C_PREFETCH] > 0
     staged = False if plain else cfg[C_PREFETCH] == PREFETCH_STAGED
     streams = False if plain else cfg[C_STREAMS] > 0
@@ -312,7 +316,7 @@ def _run(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap, plain):
     if reg[R_PENDING] >= 0:  # resume: give the waiting slot its CTA
         s = reg[R_PENDING]
         reg[R_PENDING] = -1
-        _dispatch(s, reg[R_NEXT], sf[s, F_T], si, sf, cta_off, win_c0, lead, reg, kern, mem)
+        _dispatch(s, reg[R_NEXT], sf[s, F_T], slots, cta_off, win_c0, cfg, kern, mem)
     # Two levels of order. The heap holds the SMs, keyed by the (time, slot) of their earliest
     # CTA; the root SM is being replayed. Within it, its earliest CTA runs until it passes its
     # earliest sibling (a cheap switch within the SM) or, at an event that needs the global
@@ -520,7 +524,7 @@ def _run(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap, plain):
                         reg[R_PENDING] = s
                         hn[0] = n
                         return 1
-                    _dispatch(s, c, fin, si, sf, cta_off, win_c0, lead, reg, kern, mem)
+                    _dispatch(s, c, fin, slots, cta_off, win_c0, cfg, kern, mem)
                 else:  # no CTA left for this slot
                     si[s, S_CTA] = -1
                 break  # the SM's earliest CTA may have changed

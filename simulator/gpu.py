@@ -81,9 +81,9 @@ class GPUSpec:
     """One GPU, real or hypothetical. Counts and sizes are ints, rates are floats.
 
     Every field is positive except ``l2_bytes``, which may be 0 ("no L2", the FlashAttention
-    paper's model where every global access reaches HBM), ``l1_bytes_per_sm`` and
-    ``sm_reduce_bytes_per_cycle_per_sm``, 0 where not known (the fields a spec file may leave
-    out), and ``description`` (may be empty).
+    paper's model where every global access reaches HBM), the fields a spec file may leave
+    out (``l1_bytes_per_sm`` and those after it: 0 where not known), and ``description``
+    (may be empty).
     ``docs/gpus.md`` gives each field's meaning and what the simulator uses it for.
     """
 
@@ -148,6 +148,11 @@ class GPUSpec:
     bulk_hbm_latency_cycles: int = 0
     bulk_store_bytes_per_cycle_per_sm: float = 0.0
     bulk_store_latency_cycles: int = 0
+    # the block scheduler's turnaround, where measured: how long a slot idles between its
+    # CTA's end and the next CTA's start; 0: not known (the next CTA starts as the last one
+    # ends). Seconds: the probe times it on the global timer. Last, with a default, so spec
+    # files without it still load.
+    cta_turnaround_s: float = 0.0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -275,7 +280,10 @@ BULK_FIELDS = (
     "bulk_store_bytes_per_cycle_per_sm",
     "bulk_store_latency_cycles",
 )
-ZERO_ALLOWED = ("l2_bytes", "l1_bytes_per_sm", "sm_reduce_bytes_per_cycle_per_sm", *BULK_FIELDS)
+ZERO_ALLOWED = (
+    "l2_bytes", "l1_bytes_per_sm", "sm_reduce_bytes_per_cycle_per_sm", *BULK_FIELDS,
+    "cta_turnaround_s",
+)  # fmt: skip
 _MMA_FIELDS = {
     "fp16": "tensor_fp16_flops_per_cycle_per_sm",
     "bf16": "tensor_bf16_flops_per_cycle_per_sm",

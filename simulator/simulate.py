@@ -349,6 +349,15 @@ def spill_reloads_hit(kinfo, occ, gpu: GPUSpec, comp: Compiled | None) -> bool:
     return spills_fit_l1(comp, occ.ctas_per_sm, threads, smem, gpu)
 
 
+def turnaround(meta, kinfo, gpu: GPUSpec) -> float:
+    """Seconds a slot of ``kinfo``'s grid idles between one CTA and the next: the block
+    scheduler's ``cta_turnaround_s``, or 0 for a kernel a persistent grid runs (its CTAs take
+    their tiles one after another with no new launch: ``params["persistent_kernels"]``)."""
+    if kinfo.name in meta.params.get("persistent_kernels", ()):
+        return 0.0
+    return gpu.cta_turnaround_s
+
+
 def bulk_tensors(meta, kernel: str) -> np.ndarray:
     """1 for each tensor of ``meta`` (and the spill pseudo-tensor after them) that kernel
     ``kernel`` moves by bulk copies (``params["bulk_copies"]``), else 0."""
@@ -392,6 +401,7 @@ def _config(
     hold_reductions: bool = False,
     streamed_requests: bool = False,
     pending_fills: bool = False,
+    turnaround_s: float = 0.0,
 ) -> np.ndarray:
     # with CTA drift, the paces by age follow the fixed entries: row n - 1 at N_CFG + n(n-1)/2
     paces = [p for row in cost.paces for p in row]
@@ -411,6 +421,7 @@ def _config(
     cfg[E.C_BULK_HBM_LAT] = bulk.hbm_latency_s
     cfg[E.C_BULK_ST_BW] = bulk.store_bytes_per_s
     cfg[E.C_BULK_ST_LAT] = bulk.store_latency_s
+    cfg[E.C_CTA_GAP] = turnaround_s
     rates = _pipe_rates(gpu, dtype)
     cfg[E.C_TENSOR] = rates[int(Op.MMA)]
     cfg[E.C_FP32] = rates[int(Op.ELEMENTWISE)]
@@ -570,6 +581,7 @@ def replay(
         cfg = _config(
             gpu, dtype, cost, shared, prefetches(kinfo, options, comp, source.meta.params),
             holds_reductions(comp, shared), options.streamed_requests, options.pending_fills,
+            turnaround(meta, kinfo, gpu),
         )  # fmt: skip
         bulk = bulk_tensors(meta, kinfo.name)
         mem = E.Memory(l2_on, l2, srv, sv, local, space, bulk, tstat, busy, cnt)

@@ -71,8 +71,9 @@ def attention_schedules(draw, name, *, max_seq_len=40, max_tiles=5, dtypes=tuple
 @st.composite
 def gpu_specs(draw, *, l2=("none", "tiny", "large")):
     """An H200 with few SMs and an L2 of none, a few granules (evictions), or plenty; its SMs
-    send reductions at their memory path's rate (0: not measured) or slower, and bulk copies
-    as plain requests or as the H200's."""
+    send reductions at their memory path's rate (0: not measured) or slower, bulk copies as
+    plain requests or as the H200's, and its block scheduler hands a slot its next CTA at once
+    or after the H200's turnaround."""
     line = draw(st.sampled_from([64, 128, 256]))
     kind = draw(st.sampled_from(l2))
     granules = {"none": 0, "tiny": draw(st.integers(1, 6)), "large": 4096}[kind]
@@ -86,6 +87,7 @@ def gpu_specs(draw, *, l2=("none", "tiny", "large")):
         sm_reduce_bytes_per_cycle_per_sm=draw(st.sampled_from([0.0, 2.5, 18.6])),
         # bulk copies not measured (0: priced as plain requests), or as the H200's
         **draw(st.sampled_from([dict.fromkeys(BULK_FIELDS, 0), BULK_H200])),
+        cta_turnaround_s=draw(st.sampled_from([0.0, H200.cta_turnaround_s])),
     )
 
 
@@ -101,12 +103,14 @@ def random_traces(draw):
         TensorInfo("tile", Space.SHARED, (64,), 4),
         TensorInfo("acc", Space.REGISTERS, (32,), 4),
     )
-    kinfos, rows, bulk = [], [], {}
+    kinfos, rows, bulk, persistent = [], [], {}, []
     for k in range(draw(st.integers(1, 3))):
         ctas = draw(st.integers(1, 6))
         kinfos.append(KernelInfo(f"k{k}", ctas, draw(st.integers(1, 8)), 256, 32))
         # the global tensors this kernel moves by bulk copies, if any
         bulk[f"k{k}"] = draw(st.lists(st.sampled_from(["A", "B", "C"]), unique=True))
+        if draw(st.booleans()):  # run by a persistent grid: no turnaround between its CTAs
+            persistent.append(f"k{k}")
         for c in range(ctas):
             rows += [
                 (k, c, Op.ALLOC, 3, 0, 1, 0, 0, 256, 0),
@@ -133,7 +137,7 @@ def random_traces(draw):
     ev = np.zeros(len(rows), EVENT_DTYPE)
     for i, (k, c, op, t, off, n, rb, stride, nb, fl) in enumerate(rows):
         ev[i] = (k, c, -1, op, t, -1, -1, off, n, rb, stride, nb, fl)
-    params = {"dtype": dtype, "bulk_copies": bulk}
+    params = {"dtype": dtype, "bulk_copies": bulk, "persistent_kernels": persistent}
     return Trace(ev, TraceMeta("random", params, tuple(kinfos), tensors))
 
 

@@ -25,6 +25,7 @@ from flashio.simulator.simulate import (
     launched,
     prefetches,
     spill_bytes,
+    turnaround,
 )
 from flashio.simulator.trace import Op, Space, Trace
 
@@ -499,10 +500,11 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                         clocks = ages[sm]
                         clocks[older:] = clocks[older + 1 :] + clocks[-1:]
                     cta.done = True
-                    if next_cta < kinfo.ctas:  # the next CTA starts in this slot, now
-                        resident[s] = Cta(cta_events[next_cta], finish + lead, next_cta)
+                    if next_cta < kinfo.ctas:  # the next CTA, in this slot, a turnaround later
+                        begin = finish + turnaround(trace.meta, kinfo, gpu)
+                        resident[s] = Cta(cta_events[next_cta], begin + lead, next_cta)
                         next_cta += 1
-                        heapq.heappush(heap, (finish + lead, s))
+                        heapq.heappush(heap, (begin + lead, s))
                     break
                 e = cta.events[cta.pos]
                 op = e["op"]

@@ -55,14 +55,17 @@ def test_triton_tilings_are_ranked_and_the_first_choice_is_near_the_best(triton)
     rk = triton["ranking"]
     assert len(rk) == 20 and all(r["tilings"] == 5 for r in rk)
     rho = [r["spearman"] for r in rk]
-    # achieved: mean 0.860, lowest 0.50 (0.875 and 0.70 without CTA drift, which reorders two
-    # tilings' near ties at N = 4096 and 16384, d = 64); the first choice is
+    # achieved: mean 0.855, lowest 0.50 (0.860 before the block scheduler's turnaround, which
+    # moved the causal d = 64 shapes at N = 8192 and 16384 from 0.9 and 0.8 to 0.7, three of
+    # their five tilings measured within 2.2% of each other; 0.875 and 0.70 without CTA
+    # drift, which reorders two tilings' near ties at N = 4096 and 16384, d = 64); the first
+    # choice is
     # within 5% of the best for all 20 shapes, 3.8% slower at worst (with read barriers of 14
     # cycles on every class, not only MUFU's, 16 of 20: the d = 64 picks went to 128x64
     # with 8 warps, 8-14% slower). The 2-stage tiling's loads are not prefetched (its loop
     # waits for them before any wgmma): before that rule it was predicted 16-27% too fast
     # and picked, 30% slower than the best
-    assert sum(rho) / len(rho) >= 0.86 and min(rho) >= 0.5
+    assert sum(rho) / len(rho) >= 0.85 and min(rho) >= 0.5
     picked = [r["picked_slower_than_best"] for r in rk]
     assert sum(p <= 0.05 for p in picked) == 20 and max(picked) <= 0.04
     for r in rk:  # a ranking of n tilings: Spearman in [-1, 1], the pick one of them
@@ -149,8 +152,10 @@ def test_compiled_tile_search_as_predicted_before_the_gpu_ran_it(flashio_rep):
     one; five before reads waited for fills in flight, when at 1 x 16 x 16384, d = 64 it put
     128x32 with 4 warps 0.4% ahead of 128x64 with 4 warps, which runs 5.2% faster). It ranks
     the d = 128 ones at 0.90 or more; the d = 64 ones, whose tilings lie closer together, at
-    0.70 to 0.87 (0.63 to 0.80 before pending fills; 0.80 to 0.83 before FFMA took one cycle
-    and the interference rates were refitted so: docs/model.md)."""
+    0.65 to 0.87 (0.70 to 0.87 before the block scheduler's turnaround, which moved the
+    causal N = 16384 shape from 0.70 to 0.65; 0.63 to 0.80 before pending fills; 0.80 to
+    0.83 before FFMA took one cycle and the interference rates were refitted so:
+    docs/model.md)."""
     measured = _search_shapes(
         json.loads((SEARCH / "gpu_measure.json").read_text())["results"],
         lambda r: r["median_ms"],
@@ -181,16 +186,18 @@ def test_compiled_tile_search_as_predicted_before_the_gpu_ran_it(flashio_rep):
     picked = {key: ranked[key]["picked_slower_than_best"] for key in measured}
     assert all(p == 0 for p in picked.values())
     for key in measured:
-        assert ranked[key]["spearman"] >= (0.9 if key[2] == 128 else 0.7), key
+        assert ranked[key]["spearman"] >= (0.9 if key[2] == 128 else 0.65), key
 
 
 def test_hopper_forward_of_this_project_from_its_compiled_code():
     """This project's Hopper forward (kernels/cuda/hopper_fwd.cu), timed beside PyTorch's kernels
     (data/gpu/hopper), each build (tiling, softmax overlap) priced by its consumer warps'
-    compiled loop (data/sass/flashio-hopper.json.gz). Achieved: 12.4% over 120 rows, 12.2% too
-    fast on average (max 25.0%, the 20-40-us launches at N = 1k and 2k; within 19.3% at N >=
+    compiled loop (data/sass/flashio-hopper.json.gz). Achieved: 11.9% over 120 rows, 11.7% too
+    fast on average (max 24.2%, the 20-40-us launches at N = 1k and 2k; within 18.7% at N >=
     8k): the steps within -13% to +8% of the GPU's (test_kernel_clock), a CTA's fixed cost
-    short still (docs/model.md, "A CTA's fixed cost"). Before its copies were priced as bulk
+    short still (docs/model.md, "A CTA's fixed cost"). Before the block scheduler's
+    turnaround (384 ns between a slot's CTAs): 12.4%, 12.2% too fast, max 25.0%, within 19.3%
+    at N >= 8k. Before its copies were priced as bulk
     copies (docs/model.md, "Bulk copies"): 13.5%, 13.4% too fast, max 26.7%, within 20.1% at N
     >= 8k. The model's pick among the d = 128 builds is the best at 9 of 10 shapes, 2.3% slower
     at the tenth; among the d = 64 builds, where the GPU runs the builds without overlap
@@ -199,16 +206,16 @@ def test_hopper_forward_of_this_project_from_its_compiled_code():
     64 picks builds with both overlaps, 3-13% slower: docs/model.md, "Warpgroups started
     apart". With FFMA beside another warp's wgmma at the rate fitted on a dense stream's CTA
     time, before: 6.8%, the d = 128 builds with both overlaps 7-17% too slow.) Priced instead
-    by the program simulator.synth writes from the description (written programs): 11.7%, 11.5%
+    by the program simulator.synth writes from the description (written programs): 11.2%, 11.0%
     too fast on average. The 30 persistent rows are left out (the engine dispatches tiles in
     order, not a persistent grid's static assignment)."""
     rep = families.report(families=("flashio-hopper",), jobs=2)
     assert rep["not_modelled"]["flashio-hopper persistent"] == 30
     s = rep["summary"]["flashio-hopper flash2"]
-    assert s["n"] == 120 and s["mape"] <= 0.125 and s["bias"] < -0.12
+    assert s["n"] == 120 and s["mape"] <= 0.12 and s["bias"] < -0.11
     fwd = [r for r in rep["rows"] if r["schedule"] == "flash2"]
     big = [r for r in fwd if "N=8192" in r["label"] or "N=16384" in r["label"]]
-    assert len(big) == 48 and all(abs(r["error"]) <= 0.2 for r in big)
+    assert len(big) == 48 and all(abs(r["error"]) <= 0.19 for r in big)
     ranked = [r for r in rep["ranking"] if r["schedule"] == "flash2"]
     d128 = [r for r in ranked if r["shape"]["head_dim"] == 128]
     assert len(d128) == 10 and all(r["picked_slower_than_best"] <= 0.025 for r in d128)
@@ -242,13 +249,16 @@ def test_eager_pytorch_from_its_kernels_machine_code():
     """PyTorch's eager attention (GEMM, scale, masked_fill when causal, row softmax, GEMM:
     every kernel of the call summed) against standard attention with the pytorch preset
     (unfused), its elementwise and softmax kernels replayed from their machine code, their
-    loads waiting the HBM's latency: achieved 8.0% (max 20.5%, N = 1024, d = 64, +13.9%
-    before its GEMMs' tiles were priced as bulk copies; 7.4% and 13.9% then, docs/model.md
-    "Bulk copies"; cuBLAS's epilogue is assumed to store by TMA as CUTLASS 3's does); the
-    issue's bound is 15%."""
+    loads waiting the HBM's latency, its GEMMs a persistent grid (132 CTAs in the profile):
+    achieved 9.4% (bias +7.8%, max 21.3%, N = 1024, d = 64); 8.0% (max 20.5%) before the
+    block scheduler's turnaround, which its softmax kernels' many CTAs pay (the row softmax at
+    N = 8192 runs 131,072 CTAs of 1,024 threads in 993 waves, a turnaround each);
+    7.4% and 13.9% before its GEMMs' tiles were priced as bulk copies (docs/model.md "Bulk
+    copies"; cuBLAS's epilogue is assumed to store by TMA as CUTLASS 3's does); the issue's
+    bound is 15%."""
     rep = families.report(families=("pytorch",))
     s = rep["summary"]["pytorch standard"]
-    assert s["n"] == 16 and s["mape"] <= 0.081 and s["max_error"] <= 0.21
+    assert s["n"] == 16 and s["mape"] <= 0.095 and s["max_error"] <= 0.215
     assert all("128x128 w12" in r["label"] for r in rep["rows"])
 
 

@@ -331,8 +331,10 @@ def _same_trace(a, b):
     """The same events, kernels and tensors; the metadata's params differ only by the
     implementation's name, which the issue model looks kernels up by, and its warp roles and
     the registers they launch with, which occupancy and the written programs read, how its
-    loads overlap its products (``copy_stages``), which the engine's staged loads read, and
-    the tensors it moves by bulk copies (``bulk_copies``), which the engine prices as such."""
+    loads overlap its products (``copy_stages``), which the engine's staged loads read, the
+    tensors it moves by bulk copies (``bulk_copies``), which the engine prices as such, and
+    the kernels a persistent grid runs (``persistent_kernels``), whose CTAs the engine starts
+    without the block scheduler's turnaround."""
     ta, tb = a.trace(), b.trace()
     assert np.array_equal(ta.events, tb.events)
     assert ta.meta.kernels == tb.meta.kernels and ta.meta.tensors == tb.meta.tensors
@@ -342,6 +344,7 @@ def _same_trace(a, b):
         p.pop("warp_roles", None)
         p.pop("copy_stages", None)
         p.pop("bulk_copies", None)
+        p.pop("persistent_kernels", None)
     names = {pa.pop("impl", "flashio"), pb.pop("impl", "flashio")}
     assert pa == pb
     assert names <= {"flashio", a.implementation.name, b.implementation.name}

@@ -91,9 +91,10 @@ def test_hopper_builds_in_cycles():
 def test_hopper_cycles_split_into_steps_and_a_fixed_cost():
     """The same 120 launches, cycles per round of CTAs (one CTA an SM) against steps a CTA,
     a line through N = 1k..16k per non-causal build (``kernel_clock.cycle_parts``): the GPU
-    spends 8.9-13.2 thousand cycles a CTA besides its steps, the replay 2.6-6.6 thousand
-    fewer for every build (3.2-7.5 before its copies were priced as bulk copies: docs/model.md,
-    "Bulk copies"), while its step is within -1% to +3% of the GPU's at d = 128 and
+    spends 8.9-13.2 thousand cycles a CTA besides its steps, the replay 2.3-6.4 thousand
+    fewer for every build (2.6-6.6 before the block scheduler's 384-ns turnaround, 3.2-7.5
+    before its copies were priced as bulk copies: docs/model.md, "Bulk copies"), while its
+    step is within -1% to +3% of the GPU's at d = 128 and
     -13% to +8% at d = 64 (-5% to +11% with the warpgroups started together; 1-28% over
     with the rate fitted on a dense FFMA stream's CTA time: docs/model.md, "FFMA's cost
     beside wgmma is the FMA pipe's"). A documented limit, pinned so that a model that lifts
@@ -102,7 +103,7 @@ def test_hopper_cycles_split_into_steps_and_a_fixed_cost():
     assert len(parts) == 12 and all(p["shapes"] == 5 for p in parts)
     for p in parts:
         assert 8_500 < p["gpu_fixed"] < 13_500, p
-        assert 2_500 < p["gpu_fixed"] - p["model_fixed"] < 7_000, p
+        assert 2_000 < p["gpu_fixed"] - p["model_fixed"] < 7_000, p
         assert abs(p["model_step"] / p["gpu_step"] - 1) < (0.04 if p["head_dim"] == 128 else 0.13)
 
 
@@ -112,8 +113,9 @@ def test_a_ctas_fixed_cost_is_its_copies_and_stores():
     build and round count (``cycle_parts(..., by_rounds=True)``): the replay's step is within
     11% of the GPU's (-10% and -8% for the d = 64 build without overlap, whose replayed step
     is short on the validation shapes too), while a CTA's fixed cost after the first round is
-    6.1-8.9 thousand cycles on the GPU and 3.4-4.7 thousand in the replay (2.7-4.1 before
-    its copies were priced as bulk copies: docs/model.md, "Bulk copies"). Built without
+    6.1-8.9 thousand cycles on the GPU and 4.0-5.2 thousand in the replay (3.4-4.7 before
+    the block scheduler's turnaround, 2.7-4.1 before its copies were priced as bulk copies:
+    docs/model.md, "Bulk copies"), 2.1-3.7 thousand short. Built without
     arithmetic (``--skeleton``: every copy, barrier and store) the same CTAs cost 4.7-8.6
     thousand cycles a round besides their steps, at 1.97 GHz instead of 1.7-1.8: in seconds
     the whole kernel's fixed cost is within 1.1 us of its skeleton's (docs/model.md, "A
@@ -136,7 +138,7 @@ def test_a_ctas_fixed_cost_is_its_copies_and_stores():
     for p in parts:
         assert abs(p["model_step"] / p["gpu_step"] - 1) < 0.11, p
         if p["rounds"] == 10:
-            assert 2_500 < p["gpu_fixed"] - p["model_fixed"] < 5_500, p
+            assert 2_000 < p["gpu_fixed"] - p["model_fixed"] < 4_000, p
             bare = skeleton[(p["head_dim"], p["block_kv"], 10)]
             # cycles to seconds at each run's clock (the skeleton runs at 1.97 GHz)
             d, bkv = p["head_dim"], p["block_kv"]
@@ -186,7 +188,8 @@ def test_at_d64_the_gpus_order_is_in_the_cycles_not_the_clock():
     power limit takes more clock from the builds without overlap (1.66-1.71 GHz implied)
     than from those with both (1.77-1.80), so it narrows the gap (7% in time) rather than
     making it. The replay gives 192x128 without overlap the fewest cycles too, every build
-    4-9% short but the intra-warpgroup one (6% over); started together (docs/model.md,
+    3.9-7.8% short but the intra-warpgroup one (6% over; 4-9% and 6% before the block
+    scheduler's turnaround was charged); started together (docs/model.md,
     "Warpgroups started apart") the builds without overlap were 6-10% over and 128x176 with
     both overlaps came first: the order is in the cycles, not in the one clock the model
     takes for every kernel."""
@@ -204,7 +207,7 @@ def test_at_d64_the_gpus_order_is_in_the_cycles_not_the_clock():
         assert r["sustained_s"] / best["sustained_s"] < r["cycles"] / best["cycles"], r
     assert all(r["sustained_watts"] > 685 for r in hopper.values())
     for label, r in hopper.items():
-        low, high = (0.05, 0.07) if "intra" in label else (-0.09, -0.04)
+        low, high = (0.05, 0.07) if "intra" in label else (-0.08, -0.035)
         assert low < r["cycles_error"] < high, r
 
 

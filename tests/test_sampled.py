@@ -151,8 +151,11 @@ def test_sampled_extends_the_steady_state(name, kv_heads, tiles, causal):
     extended, by waves of alike CTAs or by periods of a causal grid's unlike ones. Time and HBM
     bytes within the sampled replay's 1% (docs/model.md; achieved: time 0.05%, 0.003%,
     0.0004%, 0.34%, 0.008%; HBM reads 0, 0, 0, 0.91%, 0; writes 0.28%, 0.01%, 0, 0,
-    0.56%)."""
-    small_l2 = EIGHT.replace(l2_bytes=2 << 20, name="h200-8sms-2mib")
+    0.56%). Its CTAs follow each other at once: with the block scheduler's 384-ns turnaround
+    the 64x64 forward's steady waves vary by up to 0.2% (43.36-43.44 us) with no drift over
+    the grid, which the drift check reads as one (30 us over the grid against a tolerance of
+    14) and so replays the grid whole: a sampler that tells noise from drift would lift it."""
+    small_l2 = EIGHT.replace(l2_bytes=2 << 20, name="h200-8sms-2mib", cta_turnaround_s=0.0)
     exact, sampled = _sampled_pair(name, kv_heads, tiles, causal, small_l2)
     assert abs(sampled.time_s / exact.time_s - 1) <= 0.01
     assert abs(sampled.hbm_read_bytes / exact.hbm_read_bytes - 1) <= 0.01
@@ -283,8 +286,10 @@ def test_a_wave_cost_the_prefix_never_sees_is_missed():
     add 3.95 ms each through the prefix, then 4.10 ms from the seventh on, as a wave's CTAs
     split more evenly between two heads (each wave starts 8 CTAs further into a head of 256)
     and the quarter L2 holds less of both heads' K and V. The prefix sees the first splits
-    only: extended, the time comes out 2.2% short against an estimate of 0.02%."""
-    gpu = _small_memory(2)
+    only: extended, the time comes out 2.2% short against an estimate of 0.02%. Its CTAs
+    follow each other at once: with the block scheduler's turnaround the drift check replays
+    this grid whole (and misses nothing)."""
+    gpu = _small_memory(2).replace(cta_turnaround_s=0.0)
     exact, res = _pair("flash2", FA2_32K, (128, 128), gpu, options=COMPILED)
     assert res.sampling.replayed_fraction < 0.5
     miss = 1 - res.time_s / exact.time_s
@@ -380,13 +385,16 @@ def test_a_last_wave_that_begins_no_head_reads_no_heads_k_and_v():
     a partial wave of 224 CTAs within one head, begun by the wave before; the prefix's last
     wave, which stands for it, begins a head and reads its K and V (16.8 MB). The bytes each
     wave is the first to read are added wave by wave, not by class: HBM bytes 3.2% long
-    before, now the exact run's to 0.01% (achieved: 0.005%; an L2 of 0.75x or 1.25x the
-    H200's leaves 1.6-2.3%, python -m benchmarks.sampled_grid)."""
+    before, now the exact run's to 0.01% (achieved: 0.0001%; an L2 of 0.75x or 1.25x the
+    H200's leaves 1.6-2.3%, python -m benchmarks.sampled_grid). The time within 0.03%: the
+    prefix's steady waves take 646.20-646.36 us (the block scheduler's turnaround moves
+    each CTA's requests a little; without it every wave took 645.91 us), and the extension
+    takes each class's mean (achieved: 0.004%)."""
     gpu = simulator.load_gpu("h200").replace(sm_count=121)
     exact, res = _pair("flash2", FA2_32K, (128, 128), gpu)
     assert res.sampling.replayed_fraction < 0.5
     assert abs(res.hbm_bytes / exact.hbm_bytes - 1) < 1e-4
-    assert abs(res.time_s / exact.time_s - 1) < 1e-6  # every wave takes as long
+    assert abs(res.time_s / exact.time_s - 1) < 3e-4
 
 
 def test_waves_within_a_head_are_classed_by_their_visits():

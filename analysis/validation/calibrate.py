@@ -10,6 +10,7 @@ attention kernel's timing.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 from pathlib import Path
 
@@ -59,6 +60,7 @@ def probe_constants(probe_dir: Path = PROBE_DIR) -> dict:
     red = [r["bytes_per_s"] for r in atomics if r.get("one_sm") and r["threads"] >= 128]
     return {
         **bulk_copy_constants(clock, probe_dir),
+        **cta_turnaround(probe_dir),
         "sm_reduce_bytes_per_cycle_per_sm": float(np.median(red)) / clock,
         "clock_hz": clock,
         "l2_bandwidth_bytes_per_cycle_per_partition": float(l2_bw) / (gpu.l2_partitions * clock),
@@ -104,6 +106,24 @@ def bulk_copy_constants(clock_hz: float, probe_dir: Path = PROBE_DIR) -> dict:
     }
 
 
+def cta_turnaround(probe_dir: Path = PROBE_DIR) -> dict:
+    """The block scheduler's turnaround, in seconds on the global timer: with one CTA an SM on
+    all 132 SMs (cta_dispatch.json.gz, the H200), the median over the launches of each
+    launch's median gap from a CTA's end to the next CTA's start on its SM."""
+    doc = json.loads(gzip.decompress((probe_dir / "cta_dispatch.json.gz").read_bytes()))
+    medians = []
+    for row in doc["launches"]:
+        if row["sms"] != 132 or row["ctas_per_sm"] != 1:
+            continue
+        sm, start, end = (np.asarray(row[k], np.int64) for k in ("smid", "start_ns", "end_ns"))
+        gaps = []
+        for s in np.unique(sm):  # one slot an SM: its CTAs one after another
+            order = np.argsort(start[sm == s])
+            gaps.append(start[sm == s][order][1:] - end[sm == s][order][:-1])
+        medians.append(np.median(np.concatenate(gaps)))
+    return {"cta_turnaround_s": float(np.median(medians)) * 1e-9}
+
+
 PREFETCH_KERNELS = ("flash2_fwd",)  # kernels/cuda/flash2_fwd.cu: cp.async of K_j+1, V_j ahead
 CALIBRATION_HEADER = """\
 # The model of the validation H200 for the cross-check against this project's CUDA kernels
@@ -128,6 +148,8 @@ SPEC_SOURCES = {  # where probe_constants' values come from
     "bulk_store_bytes_per_cycle_per_sm": "one SM's cp.async.bulk out of shared memory, 16-64 "
     "KiB, waited until read: slope (burst_stores.json, one CTA)",
     "bulk_store_latency_cycles": "the same line's intercept",
+    "cta_turnaround_s": "the median gap from a CTA's end to the next CTA's start on its SM, "
+    "one CTA an SM on 132 SMs, median of the launches (cta_dispatch.json.gz)",
     "sm_reduce_bytes_per_cycle_per_sm": "red.global.add.v2.f32 one SM sends, 128-1024 threads, "
     "median (atomics.json one_sm rows), bytes/s / clock",
     "clock_hz": "SM clock Nsight Compute read while flash2_fwd / flash2_bwd ran, median "
