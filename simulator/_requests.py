@@ -52,10 +52,11 @@ def request(mem, cfg, port, op, tensor, offset, rows, row_bytes, stride, nbytes,
     # the SM's own path to the memory system, in parallel with the chip's servers; it sends
     # reductions at their own rate, and bulk copies (TMA) at theirs, with their latencies
     l2_lat, hbm_lat = cfg[C_L2_LAT], cfg[C_HBM_LAT]
-    bulk_load = op == LOAD and mem.bulk[tensor] != 0
+    bulk = mem.bulk[tensor] != 0
+    bulk_load = op == LOAD and bulk
     if op == REDUCE:
         path = nbytes / cfg[C_SM_RED_BW]
-    elif mem.bulk[tensor] == 0:
+    elif not bulk:
         path = nbytes / cfg[C_SM_MEM_BW]
     elif op == LOAD:
         path, l2_lat, hbm_lat = nbytes / cfg[C_BULK_BW], cfg[C_BULK_L2_LAT], cfg[C_BULK_HBM_LAT]
