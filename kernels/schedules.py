@@ -195,8 +195,9 @@ class Schedule:
             bulk = _bulk_copies(self)
             if bulk:
                 params["bulk_copies"] = bulk
-                if _specialized(self).persistent:  # its warp-specialized kernels loop over tiles
-                    params["persistent_kernels"] = sorted(bulk)
+            persistent = _persistent_kernels(self)
+            if persistent:
+                params["persistent_kernels"] = persistent
             roles = _warp_roles(self)
             if roles:
                 params["warp_roles"] = roles
@@ -299,6 +300,16 @@ def _bulk_copies(s) -> dict[str, list[str]]:
     matrices = [t.name for t in mod.tensors(s) if t.space == Space.GLOBAL and len(t.shape) == 4]
     warp_specialized = spec(s.name).warp_specialized
     return {k.name: matrices for k in mod.kernels(s) if k.name in warp_specialized}
+
+
+def _persistent_kernels(s) -> list[str]:
+    """The kernels a persistent implementation launches as a persistent grid (its
+    warp-specialized kernels, whose CTAs loop over tiles; empty for the others): time models
+    start their CTAs without the block scheduler's turnaround (``simulate.turnaround``)."""
+    if not _specialized(s).persistent:
+        return []
+    warp_specialized = spec(s.name).warp_specialized
+    return sorted(k.name for k in _module(s.name).kernels(s) if k.name in warp_specialized)
 
 
 def _warp_roles(s) -> dict:
