@@ -71,13 +71,15 @@ def description(
 ):
     """The ``flashio-hopper`` description of the kernel built for ``block_q`` rows with
     ``softmax_overlap`` (None: the preset's) and ``stages`` K and V buffers (None: the
-    preset's), launched with a CTA per tile or, ``persistent``, a CTA per SM (None: the
-    preset's): block_q / 64 consumer warpgroups, and the registers hopper_fwd.cu's setmaxnreg
-    gives them (240, producers 24; with three consumers 160 and 32). Its tiling rows carry no
-    overrides and no sequence range: it describes this one build."""
+    preset's), launched with a CTA per tile or, ``persistent``, a CTA per SM taking every
+    grid-th tile (None: the preset's): block_q / 64 consumer warpgroups, and the registers
+    hopper_fwd.cu's setmaxnreg gives them (240, producers 24; with three consumers 160 and
+    32). Its tiling rows carry no overrides and no sequence range: it describes this one
+    build."""
     from flashio.kernels.implementation import implementation
 
     preset, consumers = implementation(HOPPER_IMPLEMENTATION), block_q // 64
+    persistent = preset.persistent if persistent is None else persistent
     regs = (160, 32) if consumers == 3 else (240, 24)
     warps = 4 * (consumers + 1)
     tilings = tuple(
@@ -93,7 +95,8 @@ def description(
         producer_register_budget=regs[1],
         softmax_overlap=softmax_overlap or preset.softmax_overlap,
         stages=stages or preset.stages,
-        persistent=preset.persistent if persistent is None else persistent,
+        persistent=persistent,
+        tile_scheduler="static" if persistent else "dynamic",  # hopper_fwd.cu's TILE_LOOP
     )
 
 

@@ -42,6 +42,7 @@ __all__ = [
 MMA_CLASSES = ("mma.sync.m16n8k16", "wgmma.m64nNk16")
 LOADS = ("ld.global", "cp.async", "tma")
 SOFTMAX_OVERLAPS = ("none", "pingpong", "intra-warpgroup", "both")
+TILE_SCHEDULERS = ("dynamic", "static")
 # Registers per thread the compiler may allocate (PTX ISA: at most 255 per thread; setmaxnreg
 # takes 24..256 but no preset here asks for more than 240).
 MAX_REGISTERS = 255
@@ -59,6 +60,7 @@ OVERRIDABLE = (
     "consumer_warpgroups",
     "softmax_overlap",
     "persistent",
+    "tile_scheduler",
     "q_in_registers",
     "register_budget",
     "producer_register_budget",
@@ -255,6 +257,11 @@ class Implementation:
         overlaps the Q K^T of block j+1 within a warpgroup) or ``"both"``.
     persistent : bool
         One CTA per SM looping over tiles (a tile scheduler) instead of one CTA per tile.
+    tile_scheduler : str
+        Which tile a CTA takes next: ``"dynamic"`` (the next tile in the grid's order goes to
+        the first CTA free: the hardware's block scheduler, or a persistent grid's atomic
+        counter) or ``"static"`` (persistent only: CTA p takes the tiles p, p + G, p + 2G, ...
+        of a grid of G CTAs, whatever their lengths: FA3's StaticPersistentTileScheduler).
     q_in_registers : bool
         Q fragments held in registers across the K/V loop (flash-attn 2's Is_Q_in_regs)
         instead of re-read from shared memory every step.
@@ -285,6 +292,7 @@ class Implementation:
     source: str
     tilings: tuple[Tiling, ...] = field(default=(), repr=False)
     producer_register_budget: int | None = None
+    tile_scheduler: str = "dynamic"
 
     def __post_init__(self):
         o = f"Implementation({self.name!r})" if isinstance(self.name, str) else "Implementation"
@@ -328,6 +336,12 @@ class Implementation:
                 f"warpgroups to alternate between, got {self.consumer_warpgroups}"
             )
         _check_bool(o, "persistent", self.persistent)
+        _check_choice(o, "tile_scheduler", self.tile_scheduler, TILE_SCHEDULERS)
+        if self.tile_scheduler == "static" and not self.persistent:
+            raise ImplementationError(
+                f"{o}.tile_scheduler='static' needs persistent=True: a grid of a CTA per tile "
+                "hands its tiles out as CTAs free up (use 'dynamic')"
+            )
         _check_bool(o, "q_in_registers", self.q_in_registers)
         _check_int(o, "register_budget", self.register_budget, 1, MAX_REGISTERS)
         if self.producer_register_budget is not None:
@@ -779,7 +793,9 @@ TRITON = Implementation(
 #   LoadRegisterRequirement = 24 (2 consumer WGs, TMA) or 32 (3 WGs), MmaRegisterRequirement =
 #   240 (2 WGs) or 160 (3 WGs), via warpgroup_reg_dealloc / warpgroup_reg_alloc (setmaxnreg).
 # - flash_fwd_launch_template.h: UsePersistentScheduler = !(Split && !Varlen) on sm90:
-#   StaticPersistentTileScheduler (non-causal), DynamicPersistentTileScheduler (causal).
+#   StaticPersistentTileScheduler (non-causal: CTA p takes tiles p, p + grid, ...),
+#   DynamicPersistentTileScheduler (causal: an atomic counter hands out the next tile; its
+#   longest-first order of the tiles is not the trace's).
 # - Backward (flash_bwd_launch_template.h run_mha_bwd_hdim*, Arch >= 90, no softcap):
 #   run_mha_bwd_dispatch<..., kBlockM, kBlockN, kHeadDim, ..., Stages_dO, Stages_dS, SdP_swapAB,
 #   dKV_swapAB, dQ_swapAB, NumMmaWarpGroups, ...>; the CTA owns kBlockN keys and loops over
@@ -794,17 +810,21 @@ _FA3_FWD_NOTE = "flash-attention@0251105a hopper/tile_size.h tile_size_fwd_sm90"
 _FA3_BWD_NOTE = "flash-attention@0251105a hopper/flash_bwd_launch_template.h run_mha_bwd_hdim*"
 _WG3 = {"consumer_warpgroups": 3, "register_budget": 160, "producer_register_budget": 32}
 _INTRA = {"softmax_overlap": "intra-warpgroup"}  # d > 128: no scheduler barrier
-_BWD = {"persistent": False, "softmax_overlap": "none"}
+_DYN = {"tile_scheduler": "dynamic"}  # causal: DynamicPersistentTileScheduler
+_BWD = {"persistent": False, "softmax_overlap": "none", **_DYN}
 _FA3_TILINGS = _rows(
     "flash2",
     [
-        (64, True, 192, 128, 16, _WG3),  # {192, 128, true, true} (causal: use_blockN_128)
+        (64, True, 192, 128, 16, {**_WG3, **_DYN}),  # {192, 128, true, true} (use_blockN_128)
         (64, False, 192, 192, 16, _WG3),  # {192, 192, false, true}
-        (96, None, 192, 144, 16, _WG3),  # {192, 144, false, true} (not local / paged)
-        (128, True, 128, 128, 12),  # {128, 128, true, true}
+        (96, True, 192, 144, 16, {**_WG3, **_DYN}),  # {192, 144, false, true} (not local, paged)
+        (96, False, 192, 144, 16, _WG3),
+        (128, True, 128, 128, 12, _DYN),  # {128, 128, true, true}
         (128, False, 128, 176, 12),  # {128, 176, true, true}
-        (192, None, 128, 112, 12, _INTRA),  # headdim_v = 192 > 128: {128, 112, true, true}
-        (256, None, 128, 80, 12, _INTRA),  # {128, 80, true, true} ("hits the limit of smem")
+        (192, True, 128, 112, 12, {**_INTRA, **_DYN}),  # headdim_v = 192: {128, 112, true, true}
+        (192, False, 128, 112, 12, _INTRA),
+        (256, True, 128, 80, 12, {**_INTRA, **_DYN}),  # {128, 80, true, true} (smem's limit)
+        (256, False, 128, 80, 12, _INTRA),
     ],
     dtypes=_FP16_BF16,
     note=_FA3_FWD_NOTE,
@@ -832,6 +852,7 @@ FA3 = Implementation(
     consumer_warpgroups=2,  # kBlockM = 128 (d > 96); d <= 96 rows override to 3
     softmax_overlap="both",
     persistent=True,
+    tile_scheduler="static",  # non-causal; the causal rows: dynamic
     q_in_registers=False,
     register_budget=240,
     source=(

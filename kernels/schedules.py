@@ -198,6 +198,8 @@ class Schedule:
             persistent = _persistent_kernels(self)
             if persistent:
                 params["persistent_kernels"] = persistent
+                if _specialized(self).tile_scheduler == "static":
+                    params["static_tile_kernels"] = persistent
             roles = _warp_roles(self)
             if roles:
                 params["warp_roles"] = roles
@@ -305,7 +307,9 @@ def _bulk_copies(s) -> dict[str, list[str]]:
 def _persistent_kernels(s) -> list[str]:
     """The kernels a persistent implementation launches as a persistent grid (its
     warp-specialized kernels, whose CTAs loop over tiles; empty for the others): time models
-    start their CTAs without the block scheduler's turnaround (``simulate.turnaround``)."""
+    start their CTAs without the block scheduler's turnaround (``simulate.turnaround``), and
+    where its tile scheduler is static (``params["static_tile_kernels"]``), give the slot that
+    ran tile c the tile c + slots (``simulate.static_tiles``)."""
     if not _specialized(s).persistent:
         return []
     warp_specialized = spec(s.name).warp_specialized

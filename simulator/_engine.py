@@ -42,6 +42,7 @@ from flashio.simulator._state import (
     C_SHARED_ISSUE,
     C_SM_RED_BW,
     C_SMEM,
+    C_STATIC,
     C_STREAMS,
     C_SYNC,
     C_TENSOR,
@@ -236,9 +237,9 @@ def _sample_memory(mem, span, c):
 
 @njit(**HOT)
 def _dispatch(s, c, t, slots, cta_off, win_c0, cfg, kern, mem):
-    """Slot s, free since time t, takes CTA c (the next in order) the block scheduler's
-    turnaround (C_CTA_GAP) later; if c is the next marked CTA, the memory system is
-    checkpointed first."""
+    """Slot s, free since time t, takes CTA c (the next in order, or the slot's own next with
+    C_STATIC) the block scheduler's turnaround (C_CTA_GAP) later; if c is the next marked CTA,
+    the memory system is checkpointed first."""
     si, sf, reg = slots.si, slots.sf, slots.reg
     t += cfg[C_CTA_GAP]
     marks, m = kern.marks, reg[R_MARK]
@@ -278,7 +279,8 @@ def _ages(si, sf, sm, sm_stride, s, t):
 @njit(cache=True, nogil=True, **HOT)
 def run_window(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap):
     """Replay until the kernel ends (returns 0) or a slot needs a CTA beyond the loaded window
-    (returns 1; ``reg[R_PENDING]`` holds the slot, whose SM stays at the heap's root).
+    (returns 1; ``reg[R_PENDING]`` holds the slot, whose SM stays at the heap's root, and
+    ``reg[R_NEXT]`` the CTA it needs).
 
     ``ev``, ``cta_off``: the window's events and each CTA's first event, for CTAs
     ``win_c0 <= c < win_c1``; ``kern``: a Kernel; ``mem``: Memory; ``slots``: Slots; ``heap``:
@@ -517,11 +519,13 @@ def _run(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap, plain):
                     older = _ages(si, sf, sm, sm_stride, s, t)[0]
                     for r in range(U_AGES + older, U_AGES + n_ages - 1):
                         units[sm, r] = units[sm, r + 1]
-                c = reg[R_NEXT]
+                # the next CTA in order, or with a static tile scheduler the slot's own next
+                c = si[s, S_CTA] + n_slots if cfg[C_STATIC] > 0 else reg[R_NEXT]
                 sf[s, F_T] = fin
                 if c < n_ctas:
                     if c >= win_c1:
                         reg[R_PENDING] = s
+                        reg[R_NEXT] = c
                         hn[0] = n
                         return 1
                     _dispatch(s, c, fin, slots, cta_off, win_c0, cfg, kern, mem)

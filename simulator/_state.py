@@ -39,8 +39,9 @@ LOAD, STORE, REDUCE, MMA, EW, EXP, SHARED, SYNC, ALLOC, FREE = (int(o) for o in 
     C_BULK_ST_BW,
     C_BULK_ST_LAT,
     C_CTA_GAP,
-) = range(27)
-N_CFG = 27
+    C_STATIC,
+) = range(28)
+N_CFG = 28
 # C_OCCUPY, C_DURATION: an arithmetic event of work w at rate R occupies its SM's pipe for
 # w / R * C_OCCUPY and takes its CTA at least w / R * C_DURATION (docs/model.md)
 # C_BULK_*: the requests of tensors the kernel moves by bulk copies (TMA; ``Memory.bulk``):
@@ -48,6 +49,8 @@ N_CFG = 27
 # L2 and after HBM, what a store adds after the L2 (``GPUSpec.request_costs``)
 # C_CTA_GAP: the block scheduler's turnaround, seconds: a slot whose CTA has ended takes the next
 # one that much later (docs/model.md, "Kernels, CTAs and occupancy")
+# C_STATIC: 1 where a persistent grid's tile scheduler is static: the slot whose CTA c has ended
+# takes CTA c + slots (a grid of ``slots`` CTAs taking every slots-th tile), not the next in order
 # C_CTA_LEAD, C_CTA_TAIL: seconds a CTA spends before its first event and after its last (its
 # compiled prologue and epilogue, with the issue model; else 0)
 # C_RED_HOLD: 1 where the kernel's loop sends its reductions after all its tensor-core work,

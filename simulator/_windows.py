@@ -76,10 +76,16 @@ class Windows:
     events) in front, and returns where each part starts.
     """
 
-    def __init__(self, source: TraceSource, kernel: int, ctas: int, width: int, slots: int):
+    def __init__(
+        self, source: TraceSource, kernel: int, ctas: int, width: int, slots: int,
+        in_order: bool = True,
+    ):  # fmt: skip
+        """``in_order`` False: the windows after the first are not the next CTAs in order but
+        those ``seek`` asks for, made then (no window is made ahead)."""
         self._source, self._kernel, self._ctas, self._slots = source, kernel, ctas, slots
         self._max_width = ctas if isinstance(source, Trace) else width
-        self._pool = ThreadPoolExecutor(max_workers=1) if self._max_width < ctas else None
+        ahead = in_order and self._max_width < ctas
+        self._pool = ThreadPoolExecutor(max_workers=1) if ahead else None
         self._takes_out = _takes_out(source)
         # the first window is made before the engine can start: small (at most two waves),
         # then the windows double up to ``width`` while the engine replays
@@ -135,6 +141,21 @@ class Windows:
         self._most = max(self._most, int(np.diff(off).max(initial=0)))
         spare, self._buffer = self._buffer, buf
         self._ahead = self._submit(c1, spare)
+        self.current = (_read_only(ev), off + carried, c0, c1)
+        return [int(a) for a in starts[:-1]]
+
+    def seek(self, c0: int, c1: int, parts: list[np.ndarray]) -> list[int]:
+        """The window of CTAs ``c0 <= c < c1``, made now, ``parts`` in front (a static tile
+        scheduler's slots each take their own next CTA, so the CTAs still to come need not
+        follow the last window's). Returns the start of each part."""
+        sizes = [len(p) for p in parts]
+        carried = sum(sizes)
+        buf, room, off = self._make(c0, c1, carried, None)
+        ev = buf[room - carried : room + off[-1]]
+        starts = np.cumsum([0, *sizes])
+        for part, a in zip(parts, starts, strict=False):
+            _raw(ev)[a : a + len(part)] = _raw(part)
+        self._most = max(self._most, int(np.diff(off).max(initial=0)))
         self.current = (_read_only(ev), off + carried, c0, c1)
         return [int(a) for a in starts[:-1]]
 

@@ -358,6 +358,14 @@ def turnaround(meta, kinfo, gpu: GPUSpec) -> float:
     return gpu.cta_turnaround_s
 
 
+def static_tiles(meta, kinfo) -> bool:
+    """Whether a persistent grid with a static tile scheduler runs ``kinfo``: the slot that
+    ran CTA c takes CTA c + slots, whenever the others end (``params["static_tile_kernels"]``;
+    FA3's StaticPersistentTileScheduler). Else the next CTA in order goes to the first slot
+    free, as the block scheduler or a dynamic tile scheduler hands them out."""
+    return kinfo.name in meta.params.get("static_tile_kernels", ())
+
+
 def bulk_tensors(meta, kernel: str) -> np.ndarray:
     """1 for each tensor of ``meta`` (and the spill pseudo-tensor after them) that kernel
     ``kernel`` moves by bulk copies (``params["bulk_copies"]``), else 0."""
@@ -402,6 +410,7 @@ def _config(
     streamed_requests: bool = False,
     pending_fills: bool = False,
     turnaround_s: float = 0.0,
+    static: bool = False,
 ) -> np.ndarray:
     # with CTA drift, the paces by age follow the fixed entries: row n - 1 at N_CFG + n(n-1)/2
     paces = [p for row in cost.paces for p in row]
@@ -422,6 +431,7 @@ def _config(
     cfg[E.C_BULK_ST_BW] = bulk.store_bytes_per_s
     cfg[E.C_BULK_ST_LAT] = bulk.store_latency_s
     cfg[E.C_CTA_GAP] = turnaround_s
+    cfg[E.C_STATIC] = float(static)
     rates = _pipe_rates(gpu, dtype)
     cfg[E.C_TENSOR] = rates[int(Op.MMA)]
     cfg[E.C_FP32] = rates[int(Op.ELEMENTWISE)]
@@ -581,7 +591,7 @@ def replay(
         cfg = _config(
             gpu, dtype, cost, shared, prefetches(kinfo, options, comp, source.meta.params),
             holds_reductions(comp, shared), options.streamed_requests, options.pending_fills,
-            turnaround(meta, kinfo, gpu),
+            turnaround(meta, kinfo, gpu), static_tiles(meta, kinfo),
         )  # fmt: skip
         bulk = bulk_tensors(meta, kinfo.name)
         mem = E.Memory(l2_on, l2, srv, sv, local, space, bulk, tstat, busy, cnt)
@@ -657,10 +667,13 @@ def _replay_kernel(
     # no more: memory a process writes first is dear (400 MB took 0.97 s here); two waves
     # made FA2 at N = 128k 1.3 s slower, one process each (docs/model.md, "Speed")
     width = max(slots, window_events // max(1, round(cta_events_mean(source, k))))
-    windows = Windows(source, k, kinfo.ctas, width, slots)
+    static = cfg[E.C_STATIC] > 0
     marks = probe.marks if probe else np.zeros(0, np.int64)
     if marks.size and marks[0] < slots:
         raise ValueError(f"checkpoints start after the first wave ({slots} CTAs), got {marks}")
+    if marks.size and static:  # checkpoints are taken as CTAs are dispatched in order
+        raise ValueError(f"kernel {kinfo.name!r}: no checkpoints with a static tile scheduler")
+    windows = Windows(source, k, kinfo.ctas, width, slots, in_order=not static)
     snaps = np.zeros((len(marks), E.SNAP_HBM + 2 * mem.tstat.shape[0]))
     kern = E.Kernel(
         kinfo.ctas, gpu.sm_count, *spills, kinfo.smem_bytes, kernel_end, span, marks, snaps
@@ -681,7 +694,14 @@ def _replay_kernel(
                 progress(k, c1, kinfo.ctas)
             # next window; resident CTAs keep their remaining events, copied to the front
             live = np.flatnonzero(si[:, E.S_CTA] >= 0)
-            starts = windows.advance([ev[si[s, E.S_PTR] : si[s, E.S_END]] for s in live])
+            parts = [ev[si[s, E.S_PTR] : si[s, E.S_END]] for s in live]
+            if static:  # from the earliest CTA a slot takes next, to past the one waited for
+                after = si[live, E.S_CTA] + slots
+                w0 = int(after[after < kinfo.ctas].min())
+                w1 = min(kinfo.ctas, max(w0 + width, int(reg[E.R_NEXT]) + 1))
+                starts = windows.seek(w0, w1, parts)
+            else:
+                starts = windows.advance(parts)
             for s, pos in zip(live, starts, strict=True):
                 # prefetched events still ahead move with the CTA's other events
                 shift = pos - si[s, E.S_PTR]

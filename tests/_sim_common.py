@@ -103,7 +103,7 @@ def random_traces(draw):
         TensorInfo("tile", Space.SHARED, (64,), 4),
         TensorInfo("acc", Space.REGISTERS, (32,), 4),
     )
-    kinfos, rows, bulk, persistent = [], [], {}, []
+    kinfos, rows, bulk, persistent, static = [], [], {}, [], []
     for k in range(draw(st.integers(1, 3))):
         ctas = draw(st.integers(1, 6))
         kinfos.append(KernelInfo(f"k{k}", ctas, draw(st.integers(1, 8)), 256, 32))
@@ -111,6 +111,8 @@ def random_traces(draw):
         bulk[f"k{k}"] = draw(st.lists(st.sampled_from(["A", "B", "C"]), unique=True))
         if draw(st.booleans()):  # run by a persistent grid: no turnaround between its CTAs
             persistent.append(f"k{k}")
+            if draw(st.booleans()):  # whose tile scheduler is static: slot s takes s + slots
+                static.append(f"k{k}")
         for c in range(ctas):
             rows += [
                 (k, c, Op.ALLOC, 3, 0, 1, 0, 0, 256, 0),
@@ -137,7 +139,12 @@ def random_traces(draw):
     ev = np.zeros(len(rows), EVENT_DTYPE)
     for i, (k, c, op, t, off, n, rb, stride, nb, fl) in enumerate(rows):
         ev[i] = (k, c, -1, op, t, -1, -1, off, n, rb, stride, nb, fl)
-    params = {"dtype": dtype, "bulk_copies": bulk, "persistent_kernels": persistent}
+    params = {
+        "dtype": dtype,
+        "bulk_copies": bulk,
+        "persistent_kernels": persistent,
+        "static_tile_kernels": static,
+    }
     return Trace(ev, TraceMeta("random", params, tuple(kinfos), tensors))
 
 

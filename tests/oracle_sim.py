@@ -25,6 +25,7 @@ from flashio.simulator.simulate import (
     launched,
     prefetches,
     spill_bytes,
+    static_tiles,
     turnaround,
 )
 from flashio.simulator.trace import Op, Space, Trace
@@ -462,6 +463,7 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
         spill_first, spill_store, spill_load = spill_bytes(kinfo, occ, gpu, comp)
         spill = max(spill_first + spill_store, spill_load)
         slots = min(kinfo.ctas, occ.ctas_per_sm * sms)
+        static = static_tiles(trace.meta, kinfo)
         cta_events = _events_by_cta(trace, k, kinfo.ctas)
         # "first event ... after its prologue", "done ... after its epilogue" (the issue model)
         lead = cost.step.lead_s if cost.step is not None else 0.0
@@ -500,9 +502,11 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                         clocks = ages[sm]
                         clocks[older:] = clocks[older + 1 :] + clocks[-1:]
                     cta.done = True
-                    if next_cta < kinfo.ctas:  # the next CTA, in this slot, a turnaround later
+                    # "the next CTA in order", or with a static tile scheduler "CTA c + slots"
+                    nxt = cta.index + slots if static else next_cta
+                    if nxt < kinfo.ctas:  # in this slot, a turnaround later
                         begin = finish + turnaround(trace.meta, kinfo, gpu)
-                        resident[s] = Cta(cta_events[next_cta], begin + lead, next_cta)
+                        resident[s] = Cta(cta_events[nxt], begin + lead, nxt)
                         next_cta += 1
                         heapq.heappush(heap, (begin + lead, s))
                     break

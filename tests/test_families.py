@@ -189,45 +189,86 @@ def test_compiled_tile_search_as_predicted_before_the_gpu_ran_it(flashio_rep):
         assert ranked[key]["spearman"] >= (0.9 if key[2] == 128 else 0.65), key
 
 
-def test_hopper_forward_of_this_project_from_its_compiled_code():
+@pytest.fixture(scope="module")
+def hopper_rep():
+    return families.report(families=("flashio-hopper",), jobs=2)
+
+
+def test_hopper_forward_of_this_project_from_its_compiled_code(hopper_rep):
     """This project's Hopper forward (kernels/cuda/hopper_fwd.cu), timed beside PyTorch's kernels
     (data/gpu/hopper), each build (tiling, softmax overlap) priced by its consumer warps'
-    compiled loop (data/sass/flashio-hopper.json.gz). Achieved: 11.9% over 120 rows, 11.7% too
-    fast on average (max 24.2%, the 20-40-us launches at N = 1k and 2k; within 18.7% at N >=
-    8k): the steps within -13% to +8% of the GPU's (test_kernel_clock), a CTA's fixed cost
-    short still (docs/model.md, "A CTA's fixed cost"). Before the block scheduler's
-    turnaround (384 ns between a slot's CTAs): 12.4%, 12.2% too fast, max 25.0%, within 19.3%
-    at N >= 8k. Before its copies were priced as bulk
-    copies (docs/model.md, "Bulk copies"): 13.5%, 13.4% too fast, max 26.7%, within 20.1% at N
-    >= 8k. The model's pick among the d = 128 builds is the best at 9 of 10 shapes, 2.3% slower
-    at the tenth; among the d = 64 builds, where the GPU runs the builds without overlap
-    fastest, it picks one without overlap at every shape, 0.6-2.9% slower than the best. (With
-    the warpgroups of the builds without overlap started together: 9.7%, 8.9% too fast, the d =
-    64 picks builds with both overlaps, 3-13% slower: docs/model.md, "Warpgroups started
-    apart". With FFMA beside another warp's wgmma at the rate fitted on a dense stream's CTA
-    time, before: 6.8%, the d = 128 builds with both overlaps 7-17% too slow.) Priced instead
-    by the program simulator.synth writes from the description (written programs): 11.2%, 11.0%
-    too fast on average. The 30 persistent rows are left out (the engine dispatches tiles in
-    order, not a persistent grid's static assignment)."""
-    rep = families.report(families=("flashio-hopper",), jobs=2)
-    assert rep["not_modelled"]["flashio-hopper persistent"] == 30
+    compiled loop (data/sass/flashio-hopper.json.gz). Achieved over the 120 builds launched
+    with a CTA per tile: 11.9%, 11.7% too fast on average (max 24.2%, the 20-40-us launches at
+    N = 1k and 2k; within 18.7% at N >= 8k): the steps within -13% to +8% of the GPU's
+    (test_kernel_clock), a CTA's fixed cost short still (docs/model.md, "A CTA's fixed cost").
+    With the 30 persistent builds' rows (a CTA per SM taking every grid-th tile:
+    test_hopper_persistent_grids_follow_their_static_tile_scheduler): 12.3% over 150, 12.2%
+    too fast, within 19.1% at N >= 8k. Before the block scheduler's turnaround (384 ns
+    between a slot's CTAs), the 120: 12.4%, 12.2% too fast, max 25.0%, within 19.3% at N >=
+    8k. Before its copies were priced as bulk copies (docs/model.md, "Bulk copies"): 13.5%,
+    13.4% too fast, max 26.7%, within 20.1% at N >= 8k. The model's pick among the d = 128
+    builds is the best at the causal shapes (0.5% slower at N = 1k); without a mask it picks
+    the persistent build, which it prices 0.2-0.7% faster than its build with a CTA a tile
+    (the turnaround it saves) and the GPU ran 1.6-5.8% slower (before the persistent rows
+    were priced: the best at 9 of 10 shapes, 2.3% slower at the tenth). Among the d = 64
+    builds, where the GPU runs the builds without overlap fastest, it picks one without
+    overlap at every shape, at most 6.6% slower than the best (N = 8k: 128x128 without
+    overlap, whose persistent build the GPU ran 5.5% slower; 0.6-2.9% before the persistent
+    rows). (With the warpgroups of the builds without overlap started together: 9.7%, 8.9%
+    too fast, the d = 64 picks builds with both overlaps, 3-13% slower: docs/model.md,
+    "Warpgroups started apart". With FFMA beside another warp's wgmma at the rate fitted on a
+    dense stream's CTA time, before: 6.8%, the d = 128 builds with both overlaps 7-17% too
+    slow.) Priced instead by the program simulator.synth writes from the description
+    (written programs): 11.2%, 10.9% too fast on average over the 150."""
+    rep = hopper_rep
+    assert "flashio-hopper persistent" not in rep["not_modelled"]
     s = rep["summary"]["flashio-hopper flash2"]
-    assert s["n"] == 120 and s["mape"] <= 0.12 and s["bias"] < -0.11
+    assert s["n"] == 150 and s["mape"] <= 0.125 and s["bias"] < -0.11
     fwd = [r for r in rep["rows"] if r["schedule"] == "flash2"]
+    per_tile = [r for r in fwd if not r["label"].endswith("persistent")]
+    errors = np.array([r["error"] for r in per_tile])
+    assert len(per_tile) == 120 and np.abs(errors).mean() <= 0.12 and errors.mean() < -0.11
     big = [r for r in fwd if "N=8192" in r["label"] or "N=16384" in r["label"]]
-    assert len(big) == 48 and all(abs(r["error"]) <= 0.19 for r in big)
+    assert len(big) == 60 and all(abs(r["error"]) <= 0.195 for r in big)
     ranked = [r for r in rep["ranking"] if r["schedule"] == "flash2"]
     d128 = [r for r in ranked if r["shape"]["head_dim"] == 128]
-    assert len(d128) == 10 and all(r["picked_slower_than_best"] <= 0.025 for r in d128)
-    assert sum(r["picked_slower_than_best"] == 0 for r in d128) >= 9
+    assert len(d128) == 10 and all(r["picked_slower_than_best"] <= 0.06 for r in d128)
+    causal = [r for r in d128 if r["shape"]["causal"]]
+    assert all(r["picked_slower_than_best"] <= 0.006 for r in causal)
     d64 = [r for r in ranked if r["shape"]["head_dim"] == 64]
-    assert len(d64) == 10 and all(r["picked_slower_than_best"] <= 0.03 for r in d64)
+    assert len(d64) == 10 and all(r["picked_slower_than_best"] <= 0.07 for r in d64)
     assert all(r["picked"][3] == "none" for r in d64)
     w = rep["written"]["flashio-hopper flash2"]
-    assert w["n"] == 120 and w["mape"] <= 0.15 and w["bias"] < 0
+    assert w["n"] == 150 and w["mape"] <= 0.15 and w["bias"] < 0
 
 
-def test_hopper_backward_of_this_project_from_its_compiled_code():
+def test_hopper_persistent_grids_follow_their_static_tile_scheduler(hopper_rep):
+    """The persistent builds of the Hopper forward (``hopper.description(...,
+    persistent=True)``: a CTA per SM taking tiles p, p + 132, ...) against the same builds
+    launched with a CTA per tile, measured in one run (data/gpu/hopper/hopper_measure.json).
+    Causal, the static scheduler leaves the grid as long as its busiest CTA: the GPU took
+    1.22-1.54x the time of a CTA a tile at N >= 4k with 128-row tiles (1.08-1.42x with 192-row
+    ones), and the replay, which gives slot p every 132nd CTA (docs/model.md, "Kernels, CTAs
+    and occupancy"), follows each ratio within 7% (before, it handed the tiles to the first
+    slot free and priced each persistent build as its build with a CTA a tile, less the
+    turnaround). Without a mask the GPU ran the persistent builds from 3.7% faster to 7.3%
+    slower (at d = 64 their loops' code is the same to within 5 of 490 instructions) and the
+    replay within 1%: that 7.3% is the largest difference between persistent and not that
+    the model does not explain, and the bound on each ratio (7.5%)."""
+    rep = hopper_rep
+    rows = {r["label"]: r for r in rep["rows"] if r["schedule"] == "flash2"}
+    suffix = " persistent"
+    pairs = [(r, rows[k[: -len(suffix)]]) for k, r in rows.items() if k.endswith(suffix)]
+    assert len(pairs) == 30
+    for persistent, per_tile in pairs:
+        measured = persistent["measured_s"] / per_tile["measured_s"]
+        predicted = persistent["predicted_s"] / per_tile["predicted_s"]
+        assert predicted == pytest.approx(measured, rel=0.075), persistent["label"]
+    imbalanced = [p for p, t in pairs if p["measured_s"] / t["measured_s"] > 1.3]
+    assert len(imbalanced) == 7 and all("causal" in p["label"] for p in imbalanced)
+
+
+def test_hopper_backward_of_this_project_from_its_compiled_code(hopper_rep):
     """This project's Hopper backward (kernels/cuda/hopper_bwd.cu between flash2_bwd.cu's first
     and last kernels), timed beside PyTorch's backward (data/gpu/hopper/hopper_bwd_measure.json),
     each build (tiling, Q and dO buffers) priced by its consumer warps' compiled loop.
@@ -237,7 +278,7 @@ def test_hopper_backward_of_this_project_from_its_compiled_code():
     max 14.7%) before, its next tiles waiting behind the reductions on the SM's path; 16.2%
     before the reductions' rate, every row too fast. The d = 64 tilings ranked at Spearman
     0.8 or more, the model's pick within 1.4% of the best."""
-    rep = families.report(families=("flashio-hopper",), jobs=2)
+    rep = hopper_rep
     s = rep["summary"]["flashio-hopper flash2_bwd"]
     assert s["n"] == 36 and s["mape"] <= 0.04 and s["max_error"] <= 0.11
     ranked = [r for r in rep["ranking"] if r["schedule"] == "flash2_bwd"]

@@ -334,7 +334,8 @@ def _same_trace(a, b):
     loads overlap its products (``copy_stages``), which the engine's staged loads read, the
     tensors it moves by bulk copies (``bulk_copies``), which the engine prices as such, and
     the kernels a persistent grid runs (``persistent_kernels``), whose CTAs the engine starts
-    without the block scheduler's turnaround."""
+    without the block scheduler's turnaround, and those of them whose tile scheduler is static
+    (``static_tile_kernels``), whose slots the engine gives every slots-th CTA."""
     ta, tb = a.trace(), b.trace()
     assert np.array_equal(ta.events, tb.events)
     assert ta.meta.kernels == tb.meta.kernels and ta.meta.tensors == tb.meta.tensors
@@ -345,6 +346,7 @@ def _same_trace(a, b):
         p.pop("copy_stages", None)
         p.pop("bulk_copies", None)
         p.pop("persistent_kernels", None)
+        p.pop("static_tile_kernels", None)
     names = {pa.pop("impl", "flashio"), pb.pop("impl", "flashio")}
     assert pa == pb
     assert names <= {"flashio", a.implementation.name, b.implementation.name}

@@ -106,21 +106,31 @@ def bulk_copy_constants(clock_hz: float, probe_dir: Path = PROBE_DIR) -> dict:
     }
 
 
+def slot_gaps_ns(row: dict) -> np.ndarray:
+    """One launch of data/gpu/probe/cta_dispatch.py (per CTA its ``smid``, ``start_ns`` and
+    ``end_ns`` on the global timer): per CTA after the first wave, the gap from the last end of
+    a CTA on its SM before its start to that start, in ns."""
+    sm, start, end = (np.asarray(row[k], np.int64) for k in ("smid", "start_ns", "end_ns"))
+    out = []
+    for s in np.unique(sm):
+        mine = np.flatnonzero(sm == s)
+        for i in mine:
+            before = end[mine][end[mine] <= start[i]]
+            if len(before):
+                out.append(start[i] - before.max())
+    return np.array(out, np.float64)
+
+
 def cta_turnaround(probe_dir: Path = PROBE_DIR) -> dict:
     """The block scheduler's turnaround, in seconds on the global timer: with one CTA an SM on
     all 132 SMs (cta_dispatch.json.gz, the H200), the median over the launches of each
     launch's median gap from a CTA's end to the next CTA's start on its SM."""
     doc = json.loads(gzip.decompress((probe_dir / "cta_dispatch.json.gz").read_bytes()))
-    medians = []
-    for row in doc["launches"]:
-        if row["sms"] != 132 or row["ctas_per_sm"] != 1:
-            continue
-        sm, start, end = (np.asarray(row[k], np.int64) for k in ("smid", "start_ns", "end_ns"))
-        gaps = []
-        for s in np.unique(sm):  # one slot an SM: its CTAs one after another
-            order = np.argsort(start[sm == s])
-            gaps.append(start[sm == s][order][1:] - end[sm == s][order][:-1])
-        medians.append(np.median(np.concatenate(gaps)))
+    medians = [
+        np.median(slot_gaps_ns(row))
+        for row in doc["launches"]
+        if row["sms"] == 132 and row["ctas_per_sm"] == 1
+    ]
     return {"cta_turnaround_s": float(np.median(medians)) * 1e-9}
 
 

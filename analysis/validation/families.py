@@ -97,10 +97,6 @@ OPTIONS = VALIDATED
 # forwards priced by their written programs, each without its own tiling's compiled code
 WRITTEN = dataclasses.replace(OPTIONS, written_programs=True)
 NOT_MODELLED = ("torch_cudnn", "flex")
-WHY_NOT_MODELLED = {  # other than having no instruction census and no written program
-    "flashio-hopper persistent": "a persistent grid: the engine hands each tile to the first "
-    "free slot, not to the CTA that a static assignment gives it",
-}
 
 
 def predict(m: Measured, options: ModelOptions = OPTIONS, gpu=GPU) -> float:
@@ -265,7 +261,7 @@ def markdown(rep: dict) -> str:
                 f"| {k} | {s['n']} | {s['mape']:.1%} | {s['bias']:+.1%} | {s['max_error']:.1%} |"
             )
     nm = "; ".join(
-        f"{k}, {v} rows ({WHY_NOT_MODELLED.get(k, 'no instruction census, no written program')})"
+        f"{k}, {v} rows (no instruction census, no written program)"
         for k, v in sorted(rep["not_modelled"].items())
     )
     lines += ["", f"Measured, not modelled: {nm}.", ""]

@@ -48,6 +48,7 @@ class Measured:
     harness: bool  # event-timed through this project's launch loop
     overlap: str | None = None  # the softmax overlap of a flashio-hopper row
     stages: int = 2  # K and V (forward) or Q and dO (backward) buffers of a flashio-hopper row
+    persistent: bool = False  # a flashio-hopper forward launched as a persistent grid
 
     @property
     def label(self) -> str:
@@ -55,6 +56,7 @@ class Measured:
         c = " causal" if sh.causal else ""
         o = f" {self.overlap}" if self.overlap else ""
         o += f" {self.stages} stages" if self.stages != 2 else ""
+        o += " persistent" if self.persistent else ""
         return (
             f"{self.family} {self.schedule} {sh.dtype}{c} {sh.batch}x{sh.heads} N={sh.seq_len} "
             f"d={sh.head_dim} {self.block_q}x{self.block_kv} w{self.warps}{o}"
@@ -62,8 +64,9 @@ class Measured:
 
     @property
     def variant(self) -> tuple:
-        """What distinguishes the kernels measured at one shape: tiling, overlap, stages."""
-        return (self.block_q, self.block_kv, self.warps, self.overlap, self.stages)
+        """What distinguishes the kernels measured at one shape: tiling, overlap, stages, grid."""
+        tiling = (self.block_q, self.block_kv, self.warps)
+        return (*tiling, self.overlap, self.stages, self.persistent)
 
     @property
     def impl(self):
@@ -72,7 +75,7 @@ class Measured:
             return hopper.bwd_description(self.block_kv, self.stages)
         if self.overlap is None:
             return MODEL_IMPL[self.family]
-        return hopper.description(self.block_q, self.overlap, self.stages)
+        return hopper.description(self.block_q, self.overlap, self.stages, self.persistent)
 
 
 def _shape(r) -> kernels.AttentionShape:
@@ -142,23 +145,18 @@ def measurements(families=FAMILIES) -> tuple[list[Measured], dict]:
             )
     out += impl_rows(IMPL_TIMINGS, families, skipped)
     if "flashio-hopper" in families:
-        hop, persistent = _hopper_rows()
-        out += hop
-        if persistent:
-            skipped["flashio-hopper persistent"] = persistent
+        out += _hopper_rows()
     return out, skipped
 
 
-def _hopper_rows() -> tuple[list[Measured], int]:
+def _hopper_rows() -> list[Measured]:
     """The Hopper kernels' rows of benchmarks/hopper_measure.py and hopper_bwd_measure.py
     (PyTorch's rows beside them there are timed in impl_measure.json too, and come from
-    there), and how many persistent forward rows were left out: the engine dispatches each
-    tile to the first free slot, where a persistent grid gives CTA p the tiles p, p + grid,
-    ..., so it would price them as launched with a CTA per tile."""
+    there), the persistent builds' (a CTA per SM taking every grid-th tile) among them."""
     rows = [
         r for r in json.loads(HOPPER_RUN.read_text())["rows"] if r["kernel"].startswith("hopper")
     ]
-    kept = [r for r in rows if not r.get("persistent") and r["kernel"] != PRESET_LABEL]
+    kept = [r for r in rows if r["kernel"] != PRESET_LABEL]
     out = [
         Measured(
             "flashio-hopper",
@@ -171,6 +169,7 @@ def _hopper_rows() -> tuple[list[Measured], int]:
             False,
             r["softmax_overlap"],
             r.get("stages", 2),  # runs before the column: two buffers
+            bool(r.get("persistent")),
         )
         # the preset's row times one of the builds again: a row per build, not two
         for r in kept
@@ -191,4 +190,4 @@ def _hopper_rows() -> tuple[list[Measured], int]:
         for r in bwd
         if r["kernel"].startswith("hopper")
     ]
-    return out, sum(bool(r.get("persistent")) for r in rows)
+    return out

@@ -176,6 +176,8 @@ def gaps(row: dict) -> dict:
     (c / (L + g)), with the gap each implies."""
     import numpy as np
 
+    from flashio.analysis.validation.calibrate import slot_gaps_ns
+
     sm, start, end = (np.asarray(row[k], np.int64) for k in ("smid", "start_ns", "end_ns"))
     c, last = row["ctas_per_sm"], float(end.max())
     ts = np.linspace(0.2 * last, 0.6 * last, 200)
@@ -186,14 +188,7 @@ def gaps(row: dict) -> dict:
     mid = (start > 0.2 * last) & (start < 0.6 * last)
     rate = mid.sum() / len(sms) / (0.4 * last)  # starts per ns per SM
     span = float(np.median(end[mid] - start[mid]))
-    out = []
-    for s in np.unique(sm):
-        mine = np.flatnonzero(sm == s)
-        for i in mine:
-            before = end[mine][end[mine] <= start[i]]
-            if len(before):
-                out.append(start[i] - before.max())
-    g = np.array(out, np.float64)
+    g = slot_gaps_ns(row)
     return {
         "ctas_per_sm": row["ctas_per_sm"], "warps": row["warps"], "loads": row["loads"],
         "iters": row["iters"], "rep": row["rep"], "later_ctas": len(g),
