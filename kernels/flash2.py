@@ -1,8 +1,9 @@
 """FlashAttention-2 forward (Dao 2023, Algorithm 1).
 
-One CTA per (batch, head, Q block i): Q_i is read once; the CTA streams every K_j, V_j block
-the mask lets its rows see (``kernels.mask``: all Tc of them, those at or below the diagonal
-when causal, a band for a window), keeps O_i, m_i, l_i on chip, and writes O_i and the
+One CTA per (batch, head, Q block i), in the grid's order or, with ``longest_first=1``, in
+FlashAttention-3's causal order (``tile_of``): Q_i is read once; the CTA streams every K_j,
+V_j block the mask lets its rows see (``kernels.mask``: all Tc of them, those at or below the
+diagonal when causal, a band for a window), keeps O_i, m_i, l_i on chip, and writes O_i and the
 logsumexp L_i = m_i + log(l_i) once. Its warps split the Q rows (split-Q), so they never
 exchange partial results. K and V are re-read once per Q block: Tr times in all without a
 mask. A Q block none of whose rows sees a key loads nothing and writes O = 0 and L = +inf, as
@@ -23,10 +24,12 @@ from flashio.kernels._emit import (
     LOAD,
     MMA,
     P_ACC,
+    P_BATCH,
     P_BKV,
     P_BQ,
     P_DIM,
     P_EB,
+    P_EXTRA,
     P_HEADS,
     P_KV_HEADS,
     P_KV_SEQ,
@@ -45,9 +48,18 @@ from flashio.kernels._resources import regs_per_thread
 from flashio.kernels._terms import terms
 from flashio.kernels.mask import PARTIAL, SKIP, allowed, keep_table, kv_tiles, tile_state
 from flashio.kernels.paged_kv import TABLE_BYTES
+from flashio.simulator.errors import TilingError
 from flashio.simulator.trace import KernelInfo, Op, Space, TensorInfo
 
-OPTIONS = ()
+# longest_first=1: the grid's tiles in FlashAttention-3's causal order (its
+# DynamicPersistentTileScheduler, Dao-AILab/flash-attention hopper/tile_scheduler.hpp): the
+# (batch, head) pairs in sections whose K and V fit FA3_KV_SECTION_BYTES (as many K/V heads as
+# fit, at least one, rounded down to a power of two, times the query heads sharing one), and
+# within a section the last Q block of every pair first, then the one before: the longest
+# tiles first (``tile_of``)
+OPTIONS = ("longest_first",)
+P_LONGEST_FIRST = P_EXTRA
+FA3_KV_SECTION_BYTES = 32 * 1024 * 1024  # hopper/tile_scheduler.hpp: "32 MB for K & V"
 
 # tensor indices, in the order of tensors()
 Q, K, V, O, LSE, Q_S, K_S, V_S, O_ACC, S_ACC, M_L = range(11)
@@ -58,8 +70,40 @@ BLOCK_TABLE = 14  # flash_decode's paged cache's table (its tensors() index)
 EW_PER_SCORE, EW_PER_ROW = 3, 3
 
 
+@njit(**JIT)
+def section_pairs(kv_seq, head_dim, elem_bytes, group):
+    """(batch, head) pairs of a section of FA3's longest-first order."""
+    fit = FA3_KV_SECTION_BYTES // (kv_seq * head_dim * elem_bytes * 2)  # K/V heads that fit
+    heads = 1
+    while 2 * heads <= fit:
+        heads *= 2
+    return heads * group
+
+
+@njit(inline="always")
+def tile_of(cta, t_q, pairs, section):
+    """(b * heads + h, Q block i) of the grid's ``cta``-th tile: in the grid's order where
+    ``section`` is 0, else FA3's longest-first order in sections of ``section`` pairs (the
+    last one of ``pairs % section`` when they do not divide evenly)."""
+    if section == 0:
+        return cta // t_q, cta % t_q
+    first, rest = cta // (section * t_q), cta % (section * t_q)
+    width = section if first < pairs // section else pairs % section
+    return first * section + rest % width, t_q - 1 - rest // width
+
+
+@njit(inline="always")
+def _section(p):
+    """The tracer's section of pairs: 0 for the grid's order."""
+    if p[P_LONGEST_FIRST] == 0:
+        return 0
+    return section_pairs(p[P_KV_SEQ], p[P_DIM], p[P_EB], p[P_HEADS] // p[P_KV_HEADS])
+
+
 def validate(s) -> None:
-    return None
+    order = dict(s.options).get("longest_first", 0)
+    if isinstance(order, bool) or order not in (0, 1):
+        raise TilingError(f"flash2's longest_first is 0 (the grid's order) or 1, got {order!r}")
 
 
 def tensors(s) -> tuple[TensorInfo, ...]:
@@ -159,12 +203,13 @@ def _emit(ev, write, kernel, cta_start, cta_stop, p, kmin, kmax, keep, pages):
     nh, nkh, n, nk, d = p[P_HEADS], p[P_KV_HEADS], p[P_SEQ], p[P_KV_SEQ], p[P_DIM]
     eb, acc, br, bc = p[P_EB], p[P_ACC], p[P_BQ], p[P_BKV]
     t_q, grp = (n + br - 1) // br, nh // nkh
+    pairs, section = p[P_BATCH] * nh, _section(p)
     row = d * eb
     bufs = (Q_S, K_S, V_S, O_ACC, S_ACC, M_L)
     sizes = (br * row, bc * row, bc * row, br * d * acc, br * bc * acc, 2 * br * acc)
     k = 0
     for cta in range(cta_start, cta_stop):
-        bh, i = cta // t_q, cta % t_q
+        bh, i = tile_of(cta, t_q, pairs, section)
         b, h = bh // nh, bh % nh
         kvh = h // grp
         q0 = i * br
@@ -271,8 +316,9 @@ def execute(s, q, k, v, grad_out, rec):
         (S_ACC, br * bc * acc),
         (M_L, 2 * br * acc),
     ]
+    pairs, section = sh.batch * nh, _section(s.params())
     for cta in range(s.kernels[0].ctas):
-        bh, i = divmod(cta, s.t_q)
+        bh, i = tile_of(cta, s.t_q, pairs, section)
         b, h = divmod(bh, nh)
         kvh = h // sh.group
         q0 = i * br

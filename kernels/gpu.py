@@ -94,6 +94,8 @@ def tiling_errors(sched: Schedule) -> list[str]:
             "runs full and causal attention of equal lengths"
         )
         return errs
+    if dict(sched.options).get("longest_first"):
+        errs.append("the CUDA kernels take the tiles in the grid's order (longest_first=0)")
     bm = sh.block_mask
     if bm is not None and (bm.block_q % bq or bm.block_kv % bkv):
         errs.append(

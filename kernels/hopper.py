@@ -172,6 +172,8 @@ def hopper_errors(sched: Schedule) -> list[str]:
         )
     if _pingpong(sched) and bq != 128:
         errs.append("ping-pong scheduling takes two consumer warpgroups (block_q=128)")
+    if dict(sched.options).get("longest_first"):
+        errs.append("the Hopper forward takes the tiles in the grid's order (longest_first=0)")
     need = smem_bytes(bq, bkv, d, _stages(sched))
     errs += _smem_errors(need, f"Q, {_stages(sched)} K and V buffers", "use smaller blocks")
     return errs

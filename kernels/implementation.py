@@ -457,13 +457,15 @@ class Implementation:
 
 def _rows(schedule: str, table, **common) -> tuple[Tiling, ...]:
     """Tiling rows of one schedule from (head_dim_max, causal, block_q, block_kv, warps[,
-    overrides]) tuples; ``common`` (dtypes, note, ...) applies to all of them."""
+    overrides[, options]]) tuples; ``common`` (dtypes, note, ...) applies to all of them."""
     out = []
     for r in table:
         hi, causal, bq, bkv, w, *rest = r
         extra = dict(common)
         if rest:
             extra["overrides"] = tuple(rest[0].items())
+        if len(rest) > 1:
+            extra["options"] = tuple(rest[1].items())
         out.append(Tiling(schedule, hi, causal, bq, bkv, w, **extra))
     return tuple(out)
 
@@ -794,8 +796,8 @@ TRITON = Implementation(
 #   240 (2 WGs) or 160 (3 WGs), via warpgroup_reg_dealloc / warpgroup_reg_alloc (setmaxnreg).
 # - flash_fwd_launch_template.h: UsePersistentScheduler = !(Split && !Varlen) on sm90:
 #   StaticPersistentTileScheduler (non-causal: CTA p takes tiles p, p + grid, ...),
-#   DynamicPersistentTileScheduler (causal: an atomic counter hands out the next tile; its
-#   longest-first order of the tiles is not the trace's).
+#   DynamicPersistentTileScheduler (causal: an atomic counter hands out the next tile, in
+#   hopper/tile_scheduler.hpp's longest-first order: flash2's longest_first option).
 # - Backward (flash_bwd_launch_template.h run_mha_bwd_hdim*, Arch >= 90, no softcap):
 #   run_mha_bwd_dispatch<..., kBlockM, kBlockN, kHeadDim, ..., Stages_dO, Stages_dS, SdP_swapAB,
 #   dKV_swapAB, dQ_swapAB, NumMmaWarpGroups, ...>; the CTA owns kBlockN keys and loops over
@@ -811,19 +813,20 @@ _FA3_BWD_NOTE = "flash-attention@0251105a hopper/flash_bwd_launch_template.h run
 _WG3 = {"consumer_warpgroups": 3, "register_budget": 160, "producer_register_budget": 32}
 _INTRA = {"softmax_overlap": "intra-warpgroup"}  # d > 128: no scheduler barrier
 _DYN = {"tile_scheduler": "dynamic"}  # causal: DynamicPersistentTileScheduler
+_LPT = {"longest_first": 1}  # ... which hands out the longest tiles first (kernels.flash2)
 _BWD = {"persistent": False, "softmax_overlap": "none", **_DYN}
 _FA3_TILINGS = _rows(
     "flash2",
     [
-        (64, True, 192, 128, 16, {**_WG3, **_DYN}),  # {192, 128, true, true} (use_blockN_128)
+        (64, True, 192, 128, 16, {**_WG3, **_DYN}, _LPT),  # {192, 128, true, true} (blockN 128)
         (64, False, 192, 192, 16, _WG3),  # {192, 192, false, true}
-        (96, True, 192, 144, 16, {**_WG3, **_DYN}),  # {192, 144, false, true} (not local, paged)
+        (96, True, 192, 144, 16, {**_WG3, **_DYN}, _LPT),  # {192, 144, false, true} (not local)
         (96, False, 192, 144, 16, _WG3),
-        (128, True, 128, 128, 12, _DYN),  # {128, 128, true, true}
+        (128, True, 128, 128, 12, _DYN, _LPT),  # {128, 128, true, true}
         (128, False, 128, 176, 12),  # {128, 176, true, true}
-        (192, True, 128, 112, 12, {**_INTRA, **_DYN}),  # headdim_v = 192: {128, 112, true, true}
+        (192, True, 128, 112, 12, {**_INTRA, **_DYN}, _LPT),  # headdim_v 192: {128, 112, t, t}
         (192, False, 128, 112, 12, _INTRA),
-        (256, True, 128, 80, 12, {**_INTRA, **_DYN}),  # {128, 80, true, true} (smem's limit)
+        (256, True, 128, 80, 12, {**_INTRA, **_DYN}, _LPT),  # {128, 80, true, true} (smem)
         (256, False, 128, 80, 12, _INTRA),
     ],
     dtypes=_FP16_BF16,

@@ -21,7 +21,8 @@ CTAs are dispatched (``simulate.Probe``), after ``SAMPLED_WAVES`` waves:
 Counted work (global bytes per tensor, FLOPs, exponentials, shared-memory bytes, spill
 traffic) is not extended: the events of the prefix's last period are counted, and the grid is
 that period repeated. A grid whose CTAs do not repeat with the period, or too short to gain,
-is replayed whole, as is one a static tile scheduler runs (its slots keep their own CTAs).
+is replayed whole, as is one a static tile scheduler runs (its slots keep their own CTAs) or
+one in FA3's longest-first order.
 
 What is extended is the prefix's steady state: a state reached only late is outside what it
 sees. Where the L2 is not full at the prefix's last checkpoint but would fill after it, and the
@@ -157,8 +158,10 @@ def simulate_sampled(
     spills = spill_bytes(kinfos[k], occs[k], gpu, comps[k])
     period = grid_period(meta, k)
     alike, periodic = grid_kind(source, k, full[k], period)
-    # a static tile scheduler's slots keep their own CTAs, so no wave is a prefix's
+    # a static tile scheduler's slots keep their own CTAs, and FA3's longest-first order
+    # (flash2's longest_first) repeats over sections of heads, not heads: no wave is a prefix's
     periodic = periodic and not static_tiles(meta, kinfos[k])
+    periodic = periodic and not meta.params.get("longest_first")
     if saving is None:
         long = full[k] >= LONG_GRID * slot and full[k] >= LONG_GRID // 2 * period
         saving = LONG_SAVING if alike and long else SAVING
