@@ -55,7 +55,7 @@ def test_a_static_scheduler_gives_each_slot_every_slots_th_cta():
 def _persistent_causal(n: int = 2048):
     impl = hopper.description(128, "none", persistent=True)
     shape = kernels.AttentionShape(1, 4, n, 64, "bf16", causal=True)
-    return kernels.schedule("flash2", shape, 128, 128, 8, impl=impl)
+    return kernels.schedule("flash2", shape, 128, 128, 12, impl=impl)
 
 
 def test_a_static_grid_replays_the_same_in_windows_as_whole():
@@ -76,16 +76,19 @@ def test_a_static_grid_runs_a_causal_grid_as_long_as_its_busiest_slot():
     gives slot p the tiles p, p + G, ..., so the grid lasts as long as the slot whose tiles
     sum to the most blocks, which a grid handing tiles to the first slot free evens out. On 12
     SMs (4 heads of 16 tiles: 64 tiles, 544 blocks, 45.3 a slot) the busiest static slot
-    takes 16 + 12 + 8 + 4 + ... blocks: the replay's ratio of the two follows those sums within
-    the share of a CTA's fixed cost."""
+    takes tiles 3, 15, 27, ..., 63: 4 + 16 + 12 + 8 + 4 + 16 = 60 blocks, 1.32 times the mean;
+    the replay's ratio of the two orders lies between 1 and that (a tile's fixed costs, its Q
+    load and its store, are not in proportion to its blocks; 5% over it for the memory
+    system's share, which is not either)."""
     sched = _persistent_causal()
     gpu = simulator.load_gpu("h200").replace(sm_count=12)
     tiles, g = sched.kernels[0].ctas, 12
     blocks = [t % 16 + 1 for t in range(tiles)]  # tile (head, i) visits i + 1 key blocks
     busiest = max(sum(blocks[p::g]) for p in range(g))
+    assert (tiles, sum(blocks), busiest) == (64, 544, 60)
     static = simulator.simulate(sched, gpu).kernels[0].time_s
     dyn_impl = dataclasses.replace(sched.impl, tile_scheduler="dynamic")
-    dyn_sched = kernels.schedule("flash2", sched.shape, 128, 128, 8, impl=dyn_impl)
+    dyn_sched = kernels.schedule("flash2", sched.shape, 128, 128, 12, impl=dyn_impl)
     dynamic = simulator.simulate(dyn_sched, gpu).kernels[0].time_s
     assert static > dynamic
     even = sum(blocks) / g
