@@ -18,6 +18,11 @@ Writes the launch order (build, head dim, N, causal; two launches each) to --ord
 the grid exactly one round of 132 CTAs, and ten rounds: cycles per round against steps give
 a CTA's fixed cost, and one round against ten the kernel's start against a CTA's.
 
+``--persistent``: instead, each persistent build of hopper_measure.VARIANTS (a CTA per SM taking
+every 132nd tile) and, launched just before it, the same build with a CTA a tile, at every
+validation shape: the cycles of the two launch modes, which the validation's timings compare
+at the clocks the power limit left them.
+
 ``--skeleton`` (with ``--cta-cost``): the same tilings built with ``SKELETON=1``
 (kernels/cuda/hopper_fwd.cu): every copy, barrier and store of the kernel, and no
 arithmetic: the consumers wait for each K/V block and free it. What a CTA costs beside its
@@ -72,6 +77,25 @@ def validation_builds(head_dims, seq_lens, masks):
                                   "seq_len": n, "causal": causal}  # fmt: skip
 
 
+def persistent_builds(seq_lens, masks):
+    """(schedule, launch-order row) of --persistent: each persistent build at the validation
+    shapes, after the same build with a CTA a tile."""
+    for b in (v for v in VARIANTS if v.persistent):
+        for d in b.dims:
+            for causal in masks:
+                for n in seq_lens:
+                    for persistent in (False, True):
+                        sh = kernels.AttentionShape(1, 16, n, d, "bf16", causal=causal)
+                        impl = hopper.description(b.block_q, b.overlap, b.stages, persistent)
+                        warps = 4 * (b.block_q // 64 + 1)
+                        sched = kernels.Schedule("flash2", sh, b.block_q, b.block_kv, warps,
+                                                 impl=impl)  # fmt: skip
+                        yield sched, {"block_q": b.block_q, "block_kv": b.block_kv,
+                                      "overlap": b.overlap, "stages": b.stages, "head_dim": d,
+                                      "seq_len": n, "causal": causal,
+                                      "persistent": persistent}  # fmt: skip
+
+
 def cta_cost_builds(skeleton: bool = False):
     """(schedule, launch-order row) of --cta-cost (``skeleton``: each build without softmax
     overlap, which the skeleton does not have)."""
@@ -118,15 +142,20 @@ def main(argv=None) -> None:
     ap.add_argument("--causal", choices=("no", "yes", "both"), default="both")
     ap.add_argument("--cta-cost", action="store_true", help="the CTA fixed-cost shapes instead")
     ap.add_argument("--skeleton", action="store_true", help="with --cta-cost: no arithmetic")
+    twins = "the persistent builds, each after its build with a CTA a tile"
+    ap.add_argument("--persistent", action="store_true", help=twins)
     args = ap.parse_args(argv)
     if args.skeleton and not args.cta_cost:
         ap.error("--skeleton goes with --cta-cost")
+    if args.persistent and args.cta_cost:
+        ap.error("--persistent and --cta-cost are two runs")
     masks = {"no": (False,), "yes": (True,), "both": (False, True)}[args.causal]
-    builds = (
-        cta_cost_builds(args.skeleton)
-        if args.cta_cost
-        else validation_builds(args.head_dim, args.seq_len, masks)
-    )
+    if args.cta_cost:
+        builds = cta_cost_builds(args.skeleton)
+    elif args.persistent:
+        builds = persistent_builds(args.seq_len, masks)
+    else:
+        builds = validation_builds(args.head_dim, args.seq_len, masks)
     rng = np.random.default_rng(0)
     order = []
     for sched, row in builds:
