@@ -207,8 +207,8 @@ def test_hopper_forward_of_this_project_from_its_compiled_code(hopper_rep):
     between a slot's CTAs), the 120: 12.4%, 12.2% too fast, max 25.0%, within 19.3% at N >=
     8k. Before its copies were priced as bulk copies (docs/model.md, "Bulk copies"): 13.5%,
     13.4% too fast, max 26.7%, within 20.1% at N >= 8k. The model's pick among the d = 128
-    builds is the best at the causal shapes (0.5% slower at N = 1k); without a mask it picks
-    the persistent build, which it prices 0.2-0.7% faster than its build with a CTA a tile
+    builds is the best at the causal shapes (0.5% slower at N = 1k); without a mask at N >= 2k
+    it picks the persistent build, which it prices 0.2-0.7% faster than its build with a CTA a tile
     (the turnaround it saves) and the GPU ran 1.6-5.8% slower (before the persistent rows
     were priced: the best at 9 of 10 shapes, 2.3% slower at the tenth). Among the d = 64
     builds, where the GPU runs the builds without overlap fastest, it picks one without

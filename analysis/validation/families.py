@@ -216,7 +216,8 @@ def tiling_ranking(ms: list[Measured], preds: list[float]) -> list[dict]:
                 "tilings": len(pts),
                 "spearman": rho,
                 "picked": [pick.block_q, pick.block_kv, pick.warps]
-                + ([pick.overlap] if pick.overlap else []),
+                + ([pick.overlap] if pick.overlap else [])
+                + (["persistent"] if pick.persistent else []),
                 "picked_slower_than_best": slower,
             }
         )
