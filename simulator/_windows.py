@@ -130,27 +130,25 @@ class Windows:
         """Next window, ``parts`` in front of it. Returns the start of each part."""
         future, c0, c1 = self._ahead
         buf, room, off = future.result()
-        sizes = [len(p) for p in parts]
-        carried = sum(sizes)
-        assert carried <= room, "carried CTAs outgrew their room"  # at most slots x the longest
-        ev = buf[room - carried : room + off[-1]]
-        starts = np.cumsum([0, *sizes])
-        for part, a in zip(parts, starts, strict=False):
-            _raw(ev)[a : a + len(part)] = _raw(part)
+        starts = self._place(buf, room, off, parts, c0, c1)
         # the old window has been copied from: its buffer is free for the window after this one
-        self._most = max(self._most, int(np.diff(off).max(initial=0)))
         spare, self._buffer = self._buffer, buf
         self._ahead = self._submit(c1, spare)
-        self.current = (_read_only(ev), off + carried, c0, c1)
-        return [int(a) for a in starts[:-1]]
+        return starts
 
     def seek(self, c0: int, c1: int, parts: list[np.ndarray]) -> list[int]:
         """The window of CTAs ``c0 <= c < c1``, made now, ``parts`` in front (a static tile
         scheduler's slots each take their own next CTA, so the CTAs still to come need not
         follow the last window's). Returns the start of each part."""
+        buf, room, off = self._make(c0, c1, sum(len(p) for p in parts), None)
+        return self._place(buf, room, off, parts, c0, c1)
+
+    def _place(self, buf, room: int, off, parts: list[np.ndarray], c0: int, c1: int) -> list[int]:
+        """Make CTAs c0..c1, made at ``buf[room:]`` with offsets ``off``, the current window,
+        the carried ``parts`` copied into the room in front. Returns where each part starts."""
         sizes = [len(p) for p in parts]
         carried = sum(sizes)
-        buf, room, off = self._make(c0, c1, carried, None)
+        assert carried <= room, "carried CTAs outgrew their room"  # at most slots x the longest
         ev = buf[room - carried : room + off[-1]]
         starts = np.cumsum([0, *sizes])
         for part, a in zip(parts, starts, strict=False):

@@ -286,10 +286,15 @@ def test_hopper_persistent_builds_cycles_alone(hopper_rep):
         twins.setdefault(key, {})[c["persistent"]] = c["cycles"]
     assert len(twins) == 30
     for (bq, bkv, d, causal, n), pair in twins.items():
-        overlap = "none" if d == 64 else "both"
-        label = (f"flashio-hopper flash2 bf16{' causal' if causal else ''} 1x16 N={n} d={d} "
-                 f"{bq}x{bkv} w{4 * (bq // 64 + 1)} {overlap}")  # fmt: skip
-        model = predicted[label + " persistent"] / predicted[label]
+        shape = AttentionShape(1, 16, n, d, "bf16", causal=causal)
+        warps, overlap = 4 * (bq // 64 + 1), "none" if d == 64 else "both"
+        twin = [
+            families.Measured("flashio-hopper", "flash2", shape, bq, bkv, warps, 0.0, False,
+                              overlap, persistent=p).label
+            for p in (False, True)
+        ]  # fmt: skip
+        label = twin[0]
+        model = predicted[twin[1]] / predicted[twin[0]]
         gpu = pair[True] / pair[False]
         if bq == 192:
             assert model == pytest.approx(gpu, rel=0.06), label

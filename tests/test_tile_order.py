@@ -92,10 +92,9 @@ def test_the_executor_runs_the_tiles_in_the_tracers_order_to_the_same_numbers():
 
 
 def test_the_first_ctas_dispatched_are_the_longest():
-    """On 4 SMs the first wave takes the four longest tiles, and with the tiles handed out
-    longest first the grid ends no later than in the grid's order (the list scheduler's
-    makespan with the longest jobs first is within 4/3 of the best; in order, the last
-    wave holds the longest tiles)."""
+    """On 4 SMs the first wave takes the four longest tiles, and here the grid ends earlier
+    than in the grid's order, whose last tiles are its last head's longest (longest first is
+    no guarantee of that in general: it bounds the makespan by 4/3 of the best one)."""
     sched = _fa3_causal(n=4096, heads=4)
     gpu = simulator.load_gpu("h200").replace(sm_count=4)
     res = simulator.simulate(sched, gpu, timeline=True)
