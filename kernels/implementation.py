@@ -11,7 +11,8 @@ the implementation never changes a trace, only how long it takes (docs/implement
 Presets (``IMPLEMENTATIONS``): ``flashio`` (this project's kernels/cuda/*.cu), ``flash-attn2``
 (FlashAttention-2 as vendored in PyTorch's SDPA flash backend, sm80 code on sm90),
 ``triton`` (Triton's fused-attention tutorial and torch ``flex_attention``'s default configs on
-H100), ``fa3`` (FlashAttention-3, the ``hopper/`` directory of flash-attention),
+H100), ``fa3`` (FlashAttention-3, the ``hopper/`` directory of flash-attention), ``cudnn``
+(PyTorch SDPA's cuDNN forward on Hopper: what its launches show, the rest FlashAttention-3's),
 ``flashio-hopper`` (this project's Hopper forward, kernels/cuda/hopper_fwd.cu) and ``pytorch``
 (eager attention: cuBLAS GEMMs and a softmax kernel). Every number carries its
 source next to it; where a fact could not be found the comment says so and names the
@@ -65,6 +66,11 @@ OVERRIDABLE = (
     "register_budget",
     "producer_register_budget",
 )
+
+
+# The fields that say how a warp-specialized CTA divides its warps (producers, consumer
+# warpgroups, their register budgets): facts of its warps, not of its shape.
+WARP_ROLES = ("consumer_warpgroups", "register_budget", "producer_register_budget")
 
 
 class ImplementationError(TilingError):
@@ -431,13 +437,36 @@ class Implementation:
             )
         return row.block_q, row.block_kv, row.warps
 
-    def specialize(self, schedule_name: str, shape) -> Implementation:
+    def specialize(self, schedule_name: str, shape, warps: int | None = None) -> Implementation:
         """The facts that hold for the kernel instantiation this implementation runs for
         ``schedule_name`` at ``shape``: its fields with the overrides of the applicable tiling
         row applied, and no ``tilings`` (it describes that one instantiation; the table's rows
-        are relative to the preset's own fields)."""
+        are relative to the preset's own fields).
+
+        ``warps``: the CTA's warps where the caller chose them. A warpgroup-MMA kernel's warp
+        roles (``WARP_ROLES``) follow its warps, not its shape: with warps other than the
+        row's, they are those of the first row of the schedule with that many warps, else the
+        preset's own (FlashAttention-3's 128 x 128 tiles with 12 warps at head dim 64 keep two
+        consumer warpgroups, where its own d = 64 row has three and 16 warps). Raises
+        :class:`ImplementationError` where the warps do not make those roles."""
         row = self.tiling_entry(schedule_name, shape)
-        return dataclasses.replace(self, tilings=(), **dict(row.overrides))
+        overrides = dict(row.overrides)
+        if warps is not None and row.warps is not None and warps != row.warps:
+            donor = next(
+                (t for t in self.tilings if t.schedule == schedule_name and t.warps == warps), None
+            )
+            overrides = {k: v for k, v in overrides.items() if k not in WARP_ROLES}
+            if donor is not None:
+                overrides |= {k: v for k, v in donor.overrides if k in WARP_ROLES}
+        out = dataclasses.replace(self, tilings=(), **overrides)
+        need = out.producer_warps + 4 * out.consumer_warpgroups
+        if warps is not None and out.mma.startswith("wgmma") and warps != need:
+            raise ImplementationError(
+                f"implementation {self.name!r}: {warps} warps do not make its "
+                f"{out.producer_warps} producer warps and {out.consumer_warpgroups} consumer "
+                f"warpgroups ({need} warps)"
+            )
+        return out
 
     # -- serialization ----------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -869,6 +898,38 @@ FA3 = Implementation(
 )
 
 # ---------------------------------------------------------------------------------------------
+# cudnn: PyTorch SDPA's cuDNN forward on Hopper, cudnn_generated_fort_native_sdpa_sm90_flash_
+# fprop_wgmma_f16_knob_7_64x128x{64,128}_4x1x1_cga1x1x1_kernel0_0 (cuDNN 9.19 under PyTorch 2.11,
+# data/impl/impl_measure.json). cuDNN compiles it at run time and its source is not public; its
+# launches say:
+# - 384 threads (12 warps) at 168 registers a thread: one producer warpgroup and two consumer
+#   warpgroups, 4 x 24 + 8 x 240 = 12 x 168 as FlashAttention-3's setmaxnreg splits them.
+# - a grid of min(tiles, 132) CTAs: persistent, a CTA per SM.
+# - wgmma (its name) on 64-row warpgroup tiles ("64x128xd"): 128 x 128 tiles of two consumer
+#   warpgroups, at head dims 64 and 128.
+# The rest is FlashAttention-3's description, ASSUMED: TMA loads, both softmax overlaps, a
+# static tile scheduler without a mask and a dynamic one causal. The order in which it takes
+# the tiles is not public: the grid's (not FA3's longest-first). Forward only (its backward's
+# three kernels are not described).
+_CUDNN_NOTE = "data/impl/impl_measure.json: kernel name, 384 threads, 168 registers, grid"
+CUDNN = dataclasses.replace(
+    FA3,
+    name="cudnn",
+    source=(
+        "PyTorch 2.11 SDPA's cuDNN 9.19 forward on the H200: kernel name, threads, registers "
+        "and grid (data/impl/impl_measure.json); the rest ASSUMED from FlashAttention-3 ("
+        + FA3.source
+        + ")"
+    ),
+    tilings=_rows(
+        "flash2",
+        [(128, True, 128, 128, 12, _DYN), (128, False, 128, 128, 12)],
+        dtypes=_FP16_BF16,
+        note=_CUDNN_NOTE,
+    ),
+)
+
+# ---------------------------------------------------------------------------------------------
 # flashio-hopper: this project's Hopper forward, kernels/cuda/hopper_fwd.cu (kernels/hopper.py).
 # - wgmma m64nNk16: S = Q K^T with both operands from shared memory (N = block_kv), O += P V
 #   with P from registers (N = head_dim); TMA copies (cp.async.bulk.tensor, 128-byte swizzle)
@@ -983,7 +1044,7 @@ PYTORCH = Implementation(
 )
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
-    i.name: i for i in (FLASHIO, FLASH_ATTN2, TRITON, FA3, FLASHIO_HOPPER, PYTORCH)
+    i.name: i for i in (FLASHIO, FLASH_ATTN2, TRITON, FA3, CUDNN, FLASHIO_HOPPER, PYTORCH)
 }
 
 

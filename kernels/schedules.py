@@ -258,9 +258,10 @@ class Schedule:
 
 def _specialized(s) -> Implementation:
     """The facts of the kernel instantiation ``s.impl`` runs for ``s`` (its tiling row's
-    overrides applied), or its preset fields where block sizes were given outside its table."""
+    overrides applied, the warp roles of ``s.warps``), or its preset fields where no row
+    covers the shape or the warps do not make the row's roles."""
     try:
-        return s.impl.specialize(s.name, s.shape)
+        return s.impl.specialize(s.name, s.shape, s.warps)
     except ImplementationError:
         return s.impl
 

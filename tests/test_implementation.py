@@ -18,7 +18,7 @@ from flashio.kernels import (
 )
 from flashio.simulator.errors import FlashioError, TilingError
 
-PRESETS = ("flashio", "flash-attn2", "triton", "fa3", "flashio-hopper", "pytorch")
+PRESETS = ("flashio", "flash-attn2", "triton", "fa3", "cudnn", "flashio-hopper", "pytorch")
 
 
 def _shape(d, causal=False, dtype="bf16", n=256):
@@ -193,6 +193,10 @@ CITED = {
     ("fa3", "flash2_bwd", 64, False, "bf16"): (128, 128, 12),
     ("fa3", "flash2_bwd", 128, False, "bf16"): (80, 128, 12),
     ("fa3", "flash2_bwd", 128, True, "bf16"): (64, 128, 12),
+    # cuDNN's forward: its kernel name, threads and grid in data/impl/impl_measure.json
+    ("cudnn", "flash2", 64, False, "bf16"): (128, 128, 12),
+    ("cudnn", "flash2", 64, True, "fp16"): (128, 128, 12),
+    ("cudnn", "flash2", 128, True, "bf16"): (128, 128, 12),
     # this project's kernels: what benchmarks/gpu_measure.py measures
     ("flashio", "flash2", 64, False, "bf16"): (128, 128, 8),
     ("flashio", "flash2", 128, True, "bf16"): (128, 64, 8),
@@ -250,6 +254,53 @@ def test_fa3_warp_roles_and_register_budgets_per_head_dim():
     assert d256.softmax_overlap == "intra-warpgroup"  # no scheduler barrier above d = 128
     bwd = fa3.specialize("flash2_bwd", _shape(128))
     assert not bwd.persistent and bwd.softmax_overlap == "none"
+
+
+def test_warp_roles_follow_the_warps_not_the_shape():
+    """A tiling row's warp roles hold for its own warps: FA3's 128 x 128 tiles with 12 warps at
+    d = 64 (cuDNN's) keep two consumer warpgroups at 240/24 registers, where FA3's own d = 64
+    row (192 rows, 16 warps) has three at 160/32; a row with the same warps lends its roles
+    (Triton's 8-warp rows: two warpgroups); warps that make no roles are refused, and the
+    schedule then keeps the preset's fields. The shape's other overrides stay (causal FA3:
+    the dynamic scheduler)."""
+    fa3 = IMPLEMENTATIONS["fa3"]
+    roles = ("consumer_warpgroups", "register_budget", "producer_register_budget")
+    own = fa3.specialize("flash2", _shape(64), 16)
+    assert tuple(getattr(own, f) for f in roles) == (3, 160, 32)
+    twelve = fa3.specialize("flash2", _shape(64, causal=True), 12)
+    assert tuple(getattr(twelve, f) for f in roles) == (2, 240, 24)
+    assert twelve.tile_scheduler == "dynamic"
+    with pytest.raises(ImplementationError, match="10 warps do not make its 4 producer warps"):
+        fa3.specialize("flash2", _shape(64), 10)
+    sched = kernels.schedule("flash2", _shape(64), 128, 128, 12, impl="fa3")
+    assert sched.meta.params["warp_roles"]["consumer_warpgroups"] == 2
+    assert sched.meta.params["launch_registers"] == {"flash2_fwd": 168}
+    tri = IMPLEMENTATIONS["triton"]
+    assert tri.tiling("flash2", _shape(64)) == (128, 128, 4)
+    assert tri.specialize("flash2", _shape(64), 8).consumer_warpgroups == 2
+    assert tri.specialize("flash2", _shape(64), 4).consumer_warpgroups == 1
+
+
+def test_cudnn_is_fa3_at_its_launches_in_the_grids_order():
+    """The cudnn preset: FA3's description at cuDNN's 128 x 128 tiles with 12 warps (168
+    registers a thread on average, a persistent grid), forward only, head dims up to 128; its
+    causal tiles in the grid's order, where FA3's take the longest first."""
+    cud, fa3 = IMPLEMENTATIONS["cudnn"], IMPLEMENTATIONS["fa3"]
+    assert cud.schedules == ("flash2",) and cud.persistent
+    for d in (64, 128):
+        for causal in (False, True):
+            sched = kernels.schedule("flash2", _shape(d, causal), impl="cudnn")
+            assert (sched.block_q, sched.block_kv, sched.warps) == (128, 128, 12)
+            assert sched.meta.params["launch_registers"] == {"flash2_fwd": 168}
+            assert not dict(sched.options).get("longest_first")
+            assert bool(sched.meta.params.get("static_tile_kernels")) is not causal
+    assert dict(kernels.schedule("flash2", _shape(128, True), impl="fa3").options) == {
+        "longest_first": 1
+    }
+    with pytest.raises(ImplementationError, match="no flash2 tiling for head_dim=256"):
+        cud.tiling("flash2", _shape(256))
+    same = ("mma", "loads", "stages", "producer_warps", "softmax_overlap", "register_budget")
+    assert all(getattr(cud, f) == getattr(fa3, f) for f in same)
 
 
 def test_warp_specialized_kernels_launch_with_their_register_budgets():

@@ -101,9 +101,7 @@ NOT_MODELLED = ("torch_cudnn", "flex")
 
 def predict(m: Measured, options: ModelOptions = OPTIONS, gpu=GPU) -> float:
     """Simulated seconds of ``m`` (see the module docstring) on ``gpu`` (a spec or a name)."""
-    sched = kernels.schedule(
-        m.schedule, m.shape, m.block_q, m.block_kv, m.warps, impl=m.impl, **m.schedule_options
-    )
+    sched = kernels.schedule(m.schedule, m.shape, m.block_q, m.block_kv, m.warps, impl=m.impl)
     res = simulator.simulate(sched, gpu, options=options)
     times = [k.time_s for k in res.kernels]
     if m.harness:

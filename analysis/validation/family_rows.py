@@ -22,7 +22,7 @@ MODEL_IMPL = {
     "flashio": None,
     "flash-attn2": "flash-attn2",
     "triton": "triton",
-    "cudnn": "fa3",
+    "cudnn": "cudnn",
     "flashio-hopper": "flashio-hopper",
     "pytorch": "pytorch",
 }
@@ -67,13 +67,6 @@ class Measured:
         """What distinguishes the kernels measured at one shape: tiling, overlap, stages, grid."""
         tiling = (self.block_q, self.block_kv, self.warps)
         return (*tiling, self.overlap, self.stages, self.persistent)
-
-    @property
-    def schedule_options(self) -> dict:
-        """Schedule options beyond the description's: cuDNN's forward, priced by the ``fa3``
-        description, keeps the grid's order of the tiles (its own order is not public; in
-        FA3's longest-first order its causal rows at N = 2k-8k came out 10-34% too fast)."""
-        return {"longest_first": 0} if self.family == "cudnn" else {}
 
     @property
     def impl(self):
