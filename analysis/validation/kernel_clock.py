@@ -86,11 +86,11 @@ def gpu_cycles(run: str) -> list[dict]:
     without arithmetic: ``--skeleton``)."""
     return [
         {**o, "cycles": m["sm__cycles_elapsed.max"], "clock_hz": m[CLOCK]}
-        for o, m in _last_launches(run)
+        for o, m in last_launches(run)
     ]
 
 
-def _last_launches(run: str) -> list[tuple[dict, dict]]:
+def last_launches(run: str) -> list[tuple[dict, dict]]:
     """(launch-order row, Nsight Compute's metrics of its last launch) of hopper_cycles.py's
     run ``run``."""
     order = json.loads((PROBE / f"{run}_launches.json").read_text())["launches"]
@@ -113,7 +113,7 @@ def pipe_activity(run: str = "hopper_pipes") -> list[dict]:
     gpu = simulator.load_gpu(families.GPU)
     pct = ".avg.pct_of_peak_sustained_active"
     out = []
-    for o, m in _last_launches(run):
+    for o, m in last_launches(run):
         warps = 4 * (o["block_q"] // 64 + 1)
         key = issue.hopper_key(o["head_dim"], o["block_q"], o["block_kv"], warps, "bf16",
                                o["overlap"])  # fmt: skip
