@@ -906,7 +906,7 @@ FA3 = Implementation(
 #   warpgroups, 4 x 24 + 8 x 240 = 12 x 168 as FlashAttention-3's setmaxnreg splits them.
 # - a grid of min(tiles, 132) CTAs: persistent, a CTA per SM.
 # - wgmma (its name) on 64-row warpgroup tiles ("64x128xd"): 128 x 128 tiles of two consumer
-#   warpgroups, at head dims 64 and 128.
+#   warpgroups, measured at head dims 64 and 128 (the rows cover d <= 128).
 # The rest is FlashAttention-3's description, ASSUMED: TMA loads, both softmax overlaps, a
 # static tile scheduler without a mask and a dynamic one causal. The order in which it takes
 # the tiles is not public: the grid's (not FA3's longest-first). Forward only (its backward's
