@@ -357,7 +357,8 @@ def schedule(
         Warps per CTA, default 4 (with ``impl``: the implementation's).
     impl : str, Implementation or None, optional
         The kernel that executes the schedule: a preset name of ``kernels.IMPLEMENTATIONS``
-        (``"flashio"``, ``"flash-attn2"``, ``"triton"``, ``"fa3"``, ``"pytorch"``) or an
+        (``"flashio"``, ``"flash-attn2"``, ``"triton"``, ``"fa3"``, ``"cudnn"``,
+        ``"flashio-hopper"``, ``"pytorch"``) or an
         ``Implementation``; None means flashio with the defaults above. Block sizes and
         warps not given default to the implementation's tiling for this shape (an error
         names what it provides when it has none). The implementation's tiling row may also
