@@ -7,9 +7,12 @@ from flashio.analysis.validation import triton_steps
 
 
 @pytest.fixture(scope="module")
-def steps():
+def rows():
+    """gpu_steps's rows, each with the replay's cycles a step (``replay``)."""
     rows = triton_steps.gpu_steps()
-    return rows, triton_steps.replay_steps(rows)
+    for r, p in zip(rows, triton_steps.replay_steps(rows), strict=True):
+        r["replay"] = p
+    return rows
 
 
 def _by(rows, d, tiling):
@@ -17,14 +20,13 @@ def _by(rows, d, tiling):
             (r["block_q"], r["block_kv"], r["warps"], r["stages"]) == tiling}  # fmt: skip
 
 
-def test_the_run_holds_every_configuration(steps):
-    rows, _ = steps
+def test_the_run_holds_every_configuration(rows):
     assert len(rows) == 30
     assert {r["seq_len"] for r in rows if r["head_dim"] == 128} == {2048, 4096, 8192, 16384}
     assert all(r["ms"] > 0 and 0.5 < r["l2_hit"] < 1.05 for r in rows)
 
 
-def test_the_two_stage_step_waits_for_the_l2_at_short_n(steps):
+def test_the_two_stage_step_waits_for_the_l2_at_short_n(rows):
     """Triton's 128x64 tiling with 8 warps and 2 stages (one CTA an SM at d = 128) waits at the
     top of each step for the copies it issued at the end of the last. From N = 2048 to 16384
     its step falls from 3,011 to 2,231 cycles (26%) with the same instructions (3,106 ->
@@ -35,19 +37,17 @@ def test_the_two_stage_step_waits_for_the_l2_at_short_n(steps):
     L2). The prefetching tilings (3 stages, no spills) fall 15% over the same N.
     The replay's step falls 7% (2,942 -> 2,735): right at N <= 4096 (within 3%), 23% long at
     16384: not modelled (docs/validation.md, "By implementation")."""
-    rows, replay = steps
-    index = {id(r): p for r, p in zip(rows, replay, strict=True)}
     two = _by(rows, 128, (128, 64, 8, 2))
     gpu = two[16384]["cycles_per_step"] / two[2048]["cycles_per_step"]
-    model = index[id(two[16384])] / index[id(two[2048])]
+    model = two[16384]["replay"] / two[2048]["replay"]
     assert gpu < 0.76 and model > 0.9
     inst = two[16384]["instructions_per_step"] / two[2048]["instructions_per_step"]
     assert 0.92 < inst <= 1.0
     assert two[2048]["l2_hit"] < 0.75 and two[16384]["l2_hit"] > 0.99
     assert two[16384]["long_scoreboard"] < 0.65 * two[2048]["long_scoreboard"]
     for n in (2048, 4096):
-        assert index[id(two[n])] == pytest.approx(two[n]["cycles_per_step"], rel=0.03)
-    assert index[id(two[16384])] / two[16384]["cycles_per_step"] > 1.2
+        assert two[n]["replay"] == pytest.approx(two[n]["cycles_per_step"], rel=0.03)
+    assert two[16384]["replay"] / two[16384]["cycles_per_step"] > 1.2
     for tiling in ((128, 128, 8, 3), (64, 64, 4, 3), (64, 128, 4, 3)):
         pre = _by(rows, 128, tiling)
         assert 0.84 < pre[16384]["cycles_per_step"] / pre[2048]["cycles_per_step"] < 0.9

@@ -29,7 +29,6 @@ MODEL_IMPL = {
 HOPPER_RUN = DATA / "gpu" / "hopper" / "hopper_measure.json"
 HOPPER_BWD_RUN = DATA / "gpu" / "hopper" / "hopper_bwd_measure.json"
 PRESET_LABEL = "hopper preset"  # benchmarks/hopper_measure.py's row of the preset's build
-CUDNN_TILING = (128, 128, 12)
 IMPL_TIMINGS = DATA / "impl" / "impl_measure.json"  # benchmarks/impl_measure on the H200
 # event-timed runs shorter than this are launch overhead more than kernel; the profiler's
 # kernel durations (the other families) have no such floor
@@ -109,8 +108,8 @@ def impl_rows(path: Path, families=FAMILIES, skipped: dict | None = None) -> lis
         if fam == "pytorch":  # every kernel of the call: the GEMMs, scale, mask, softmax
             t, sched = sum(r["kernel_us"]) * 1e-6, "standard"
             tiling = kernels.implementation("pytorch").tiling(sched, _shape(r))
-        elif fam == "cudnn":
-            tiling = CUDNN_TILING
+        elif fam == "cudnn":  # the preset's tiles: cuDNN's launches (its kernel name, grid)
+            tiling = kernels.implementation("cudnn").tiling(sched, _shape(r))
         else:
             tiling = (int(r["block_m"]), int(r["block_n"]), int(r["num_warps"]))
         out.append(Measured(fam, sched, _shape(r), *tiling, t, False))

@@ -19,7 +19,7 @@ import numpy as np
 from flashio import kernels, simulator
 from flashio.analysis.paths import DATA
 from flashio.analysis.validation import families
-from flashio.analysis.validation.family_rows import CUDNN_TILING, Measured
+from flashio.analysis.validation.family_rows import Measured
 from flashio.analysis.validation.gpu_data import parse_ncu_csv
 from flashio.simulator import issue
 
@@ -36,7 +36,8 @@ def _row(label: str, d: int) -> Measured:
         tiling = kernels.implementation("flash-attn2").tiling("flash2", sh)
         return Measured("flash-attn2", "flash2", sh, *tiling, 0.0, False)
     if label == "sdpa-cudnn":
-        return Measured("cudnn", "flash2", sh, *CUDNN_TILING, 0.0, False)
+        tiling = kernels.implementation("cudnn").tiling("flash2", sh)
+        return Measured("cudnn", "flash2", sh, *tiling, 0.0, False)
     impl, tiles, extra = label.split(" ", 2)
     bq, bkv = map(int, tiles.split("x"))
     if impl == "flashio":  # "flashio 128x64 w8"
