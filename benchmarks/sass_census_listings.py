@@ -26,7 +26,12 @@ from pathlib import Path
 
 from benchmarks.sass_census import write
 from flashio.simulator.issue import CENSUS_DIR, program_key
-from flashio.simulator.sass_paths import kernel_program, loop_copies_overlap, parts
+from flashio.simulator.sass_paths import (
+    kernel_program,
+    loop_copies_behind_product,
+    loop_copies_overlap,
+    parts,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 LISTINGS = DATA / "impl" / "sass"
@@ -43,6 +48,7 @@ def _entry(
     return {
         **progs["loop"].to_json(),
         "copies_overlap": loop_copies_overlap(text, function, marker),
+        "copies_behind_product": loop_copies_behind_product(text, function, marker),
         "compiled": compiled,
         "prologue": progs["prologue"].to_json(),
         "epilogue": progs["epilogue"].to_json(),

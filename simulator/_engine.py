@@ -66,6 +66,7 @@ from flashio.simulator._state import (
     LOAD,
     MMA,
     N_CFG,
+    PREFETCH_AT_PRODUCT,
     PREFETCH_STAGED,
     R_MARK,
     R_NEXT,
@@ -312,6 +313,8 @@ def _run(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap, plain):
     tail = cfg[C_CTA_TAIL]
     prefetch = False if plain else cfg[C_PREFETCH] > 0
     staged = False if plain else cfg[C_PREFETCH] == PREFETCH_STAGED
+    # the step's last product issues the next step's loads (staged: all but the last)
+    at_product = staged or (False if plain else cfg[C_PREFETCH] == PREFETCH_AT_PRODUCT)
     streams = False if plain else cfg[C_STREAMS] > 0
     paced = False if plain else cfg[C_PACED] > 0
     n_ages = units.shape[1] - U_AGES  # CTA drift's queue clocks, one per age
@@ -406,7 +409,7 @@ def _run(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap, plain):
             # waits for the late load; pv issues the next step's loads
             late = staged and ptr == si[s, S_LATE]
             pv = (
-                staged
+                at_product
                 and op == MMA
                 and step >= 0
                 and si[s, S_PF_STEP] != step
@@ -459,9 +462,10 @@ def _run(ev, cta_off, win_c0, win_c1, kern, cfg, mem, slots, heap, plain):
                 si[s, S_LATE] = LATE_IN_FLIGHT
                 ptr += 1
                 continue
-            # prefetch: at the first arithmetic event of a step (staged: at its last product),
-            # the loads that open the next step are issued (cp.async); they are memory requests
-            issues = pv if staged else op >= MMA and op <= SHARED
+            # prefetch: at the first arithmetic event of a step (staged or at the product: at
+            # its last product), the loads that open the next step are issued (cp.async); they
+            # are memory requests
+            issues = pv if at_product else op >= MMA and op <= SHARED
             if prefetch and issues and step >= 0 and si[s, S_PF_STEP] != step:
                 if not _less(t, s, gt, gs):
                     waits = True

@@ -64,8 +64,10 @@ N_CFG = 28
 # PREFETCH_STAGED: single-buffered K and V (FlashAttention-2's loop): the step's last matrix
 # product issues the next step's loads but its last, which its step issues once the others
 # have landed and which its first arithmetic other than a matrix product (the softmax) waits
-# for, or else its last product (docs/model.md, "Model options")
-PREFETCH_STEP, PREFETCH_STAGED = 1, 2
+# for, or else its last product (docs/model.md, "Model options"); PREFETCH_AT_PRODUCT: the
+# step's last matrix product issues all the next step's loads (Triton's 2-stage loop commits
+# its copies behind its asynchronous P V wgmma)
+PREFETCH_STEP, PREFETCH_STAGED, PREFETCH_AT_PRODUCT = 1, 2, 3
 # integer slot state columns; S_PF_* mark the LOADs of the next step issued early (prefetch),
 # S_LATE the staged load its step issues later (its position; -1: none; LATE_IN_FLIGHT: issued,
 # not yet waited for)

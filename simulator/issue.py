@@ -195,6 +195,9 @@ class Compiled:
     # whether the loop's cp.async copies stay in flight across its tensor-core work
     # (``simulator.sass_paths.copies_overlap``); None: no copies, or not decided
     copies_overlap: bool | None = None
+    # whether it commits them behind an asynchronous product still in flight
+    # (``simulator.sass_paths.copies_behind_product``): they load while that product runs
+    copies_behind_product: bool | None = None
     # whether its global loads stream data read once (eager PyTorch's elementwise and
     # softmax kernels read each score once), so they wait for HBM, not for an L2 hit
     streams: bool = False
@@ -277,6 +280,7 @@ def lookup(params: dict, kernel: str, warps: int) -> Compiled | None:
         int(d["compiled"].get("stack_bytes", d["compiled"].get("local_bytes", 0))),
         d["compiled"].get("carveout") == "max",
         d.get("copies_overlap"),
+        d.get("copies_behind_product"),
         sends_last=sends_last(_program(key, impl)),
     )
 

@@ -16,8 +16,8 @@ from flashio.simulator.errors import FlashioError
 from flashio.simulator.sass import Instruction, WarpProgram, immediate, parse
 
 __all__ = [
-    "copies_overlap", "kernel_program", "loop_copies_overlap", "loops", "main_loop", "parts",
-    "program", "straight_path", "taken_path",
+    "copies_behind_product", "copies_overlap", "kernel_program", "loop_copies_behind_product",
+    "loop_copies_overlap", "loops", "main_loop", "parts", "program", "straight_path", "taken_path",
 ]  # fmt: skip
 
 
@@ -189,6 +189,29 @@ def copies_overlap(body) -> bool | None:
     return retired[0]
 
 
+def copies_behind_product(body) -> bool | None:
+    """Whether a loop commits each of its cp.async groups while an asynchronous product is in
+    flight: after a wgmma group (HGMMA ... ``gsb0``) that no ``WARPGROUP.DEPBAR`` has retired
+    yet. Triton's 2-stage forward issues its P V wgmma, then the next step's copies, and waits
+    for the product after the next Q K^T: its copies load while P V runs, though none overlaps
+    a product issued after it (``copies_overlap`` False). None without cp.async groups or
+    where some groups are and some are not."""
+    groups = 0  # wgmma groups in flight (issued, not retired)
+    behind: list[bool] = []
+    for lap in range(2):  # the loop repeats: what is in flight at its top comes from its end
+        for ins in body:
+            if ins.klass == "hgmma" and "gsb0" in ins.operands:
+                groups += 1
+            elif ins.opcode.startswith("WARPGROUP.DEPBAR"):
+                m = re.search(r"gsb0,\s*0x([0-9a-f]+)", ins.operands)
+                groups = min(groups, int(m.group(1), 16) if m else 0)
+            elif ins.opcode == "LDGDEPBAR" and lap:
+                behind.append(groups > 0)
+    if not behind or len(set(behind)) > 1:
+        return None
+    return behind[0]
+
+
 def _function(text: str, function: str) -> tuple[Instruction, ...]:
     """The code of ``function`` in a ``cuobjdump -sass`` listing: the function of that name,
     else the first whose (mangled) name holds it."""
@@ -201,12 +224,23 @@ def _function(text: str, function: str) -> tuple[Instruction, ...]:
 
 def loop_copies_overlap(text: str, function: str, marker: str = "HMMA") -> bool | None:
     """``copies_overlap`` of ``function``'s main loop in a ``cuobjdump -sass`` listing."""
+    body = _loop_path(text, function, marker)
+    return None if body is None else copies_overlap(body)
+
+
+def loop_copies_behind_product(text: str, function: str, marker: str = "HMMA") -> bool | None:
+    """``copies_behind_product`` of ``function``'s main loop in a ``cuobjdump -sass`` listing."""
+    body = _loop_path(text, function, marker)
+    return None if body is None else copies_behind_product(body)
+
+
+def _loop_path(text: str, function: str, marker: str):
     code = _function(text, function)
     try:
         lo, hi = main_loop(code, marker)
     except FlashioError:
         return None
-    return copies_overlap(straight_path(code, lo, hi))
+    return straight_path(code, lo, hi)
 
 
 def program(

@@ -322,16 +322,20 @@ def prefetches(kinfo, options: ModelOptions, comp: Compiled | None, params=None)
     early (``PREFETCH_STEP``) for a kernel ``options.prefetch_kernels`` names or whose tiles
     a producer warp copies in with two buffers or more (``params["bulk_copies"]``: it issues
     the next stage's copies while the consumers compute), unless its
-    compiled loop waits for its copies before any tensor-core work since it issued them
-    (``Compiled.copies_overlap`` False: Triton's 2-stage forward, which Nsight Compute sees
-    waiting on memory: 0, where the trace has them); staged (``PREFETCH_STAGED``) with
-    ``options.staged_loads`` where the trace's implementation keeps one buffer per tile
-    (``params["copy_stages"]`` 1; absent: this project's kernels, which do)."""
+    compiled loop waits for its copies before any tensor-core work issued after them
+    (``Compiled.copies_overlap`` False): then at the step's last product
+    (``PREFETCH_AT_PRODUCT``) where it commits them behind that asynchronous product
+    (``Compiled.copies_behind_product``: Triton's 2-stage forward), else 0 (where the trace
+    has them); staged (``PREFETCH_STAGED``) with ``options.staged_loads`` where the trace's
+    implementation keeps one buffer per tile (``params["copy_stages"]`` 1; absent: this
+    project's kernels, which do)."""
     params = params or {}
     produced = kinfo.name in params.get("bulk_copies", {}) and params.get("copy_stages", 1) > 1
     named = kinfo.name in options.prefetch_kernels or produced
-    if not named or (comp is not None and comp.copies_overlap is False):
+    if not named:
         return 0
+    if comp is not None and comp.copies_overlap is False:
+        return E.PREFETCH_AT_PRODUCT if comp.copies_behind_product else 0
     if options.staged_loads and int(params.get("copy_stages", 1)) == 1:
         return E.PREFETCH_STAGED
     return E.PREFETCH_STEP

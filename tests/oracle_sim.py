@@ -13,7 +13,7 @@ import itertools
 import math
 from collections import OrderedDict
 
-from flashio.simulator._state import PREFETCH_STAGED
+from flashio.simulator._state import PREFETCH_AT_PRODUCT, PREFETCH_STAGED
 from flashio.simulator.gpu import GPUSpec
 from flashio.simulator.occupancy import CapacityError, occupancy
 from flashio.simulator.simulate import (
@@ -456,6 +456,8 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
             port.free = start
         prefetch = prefetches(kinfo, options, comp, trace.meta.params)
         staged = prefetch == PREFETCH_STAGED
+        # "the step's last matrix product issues the next step's loads" (staged: all but one)
+        at_product = staged or prefetch == PREFETCH_AT_PRODUCT
         shared = options.shared_issue or cost.step is not None
         # reductions "hold the SM for h = B / sm_reduce_bandwidth_bytes_per_s" where the loop
         # sends them after all its tensor-core work
@@ -531,7 +533,7 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                 # waits for it"
                 late = staged and cta.pos == cta.late_pos
                 pv = (
-                    staged
+                    at_product
                     and op == Op.MMA
                     and e["step"] >= 0
                     and cta.pf_step != e["step"]
@@ -568,9 +570,9 @@ def simulate_oracle(trace: Trace, gpu: GPUSpec, options: ModelOptions | None = N
                     cta.late_in_flight = True
                     cta.pos += 1
                     continue
-                issues = pv if staged else op in PIPE_OF
+                issues = pv if at_product else op in PIPE_OF
                 if prefetch and issues and e["step"] >= 0 and cta.pf_step != e["step"]:
-                    # the first arithmetic of a step (staged: its last product) issues the
+                    # the first arithmetic of a step (at the product: its last) issues the
                     # loads that open the next one
                     cta.pf_step = e["step"]
                     cta.pf_lo, cta.pf_hi = _next_step_loads(cta.events, cta.pos)

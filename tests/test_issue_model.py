@@ -190,21 +190,46 @@ def test_copies_overlap_by_hand():
     assert sass_paths.copies_overlap([hmma]) is None
 
 
+def test_copies_behind_product_by_hand():
+    """A group committed after a wgmma group (``gsb0``) that no WARPGROUP.DEPBAR has retired
+    loads while that product runs; after the wait, or after synchronous mma.sync, it does not.
+    The loop repeats: a product issued at its end is in flight at its top."""
+
+    def ins(op, operands=""):
+        return sass.Instruction(0, op, operands, False, 1, False, 7, 7, 0)
+
+    hgmma = ins("HGMMA.64x128x16.F32.BF16", "R24, R120, gdesc[UR12].tnspB, R24, gsb0")
+    hmma, commit = ins("HMMA.16816.F32.BF16", "R8, R4, R2, R8"), ins("LDGDEPBAR")
+    retire, keep_one = (
+        ins("WARPGROUP.DEPBAR.LE", "gsb0, 0x0"),
+        ins("WARPGROUP.DEPBAR.LE", "gsb0, 0x1"),
+    )
+    assert sass_paths.copies_behind_product([hgmma, commit, retire]) is True
+    assert sass_paths.copies_behind_product([hgmma, retire, commit]) is False
+    assert sass_paths.copies_behind_product([hgmma, keep_one, commit]) is True
+    assert sass_paths.copies_behind_product([commit, hgmma]) is True  # from the loop's end
+    assert sass_paths.copies_behind_product([hmma, commit]) is False
+    assert sass_paths.copies_behind_product([hgmma, retire]) is None
+
+
 def test_the_census_knows_which_loops_prefetch():
     """Triton's 2-stage forward waits at the top of a step for the copies it committed at the
-    end of the last one (DEPBAR.LE SB0, 0); its 3-stage tilings leave two groups in flight,
-    flash-attn 2 overlaps its copies with its products. The engine prefetches only the
-    former's neighbours: the 2-stage kernel's loads are issued where the trace has them."""
+    end of the last one (DEPBAR.LE SB0, 0), but committed them behind its P V wgmma, which it
+    waits for after the next Q K^T; its 3-stage tilings leave two groups in flight, flash-attn
+    2 overlaps its copies with its products. The engine prefetches the 3-stage kernels a step
+    ahead and issues the 2-stage kernel's loads at each step's last product."""
+    from flashio.simulator._state import PREFETCH_AT_PRODUCT, PREFETCH_STEP
     from flashio.simulator.simulate import prefetches
 
     tri = issue.census("triton")
     for key, entry in tri.items():
         assert entry["copies_overlap"] is ("w=8" not in key or "128x128" in key), key
+        assert entry["copies_behind_product"] is True, key
     fa2 = issue.census("flash-attn2")
     assert all(v["copies_overlap"] for k, v in fa2.items() if k.startswith("flash2_fwd"))
     shape = AttentionShape(1, 16, 1024, 128, "bf16")
     opts = ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",))
-    for tiles, expected in (((128, 64, 8), False), ((128, 128, 8), True)):
+    for tiles, expected in (((128, 64, 8), PREFETCH_AT_PRODUCT), ((128, 128, 8), PREFETCH_STEP)):
         sched = schedule("flash2", shape, *tiles, impl="triton")
         comp = issue.lookup(sched.meta.params, "flash2_fwd", tiles[2])
         assert prefetches(sched.kernels[0], opts, comp) == expected

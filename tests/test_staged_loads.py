@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from flashio import kernels, simulator
 from flashio.kernels import AttentionShape
 from flashio.simulator import ModelOptions, issue
-from flashio.simulator._state import PREFETCH_STAGED, PREFETCH_STEP
+from flashio.simulator._state import PREFETCH_AT_PRODUCT, PREFETCH_STAGED, PREFETCH_STEP
 from flashio.simulator.simulate import prefetches
 from tests._sim_common import gpu_specs
 from tests.oracle_sim import simulate_oracle
@@ -83,22 +83,59 @@ def test_a_latency_bound_step_waits_for_two_loads_not_one():
         assert extra / 4 == pytest.approx(per_step * lat_s, abs=0.25 * lat_s)
 
 
+@settings(max_examples=20, deadline=None)
+@given(
+    d=st.sampled_from([64, 128]),
+    seq_len=st.sampled_from([256, 512, 768]),
+    heads=st.integers(1, 3),
+    causal=st.booleans(),
+    gpu=gpu_specs(),
+    drift=st.booleans(),
+    streamed=st.booleans(),
+    window=st.sampled_from([None, 300]),
+)
+def test_loads_at_the_last_product_agree_with_the_oracle(
+    d, seq_len, heads, causal, gpu, drift, streamed, window
+):
+    """Triton's 2-stage forward (128x64, 8 warps), whose loads the engine issues at each
+    step's last product: both engines, as above."""
+    shape = AttentionShape(1, heads, seq_len, d, "bf16", causal)
+    sched = kernels.schedule("flash2", shape, 128, 64, 8, impl="triton")
+    options = dataclasses.replace(STAGED, cta_drift=drift, streamed_requests=streamed)
+    comp = issue.lookup(sched.meta.params, "flash2_fwd", 8)
+    assert prefetches(sched.kernels[0], options, comp, sched.meta.params) == PREFETCH_AT_PRODUCT
+    kw = {} if window is None else {"window_events": window}
+    try:
+        want = simulate_oracle(sched.trace(), gpu, options)
+    except simulator.CapacityError:
+        with pytest.raises(simulator.CapacityError):
+            simulator.simulate(sched, gpu, options=options, **kw)
+        return
+    assert_agrees(simulator.simulate(sched, gpu, options=options, **kw), want)
+
+
 def test_which_implementations_load_staged():
     """flash-attn 2 and this project's kernels keep one buffer per K/V tile (stages 1): staged;
     FlashAttention-3's TMA pipeline and Triton's three stages load a whole step ahead; Triton's
-    2-stage forward, whose loop waits for its copies first, is not prefetched at all."""
+    2-stage forward, whose loop waits for its copies first but commits them behind its P V
+    wgmma, loads at each step's last product, staged loads or not."""
     shape = AttentionShape(1, 16, 1024, 128, "bf16")
     cases = (
-        (None, (128, 64, 4), PREFETCH_STAGED),
-        ("flash-attn2", None, PREFETCH_STAGED),
-        ("fa3", None, PREFETCH_STEP),
-        ("triton", (128, 128, 8), PREFETCH_STEP),
-        ("triton", (128, 64, 8), 0),
+        (None, (128, 64, 4), PREFETCH_STAGED, PREFETCH_STEP),
+        ("flash-attn2", None, PREFETCH_STAGED, PREFETCH_STEP),
+        ("fa3", None, PREFETCH_STEP, PREFETCH_STEP),
+        ("triton", (128, 128, 8), PREFETCH_STEP, PREFETCH_STEP),
+        ("triton", (128, 64, 8), PREFETCH_AT_PRODUCT, PREFETCH_AT_PRODUCT),
     )
-    for impl, tiles, want in cases:
+    off = dataclasses.replace(STAGED, staged_loads=False)
+    for impl, tiles, want, want_off in cases:
         sched = kernels.schedule("flash2", shape, *(tiles or ()), impl=impl)
         params = sched.meta.params
         comp = issue.lookup(params, "flash2_fwd", sched.warps)
         assert prefetches(sched.kernels[0], STAGED, comp, params) == want, impl
-        off = dataclasses.replace(STAGED, staged_loads=False)
-        assert prefetches(sched.kernels[0], off, comp, params) == min(want, PREFETCH_STEP)
+        assert prefetches(sched.kernels[0], off, comp, params) == want_off, impl
+    # the same loop without the asynchronous product before its copies waits for them where
+    # the trace has them
+    comp = issue.lookup(sched.meta.params, "flash2_fwd", 8)
+    sync = dataclasses.replace(comp, copies_behind_product=False)
+    assert prefetches(sched.kernels[0], STAGED, sync, sched.meta.params) == 0

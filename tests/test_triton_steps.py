@@ -28,26 +28,30 @@ def test_the_run_holds_every_configuration(rows):
 
 def test_the_two_stage_step_waits_for_the_l2_at_short_n(rows):
     """Triton's 128x64 tiling with 8 warps and 2 stages (one CTA an SM at d = 128) waits at the
-    top of each step for the copies it issued at the end of the last. From N = 2048 to 16384
-    its step falls from 3,011 to 2,231 cycles (26%) with the same instructions (3,106 ->
-    2,922: the CTA's own code spread over more steps), as the L2's sector hit rate rises from
-    71% to 100% and its warps' long-scoreboard stalls fall from 2.17 to 1.32 an instruction
-    (at short N most heads start within a wave, its CTAs asking for each K and V block while
-    the L2 fills it; at long N a head spans waves, and the later ones find its blocks in the
-    L2). The prefetching tilings (3 stages, no spills) fall 15% over the same N.
-    The replay's step falls 7% (2,942 -> 2,735): right at N <= 4096 (within 3%), 23% long at
-    16384: not modelled (docs/validation.md, "By implementation")."""
+    top of each step for the copies it issued, behind its P V wgmma, at the end of the last.
+    From N = 2048 to 16384 its step falls from 3,011 to 2,231 cycles (26%) with the same
+    instructions (3,106 -> 2,922: the CTA's own code spread over more steps), as the L2's
+    sector hit rate rises from 71% to 100% and its warps' long-scoreboard stalls fall from
+    2.17 to 1.32 an instruction (at short N most heads start within a wave, its CTAs asking
+    for each K and V block while the L2 fills it; at long N a head spans waves, and the later
+    ones find its blocks in the L2). The prefetching tilings (3 stages, no spills) fall 15%
+    over the same N. The replay, which issues the copies at each step's last product as the
+    machine code does (``sass_paths.copies_behind_product``), falls 9% (2,361 -> 2,137): short
+    at every N, 22% at 2048 and 4% at 16384, as it is 3-13% short of the prefetching
+    tilings' at every N (a tile's latency: docs/validation.md, "By implementation"). Before,
+    with the loads where the trace has them, it fell 7% (2,942 -> 2,735), right at N <= 4096
+    and 23% long at 16384."""
     two = _by(rows, 128, (128, 64, 8, 2))
     gpu = two[16384]["cycles_per_step"] / two[2048]["cycles_per_step"]
     model = two[16384]["replay"] / two[2048]["replay"]
-    assert gpu < 0.76 and model > 0.9
+    assert gpu < 0.76 and model < 0.95
     inst = two[16384]["instructions_per_step"] / two[2048]["instructions_per_step"]
     assert 0.92 < inst <= 1.0
     assert two[2048]["l2_hit"] < 0.75 and two[16384]["l2_hit"] > 0.99
     assert two[16384]["long_scoreboard"] < 0.65 * two[2048]["long_scoreboard"]
-    for n in (2048, 4096):
-        assert two[n]["replay"] == pytest.approx(two[n]["cycles_per_step"], rel=0.03)
-    assert two[16384]["replay"] / two[16384]["cycles_per_step"] > 1.2
+    for n, r in two.items():
+        assert 0.75 < r["replay"] / r["cycles_per_step"] < 1.0, n
     for tiling in ((128, 128, 8, 3), (64, 64, 4, 3), (64, 128, 4, 3)):
         pre = _by(rows, 128, tiling)
         assert 0.84 < pre[16384]["cycles_per_step"] / pre[2048]["cycles_per_step"] < 0.9
+        assert all(0.85 < r["replay"] / r["cycles_per_step"] < 1.0 for r in pre.values())
