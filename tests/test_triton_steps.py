@@ -38,7 +38,8 @@ def test_the_two_stage_step_waits_for_the_l2_at_short_n(rows):
     over the same N. The replay, which issues the copies at each step's last product as the
     machine code does (``sass_paths.copies_behind_product``), falls 9% (2,361 -> 2,137): short
     at every N, 22% at 2048 and 4% at 16384, as it is 3-13% short of the prefetching
-    tilings' at every N (a tile's latency: docs/validation.md, "By implementation"). Before,
+    tilings' at every N (not a lone tile's copy, which tile_copy.py times at about the
+    replay's: docs/validation.md, "By implementation"). Before,
     with the loads where the trace has them, it fell 7% (2,942 -> 2,735), right at N <= 4096
     and 23% long at 16384."""
     two = _by(rows, 128, (128, 64, 8, 2))
