@@ -26,6 +26,18 @@ from tests.test_simulator_oracle import assert_agrees
 STAGED = ModelOptions(issue_model=True, prefetch_kernels=("flash2_fwd",), staged_loads=True)
 
 
+def _agrees_with_oracle(sched, gpu, options, window):
+    """Engine and oracle on ``sched``, windows of ``window`` events (None: the default)."""
+    kw = {} if window is None else {"window_events": window}
+    try:
+        want = simulate_oracle(sched.trace(), gpu, options)
+    except simulator.CapacityError:
+        with pytest.raises(simulator.CapacityError):
+            simulator.simulate(sched, gpu, options=options, **kw)
+        return
+    assert_agrees(simulator.simulate(sched, gpu, options=options, **kw), want)
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     tiles=st.sampled_from([(64, 64, 4), (128, 64, 8), (64, 32, 4)]),
@@ -47,14 +59,7 @@ def test_staged_loads_agree_with_the_oracle(
         "flash2", AttentionShape(1, heads, seq_len, d, "bf16", causal), *tiles
     )
     options = dataclasses.replace(STAGED, cta_drift=drift, streamed_requests=streamed)
-    kw = {} if window is None else {"window_events": window}
-    try:
-        want = simulate_oracle(sched.trace(), gpu, options)
-    except simulator.CapacityError:
-        with pytest.raises(simulator.CapacityError):
-            simulator.simulate(sched, gpu, options=options, **kw)
-        return
-    assert_agrees(simulator.simulate(sched, gpu, options=options, **kw), want)
+    _agrees_with_oracle(sched, gpu, options, window)
 
 
 def _kernel_s(options, steps: int, latency_cycles: int) -> float:
@@ -104,14 +109,7 @@ def test_loads_at_the_last_product_agree_with_the_oracle(
     options = dataclasses.replace(STAGED, cta_drift=drift, streamed_requests=streamed)
     comp = issue.lookup(sched.meta.params, "flash2_fwd", 8)
     assert prefetches(sched.kernels[0], options, comp, sched.meta.params) == PREFETCH_AT_PRODUCT
-    kw = {} if window is None else {"window_events": window}
-    try:
-        want = simulate_oracle(sched.trace(), gpu, options)
-    except simulator.CapacityError:
-        with pytest.raises(simulator.CapacityError):
-            simulator.simulate(sched, gpu, options=options, **kw)
-        return
-    assert_agrees(simulator.simulate(sched, gpu, options=options, **kw), want)
+    _agrees_with_oracle(sched, gpu, options, window)
 
 
 def test_which_implementations_load_staged():
