@@ -165,7 +165,9 @@ SPEC_SOURCES = {  # where probe_constants' values come from
     "clock_hz": "SM clock Nsight Compute read while flash2_fwd / flash2_bwd ran, median "
     "(ncu_metrics.csv)",
     "l2_bandwidth_bytes_per_cycle_per_partition": "cp.async reads of an L2-resident buffer, "
-    "best of the chunked probe (probe.json chunked), bytes/s / (l2_partitions x clock)",
+    "best of the chunked probe (probe.json chunked: 32 KiB, 4 CTAs an SM, each line read by 66 "
+    "CTAs at once; lines no other SM reads come at about half: docs/model.md, 'What the model "
+    "leaves out'), bytes/s / (l2_partitions x clock)",
     "l2_bytes": "dirty bytes a streaming write of >= 32 MB leaves in L2 (ncu_write.csv), "
     "median, in whole 8 KiB granules: the capacity a kernel sees",
     "l2_latency_cycles": "pointer chase, L2 hit, ld.global.cg (probe.json latency)",
