@@ -56,3 +56,21 @@ def test_the_two_stage_step_waits_for_the_l2_at_short_n(rows):
         pre = _by(rows, 128, tiling)
         assert 0.84 < pre[16384]["cycles_per_step"] / pre[2048]["cycles_per_step"] < 0.9
         assert all(0.85 < r["replay"] / r["cycles_per_step"] < 1.0 for r in pre.values())
+
+
+def test_the_64x64_tiling_runs_at_the_l2_slices_limit():
+    """The L2's slices serve Triton's 64x64, 4-warp tiling more bytes a second than any other
+    tiling at every shape, 5.9-6.4 TB/s at N >= 8192: near what ld.global.cg reads of distinct
+    lines reach (6.9-7.0 TB/s, data/gpu/probe/probe.json), half the spec's 13.87 TB/s, and no
+    tiling beyond 7.0. Its SMs receive more than the slices serve (up to 7.8 TB/s): part of it
+    was served once for several SMs. The one tiling the families find too fast at nearly every
+    shape (docs/model.md, "The L2's rate is that of shared lines")."""
+    rows = triton_steps.gpu_steps()
+    assert all(r["l2_slice_tb_s"] < 7.0 for r in rows)
+    for d, n in {(r["head_dim"], r["seq_len"]) for r in rows}:
+        shape = [r for r in rows if (r["head_dim"], r["seq_len"]) == (d, n)]
+        top = max(shape, key=lambda r: r["l2_slice_tb_s"])
+        assert (top["block_q"], top["block_kv"], top["warps"]) == (64, 64, 4), (d, n)
+        assert top["delivered_tb_s"] > top["l2_slice_tb_s"], (d, n)
+        if n >= 8192:
+            assert top["l2_slice_tb_s"] > 5.8, (d, n)

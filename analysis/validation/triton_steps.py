@@ -7,8 +7,9 @@ and under Nsight Compute (data/impl/triton_scaling_ncu.csv, the second of two la
 configuration; the launch order in triton_scaling.log). Per configuration, a step is one CTA's
 key block: the SM cycles a step takes (an SM's cycles over the steps each SM runs, so CTAs
 resident together share them), the warp instructions it issues, the L2's sector hit rate and
-the long-scoreboard stalls per issued instruction (warps waiting on global or local memory);
-``replay_steps`` gives the replay's SM cycles a step for the same configurations."""
+the long-scoreboard stalls per issued instruction (warps waiting on global or local memory), and
+the bytes a second the L2's slices serve and the SMs receive from the crossbar; ``replay_steps``
+gives the replay's SM cycles a step for the same configurations."""
 
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ def _steps(d: dict) -> tuple[int, int]:
 def gpu_steps() -> list[dict]:
     """Per configuration of the run, in launch order: head_dim, seq_len, block_q, block_kv,
     warps, stages, the event-timed milliseconds, and from Nsight Compute cycles_per_step,
-    instructions_per_step, l2_hit (a fraction) and long_scoreboard."""
+    instructions_per_step, l2_hit (a fraction), long_scoreboard, l2_slice_tb_s (``lts__t_bytes``:
+    reads and writes the slices serve, TB/s over the kernel's duration) and delivered_tb_s
+    (``l1tex__m_xbar2l1tex_read_bytes``: what the SMs receive)."""
     log = (RUN.parent / f"{RUN.name}.log").read_text().splitlines()
     order = [json.loads(ln) for ln in log if ln.startswith('{"tiling"')]
     profiled = parse_ncu_csv((RUN.parent / f"{RUN.name}_ncu.csv").read_text())
@@ -50,6 +53,7 @@ def gpu_steps() -> list[dict]:
         row = {"batch": b, "heads": h, "head_dim": d, "seq_len": n, "block_q": bq,
                "block_kv": bkv, "warps": warps, "stages": stages}  # fmt: skip
         ctas, steps = _steps(row)
+        seconds = m["gpu__time_duration.sum"] * 1e-9
         out.append({
             **row,
             "ms": timed[(d, n, (bq, bkv, warps, stages))],
@@ -57,6 +61,8 @@ def gpu_steps() -> list[dict]:
             "instructions_per_step": m["smsp__inst_executed.sum"] / (ctas * steps),
             "l2_hit": m["lts__t_sector_hit_rate.pct"] / 100,
             "long_scoreboard": m[STALL],
+            "l2_slice_tb_s": m["lts__t_bytes.sum"] / seconds / 1e12,
+            "delivered_tb_s": m["l1tex__m_xbar2l1tex_read_bytes.sum"] / seconds / 1e12,
         })  # fmt: skip
     return out
 
