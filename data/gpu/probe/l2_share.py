@@ -13,10 +13,11 @@ CTA (256 threads, ``per_sm`` of them on each SM, held there by their shared memo
 k chunks (the CTAs of one SM read streams of their own, by their order of arrival on it):
 ``at_once``, every SM of a group reads chunk ``it mod k`` at iteration ``it`` (the same lines
 together); ``staggered``, SM m of a group reads chunk ``(it + m) mod k`` (the same lines, never
-together). Every case reads 132 x ``per_sm`` x 32 KiB of the L2 (at most 16.5 MiB), brought in
-by a launch before the timed ones. With ``--ncu`` it launches each case twice and times
-nothing, for Nsight Compute to read the L2's slices' bytes and the SMs' (data/gpu/runs/
-l2_share_run.sh).
+together); ``same_sm`` (k = 1), the CTAs of one SM read one stream together, as two of each
+SM's four CTAs of the chunked probe may have. Every case reads at most 132 x ``per_sm`` x 32
+KiB of the L2 (16.5 MiB), brought in by a launch before the timed ones. With ``--ncu`` it
+launches each case twice and times nothing, for Nsight Compute to read the L2's slices'
+bytes and the SMs' (data/gpu/runs/l2_share_run.sh).
 
     python data/gpu/probe/l2_share.py --out DIR [--ncu]
 
@@ -44,8 +45,8 @@ SRC = r"""
 typedef unsigned int u32;
 
 extern "C" __global__ void __launch_bounds__(256)
-    l2_share(const char* __restrict__ src, u32 k, u32 per_sm, u32 staggered, u32* arrivals,
-             u32* placed) {
+    l2_share(const char* __restrict__ src, u32 k, u32 per_sm, u32 staggered, u32 same_sm,
+             u32* arrivals, u32* placed) {
     extern __shared__ __align__(128) char buf[];
     __shared__ u32 slot;
     u32 sm;
@@ -58,7 +59,7 @@ extern "C" __global__ void __launch_bounds__(256)
     }
     __syncthreads();
     const u32 group = sm / k, member = sm % k;
-    const char* stream = src + (u64_t)(group * per_sm + slot) * k * CHUNK;
+    const char* stream = src + (u64_t)(group * per_sm + (same_sm ? 0u : slot)) * k * CHUNK;
     const u32 s = (u32)__cvta_generic_to_shared(buf);
     u32 acc = 0;
     for (u32 it = 0; it < ITERS; ++it) {
@@ -82,13 +83,19 @@ SRC = (
 )
 PER_SM = (1, 2, 4)
 SHARED_BY = (1, 2, 4, 11, 33, 66, 132)  # SMs to a group (divisors of 132)
-MODES = ("at_once", "staggered")
+MODES = ("at_once", "staggered", "same_sm")
 REPS = 15
 
 
 def cases() -> list[tuple[int, int, str]]:
-    """(per_sm, k, mode): one SM to a group reads distinct lines, so it has one mode."""
-    return [(p, k, m) for p in PER_SM for k in SHARED_BY for m in MODES if k > 1 or m == MODES[0]]
+    """(per_sm, k, mode): with one SM to a group only its own CTAs can share lines
+    (``same_sm``, with two or more of them); with more, the SMs share them at once or in turn."""
+    out = []
+    for p in PER_SM:
+        for k in SHARED_BY:
+            modes = MODES[:2] if k > 1 else ("at_once", "same_sm") if p > 1 else ("at_once",)
+            out += [(p, k, m) for m in modes]
+    return out
 
 
 def run(ncu: bool) -> dict:
@@ -106,8 +113,8 @@ def run(ncu: bool) -> dict:
         # reserved a CTA)
         smem = (228 << 10) // per_sm - (2 << 10) if per_sm > 1 else 200 << 10
         placed = cupy.zeros(ctas, cupy.uint32)
-        args = (src, np.uint32(k), np.uint32(per_sm), np.uint32(mode == "staggered"), arrivals,
-                placed)  # fmt: skip
+        args = (src, np.uint32(k), np.uint32(per_sm), np.uint32(mode == "staggered"),
+                np.uint32(mode == "same_sm"), arrivals, placed)  # fmt: skip
 
         def launch(kern=kern, ctas=ctas, args=args, smem=smem):
             kern((ctas,), (THREADS,), args, shared_mem=smem)

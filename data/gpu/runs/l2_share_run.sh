@@ -15,7 +15,8 @@ timeout 200 python3 data/gpu/probe/l2_share.py --out $OUT >> $L 2>&1
 echo "l2_share rc=$?" >> $L
 M=gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,lts__t_bytes.sum
 M=$M,lts__t_sectors_srcunit_tex_op_read.sum,l1tex__m_xbar2l1tex_read_bytes.sum
-timeout 300 ncu --clock-control none --print-units base --csv \
+# --cache-control none: the L2 keeps what the case's first launch brought in
+timeout 300 ncu --clock-control none --cache-control none --print-units base --csv \
   --log-file $OUT/l2_share_ncu.csv --metrics $M -k regex:"l2_share" \
   python3 data/gpu/probe/l2_share.py --out $OUT --ncu >> $L 2>&1
 echo "ncu rc=$?" >> $L
