@@ -4,7 +4,7 @@ moment or one after another, against lines no other SM reads.
 The spec's L2 rate (`h200-measured`, 13.87 TB/s) is the best of probe.py's chunked reads, whose
 CTAs read eight streams, each line by 66 CTAs at once (4 an SM); ld.global.cg reads of distinct
 lines reach 6.9-7.0 TB/s (probe.json), and 132 CTAs copying tiles of their own out of the L2
-by cp.async 6.0-6.6 TB/s (tile_copy.json). Nsight Compute saw the Triton forward's SMs receive
+by cp.async 5.9-6.6 TB/s (tile_copy.json). Nsight Compute saw the Triton forward's SMs receive
 more bytes from the crossbar than the L2's slices served (data/impl/triton_scaling_ncu.csv:
 7.8 against 6.4 TB/s for its 64x64 tiles at d = 128). This probe separates the cases: every
 CTA (256 threads, ``per_sm`` of them on each SM, held there by their shared memory) copies a
