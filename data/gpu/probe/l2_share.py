@@ -22,20 +22,21 @@ bytes and the SMs' (data/gpu/runs/l2_share_run.sh).
     python data/gpu/probe/l2_share.py --out DIR [--ncu]
 
 Writes DIR/l2_share.json: provenance and per case (per_sm, k, mode) the event-timed
-milliseconds of its launches and the bytes they deliver to the SMs.
+milliseconds of its launches (``benchmarks.gpu_timing.time_events``: median, min, max) and the
+bytes they deliver to the SMs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.gpu_measure import provenance
+from benchmarks.gpu_timing import time_events, timed
 
 CHUNK = 32 << 10
 THREADS = 256
@@ -119,26 +120,19 @@ def run(ncu: bool) -> dict:
         def launch(kern=kern, ctas=ctas, args=args, smem=smem):
             kern((ctas,), (THREADS,), args, shared_mem=smem)
 
-        launch()  # brings the case's lines into the L2
-        cupy.cuda.runtime.deviceSynchronize()
         if ncu:
+            launch()  # brings the case's lines into the L2
             launch()
             cupy.cuda.runtime.deviceSynchronize()
             continue
-        ms = []
-        for _ in range(REPS):
-            a, b = cupy.cuda.Event(), cupy.cuda.Event()
-            a.record()
-            launch()
-            b.record()
-            b.synchronize()
-            ms.append(cupy.cuda.get_elapsed_time(a, b))
+        # the warm-up launches bring the case's lines into the L2
+        t = time_events(lambda i, ev, launch=launch: timed(ev, launch), 1, REPS)
         per = np.bincount(placed.get(), minlength=SMS)
         nbytes = ctas * ITERS * CHUNK
         rows.append({
             "per_sm": per_sm, "k": k, "mode": mode, "ctas": ctas, "chunk_bytes": CHUNK,
-            "iters": ITERS, "ms": ms, "delivered_bytes": nbytes,
-            "tb_per_s": nbytes / (statistics.median(ms) * 1e-3) / 1e12,
+            "iters": ITERS, **{x: t[x] for x in ("median_ms", "min_ms", "max_ms", "reps")},
+            "delivered_bytes": nbytes, "tb_per_s": nbytes / (t["median_ms"] * 1e-3) / 1e12,
             "ctas_per_sm_seen": [int(per.min()), int(per.max())],
         })  # fmt: skip
         r = rows[-1]
