@@ -62,7 +62,9 @@ def predictions(grid: str) -> list[dict]:
                 "shape": shape.to_dict(),
                 "tiles": [bq, bkv, w],
                 "predicted_ms": families.predict(m) * 1e3,
-                "register_line": issue.written_registers("flashio", bq, bkv, d, w),
+                "register_line": issue.written_registers(
+                    "flashio", bq, bkv, d, w, hold_out=True
+                ).registers,
                 "nvrtc_ptxas": compiled[d, bq, bkv, w],
             }
         )

@@ -51,6 +51,7 @@ __all__ = [
     "HOPPER_ISA",
     "Compiled",
     "StepCost",
+    "WrittenRegisters",
     "census",
     "compiled",
     "eager_key",
@@ -58,6 +59,8 @@ __all__ = [
     "issue_model",
     "lookup",
     "program_key",
+    "register_table",
+    "register_table_path",
     "spills_fit_l1",
     "step_costs",
     "sync_mix",
@@ -377,16 +380,62 @@ def would_spill(census_key: str) -> bool:
     return WOULD_SPILL in census_key
 
 
+def register_table_path(impl: str) -> Path:
+    """Where the compiler's register report of ``impl``'s forward at a grid of tilings is kept
+    (benchmarks/register_table.py)."""
+    return CENSUS_DIR / f"{impl}-registers.json"
+
+
+@functools.cache
+def register_table(impl: str) -> dict[tuple[int, int, int, int], dict]:
+    """The compiler's register report of ``impl``'s forward by tiling (head_dim, block_q,
+    block_kv, warps): registers, spill and stack bytes per thread; empty where there is none."""
+    p = register_table_path(impl)
+    if not p.exists():
+        return {}
+    rows = json.loads(p.read_text())["entries"]
+    return {(r["head_dim"], r["block_q"], r["block_kv"], r["warps"]): r for r in rows}
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenRegisters:
+    """Registers per thread of a forward priced by its written program: the compiler's count
+    and spill stores where the register table has the tiling (``source`` "compiler"), else the
+    register line's demand, uncapped (``source`` "register line"; ``spill_store_bytes`` None)."""
+
+    registers: int
+    spill_store_bytes: int | None
+    source: str
+
+    def launched(self, limit: int) -> int:
+        """What the kernel runs with on a GPU of ``limit`` registers a thread."""
+        return min(self.registers, limit)
+
+    def spilled(self, limit: int) -> int:
+        """Registers it keeps in local memory instead: the compiler's spill stores, 4 bytes a
+        register, or the line beyond ``limit`` (spills the written program does not write)."""
+        if self.spill_store_bytes is not None:
+            return self.spill_store_bytes // 4
+        return max(0, self.registers - limit)
+
+
 def written_registers(
     impl: str, block_q: int, block_kv: int, head_dim: int, warps: int, hold_out: bool = False
-) -> int | None:  # fmt: skip
+) -> WrittenRegisters | None:  # fmt: skip
     """Registers per thread of an mma.sync forward of ``impl`` at a tiling priced by its
-    written program, from the mix's register line, uncapped (``synth_sync``); None where no
-    program can be written."""
+    written program: the compiler's where ``impl``'s register table has the tiling
+    (``register_table``; not where ``hold_out``, which prices a tiling as one never compiled),
+    else the mix's register line (``synth_sync``). None where no program can be written."""
     mix = _writable_mix(impl, block_q, block_kv, head_dim, warps, hold_out)
-    if mix is None or mix.registers == (0.0, 0.0):
+    if mix is None:
         return None
-    return mix.register_demand(work_terms(block_q, block_kv, head_dim, warps))
+    compiled = None if hold_out else register_table(impl).get((head_dim, block_q, block_kv, warps))
+    if compiled is not None:
+        return WrittenRegisters(compiled["registers"], compiled["spill_store_bytes"], "compiler")
+    if mix.registers == (0.0, 0.0):
+        return None
+    demand = mix.register_demand(work_terms(block_q, block_kv, head_dim, warps))
+    return WrittenRegisters(demand, None, "register line")
 
 
 @functools.lru_cache(maxsize=256)
@@ -411,11 +460,13 @@ def synthetic_sync_step_costs(
     )
     st = replay(prog, model, warps, ctas_per_sm)
     paces = rank_paces(prog, model, warps, ctas_per_sm) if drift else ()
-    demand = mix.register_demand(work_terms(block_q, block_kv, head_dim, warps))
-    spills = demand > gpu.regs_per_thread_max
+    regs = written_registers(impl, block_q, block_kv, head_dim, warps, hold_out)
+    limit, note = gpu.regs_per_thread_max, ""
+    if regs is not None and regs.spilled(limit) > 0:
+        need = regs.launched(limit) + regs.spilled(limit)
+        note = f", {need} registers: {WOULD_SPILL}, spills not written"
     return StepCost(
-        key=prog.name
-        + (f", {demand} registers: {WOULD_SPILL}, spills not written" if spills else ""),
+        key=prog.name + note,
         occupancy_s=gpu.cycles_to_s(st.together / st.ctas),
         duration_s=gpu.cycles_to_s(st.alone),
         replay=st,

@@ -189,8 +189,9 @@ def launched(kinfo, params: dict):
 
 
 def as_written(kinfo, params: dict, gpu: GPUSpec, options: ModelOptions, comp):
-    """``kinfo`` with the registers of its written mma.sync program (the register line of
-    ``simulator.synth_sync``, at most the GPU's per-thread limit: spills are not written)
+    """``kinfo`` with the registers of its written mma.sync program (the compiler's count
+    where the register table has the tiling, else the register line of
+    ``simulator.synth_sync``; at most the GPU's per-thread limit: spills are not written)
     where one prices it (``_synthetic_step``); else ``kinfo``."""
     if comp is not None or not options.issue_model or kinfo.name not in SYNTHESIZED:
         return kinfo
@@ -204,7 +205,7 @@ def as_written(kinfo, params: dict, gpu: GPUSpec, options: ModelOptions, comp):
     regs = written_registers(impl, *tiling, kinfo.warps, options.written_programs)
     if regs is None:
         return kinfo
-    return dataclasses.replace(kinfo, regs_per_thread=min(regs, gpu.regs_per_thread_max))
+    return dataclasses.replace(kinfo, regs_per_thread=regs.launched(gpu.regs_per_thread_max))
 
 
 def launch_resources(meta, gpu: GPUSpec, options: ModelOptions):

@@ -333,10 +333,10 @@ def search_tiles(
             if issue.would_spill(main.census_key):  # a written program: spills not written
                 priced += ", " + issue.WOULD_SPILL
                 p = sched.meta.params
-                demand = issue.written_registers(
+                regs = issue.written_registers(
                     str(p.get("impl", "flashio")), c.block_q, c.block_kv, shape.head_dim, c.warps
                 )
-                spilled = demand - occ.regs_per_thread
+                spilled = regs.spilled(gpu.regs_per_thread_max)
             slots = min(main.ctas, occ.ctas_per_sm * gpu.sm_count)
             c = replace(
                 c,

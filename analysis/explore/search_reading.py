@@ -141,11 +141,11 @@ def search_notes(results: list) -> tuple[str, ...]:
         )
     if bounds:
         out.append(
-            f"{len(bounds)} tilings are priced by written programs whose registers would spill "
-            "(regs(spill): the program's register line and its excess over the limit): their "
-            "spills are not written, so their times are lower bounds, ranked after every "
-            'priced tiling (docs/model.md, "An mma.sync forward at a tiling the census '
-            'lacks").'
+            f"{len(bounds)} tilings are priced by written programs whose registers spill "
+            "(regs(spill): the compiler's count and spill stores where the register table has "
+            "the tiling, else the register line and its excess over the limit): their spills "
+            "are not written, so their times are lower bounds, ranked after every priced "
+            'tiling (docs/model.md, "An mma.sync forward at a tiling the census lacks").'
         )
     clean = [r for r in ok if not r.spilled_regs_per_thread]
     if best.spilled_regs_per_thread and clean and not bound_only(best):

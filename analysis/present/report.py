@@ -239,8 +239,8 @@ def result_text(sched, res, gpu) -> str:
         if issue.would_spill(k.census_key):
             lines.append(
                 f"warning: kernel {k.name}'s written program needs more registers than the GPU "
-                "allows (its register line, in 'priced by'); the compiler would spill, the "
-                'program does not, so its time is a lower bound (docs/model.md, "An mma.sync '
-                'forward at a tiling the census lacks")'
+                "allows (the count, in 'priced by'); the compiler spills what does not fit, "
+                'the program does not, so its time is a lower bound (docs/model.md, "An '
+                'mma.sync forward at a tiling the census lacks")'
             )
     return "\n".join(lines)
