@@ -333,7 +333,7 @@ def test_compiled_search_prices_other_forward_tilings_by_written_programs():
     priced = {(r.block_q, r.block_kv, r.warps): r for r in res if r.feasible}
     assert priced[128, 64, 8].priced_by == "compiled"
     assert priced[64, 48, 4].priced_by == "written"  # 16 rows a warp, never compiled
-    bound = priced[128, 96, 4]  # 32 rows a warp of 96 keys at d = 128: the line exceeds 255
+    bound = priced[128, 96, 4]  # 32 rows a warp of 96 keys at d = 128: the compiler spills
     assert bound.priced_by == "written, would spill"
     # the compiler's count and spill stores (data/sass/flashio-registers.json)
     regs = simulator.issue.written_registers("flashio", 128, 96, 128, 4)
