@@ -8,7 +8,7 @@ import subprocess
 
 from flashio.kernels import gpu
 
-__all__ = ["parse_ptxas", "ptxas_report"]
+__all__ = ["nvrtc_report", "parse_ptxas", "ptxas_report"]
 
 
 def parse_ptxas(log: str) -> dict:
@@ -29,6 +29,20 @@ def parse_ptxas(log: str) -> dict:
         elif fn and (m := re.search(r"Used (\d+) registers", line)):
             out.setdefault(fn, {})["registers"] = int(m[1])
     return out
+
+
+def nvrtc_report(sched, kernel: str = "flash2_fwd") -> dict | None:
+    """NVRTC's ptxas report of ``kernel`` at ``sched``'s tiling, compiled as CuPy compiles it
+    (the options of ``gpu.nvrtc_options``), through NVRTC's library without a GPU
+    (benchmarks/nvrtc.py); None where NVRTC is not installed. Raises ``nvrtc.NvrtcError``
+    where the source does not compile."""
+    from benchmarks import nvrtc
+
+    if not nvrtc.available():
+        return None
+    options = (*gpu.nvrtc_options(tuple(gpu.defines(sched))), "--ptxas-options=-v")
+    _, log = nvrtc.compile_cubin(gpu.source(sched), options)
+    return parse_ptxas(log).get(kernel)
 
 
 def ptxas_report(sched) -> dict:

@@ -26,9 +26,9 @@ import json
 import sys
 
 from benchmarks import nvrtc
-from benchmarks.ptxas import parse_ptxas
+from benchmarks.ptxas import nvrtc_report
 from flashio import kernels
-from flashio.kernels.gpu import CUDA_DIR, defines, nvrtc_options, source
+from flashio.kernels.gpu import CUDA_DIR
 from flashio.simulator.issue import register_table_path
 
 HEAD_DIMS = (64, 96, 128, 256)
@@ -50,10 +50,7 @@ def sources_sha256() -> dict[str, str]:
 def compile_report(head_dim: int, block_q: int, block_kv: int, warps: int) -> dict:
     """NVRTC's ptxas report of the forward at one tiling (FIELDS)."""
     shape = kernels.AttentionShape(batch=1, heads=1, seq_len=4096, head_dim=head_dim, dtype=DTYPE)
-    sched = kernels.schedule("flash2", shape, block_q, block_kv, warps)
-    options = (*nvrtc_options(tuple(defines(sched))), "--ptxas-options=-v")
-    _, log = nvrtc.compile_cubin(source(sched), options)
-    report = parse_ptxas(log)[KERNEL]
+    report = nvrtc_report(kernels.schedule("flash2", shape, block_q, block_kv, warps), KERNEL)
     return {f: int(report[f]) for f in FIELDS}
 
 

@@ -27,22 +27,12 @@ from pathlib import Path
 
 from benchmarks import nvrtc
 from benchmarks.measure_grids import search_grid, unseen_grid
-from benchmarks.ptxas import parse_ptxas
+from benchmarks.ptxas import nvrtc_report
 from flashio import kernels
 from flashio.analysis.validation import families
-from flashio.kernels.gpu import defines, nvrtc_options, source
 from flashio.simulator import issue
 
 GRIDS = {"unseen": unseen_grid, "search": search_grid}
-
-
-def compiled_registers(sched) -> dict | None:
-    """NVRTC's ptxas report of the forward kernel at ``sched``'s tiling (None: no NVRTC)."""
-    if not nvrtc.available():
-        return None
-    options = (*nvrtc_options(defines(sched)), "--ptxas-options=-v")
-    _, log = nvrtc.compile_cubin(source(sched), options)
-    return parse_ptxas(log).get("flash2_fwd")
 
 
 def predictions(grid: str) -> list[dict]:
@@ -55,7 +45,7 @@ def predictions(grid: str) -> list[dict]:
             raise SystemExit(f"{name} d={d} {bq}x{bkv} w{w}: in the census {in_census}")
         m = families.Measured("flashio", name, shape, bq, bkv, w, 0.0, True)
         if (d, bq, bkv, w) not in compiled:
-            compiled[d, bq, bkv, w] = compiled_registers(sched)
+            compiled[d, bq, bkv, w] = nvrtc_report(sched)
         rows.append(
             {
                 "schedule": name,
